@@ -1,0 +1,20 @@
+# Build, check and test the workspace. `make help` lists the targets.
+CARGO ?= cargo
+
+.PHONY: help build lint test crds
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+build: ## Build the three binaries (target/debug/ks-hub, ks-addon, ks-agent)
+	$(CARGO) build --workspace --bins
+
+lint: ## cargo fmt --check and clippy with warnings as errors
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+test: ## Unit tests, CRD drift and upstream-compatibility tests, binary checks
+	$(CARGO) test --workspace
+
+crds: ## Regenerate config/crds/ from the Rust API types
+	KS_UPDATE_CRDS=1 $(CARGO) test -p ks-shared --test crd_drift committed_crds_match_the_types

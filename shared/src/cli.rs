@@ -1,0 +1,131 @@
+//! Flags every binary shares, and the start-up every binary does: telemetry, the metrics and
+//! health endpoint, and signal handling.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use prometheus_client::registry::Registry;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::leader::{LeaseConfig, default_identity};
+use crate::serve::{self, Readiness};
+use crate::telemetry::{self, LogFormat, Telemetry};
+
+/// Logging, endpoint and leader-election flags, each with an environment fallback.
+#[derive(clap::Args, Debug, Clone)]
+pub struct CommonArgs {
+    /// Log line format on standard error (levels come from RUST_LOG, default info).
+    #[arg(long, env = "KS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Address serving /metrics, /healthz and /readyz (port 0 picks a free port).
+    #[arg(long, env = "KS_HTTP_ADDRESS", value_name = "IP:PORT")]
+    pub http_address: Option<SocketAddr>,
+
+    /// Run only while holding a Lease, so that several replicas can stand by.
+    #[arg(long, env = "KS_LEADER_ELECT")]
+    pub leader_elect: bool,
+
+    /// Namespace of the leader-election Lease.
+    #[arg(
+        long,
+        env = "KS_LEADER_ELECT_NAMESPACE",
+        default_value = "kube-system",
+        value_name = "NAMESPACE"
+    )]
+    pub leader_elect_namespace: String,
+
+    /// Seconds the Lease stays valid without renewal.
+    #[arg(long, env = "KS_LEADER_ELECT_LEASE_DURATION", default_value_t = 15, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(2..=3600))]
+    pub leader_elect_lease_duration: u64,
+}
+
+impl CommonArgs {
+    /// The Lease named `name` that these flags describe.
+    pub fn lease(&self, name: impl Into<String>) -> LeaseConfig {
+        LeaseConfig {
+            name: name.into(),
+            namespace: self.leader_elect_namespace.clone(),
+            identity: default_identity(),
+            duration_seconds: self.leader_elect_lease_duration,
+        }
+    }
+}
+
+/// What a started process shares with its controllers.
+pub struct Process {
+    /// Register metrics here before calling [`Process::serve`].
+    pub registry: Registry,
+    pub readiness: Readiness,
+    /// Cancelled on SIGTERM or SIGINT.
+    pub shutdown: CancellationToken,
+    _telemetry: Telemetry,
+}
+
+/// The endpoint, once listening.
+pub struct Serving {
+    pub address: SocketAddr,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+impl Process {
+    /// Sets up telemetry and signal handling for `service`.
+    pub fn start(service: &'static str, args: &CommonArgs) -> Result<Process, StartError> {
+        let telemetry = telemetry::init(service, args.log_format)?;
+        let shutdown = crate::shutdown::on_signal()?;
+        tracing::info!(
+            service,
+            version = env!("CARGO_PKG_VERSION"),
+            tracing_export = telemetry.exporting(),
+            "starting"
+        );
+        Ok(Process {
+            registry: Registry::default(),
+            readiness: Readiness::default(),
+            shutdown,
+            _telemetry: telemetry,
+        })
+    }
+
+    /// Starts the endpoint on `address` with the metrics registered so far.
+    pub async fn serve(&mut self, address: SocketAddr) -> std::io::Result<Serving> {
+        let listener = serve::bind(address).await?;
+        let address = listener.local_addr()?;
+        let registry = Arc::new(std::mem::take(&mut self.registry));
+        let task = tokio::spawn(serve::serve(
+            listener,
+            registry,
+            self.readiness.clone(),
+            self.shutdown.clone(),
+        ));
+        tracing::info!(%address, "serving /metrics, /healthz and /readyz");
+        Ok(Serving { address, task })
+    }
+}
+
+impl Process {
+    /// Serves the endpoint on `address` until SIGTERM or SIGINT, then stops cleanly.
+    pub async fn serve_until_shutdown(mut self, address: SocketAddr) -> std::io::Result<()> {
+        let serving = self.serve(address).await?;
+        self.shutdown.cancelled().await;
+        serving.stopped().await
+    }
+}
+
+impl Serving {
+    /// Waits until the endpoint has stopped (after shutdown).
+    pub async fn stopped(self) -> std::io::Result<()> {
+        self.task.await.map_err(std::io::Error::other)?
+    }
+}
+
+/// Start-up failed: telemetry or signal handlers could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Telemetry(#[from] crate::telemetry::TelemetryError),
+    #[error("cannot install signal handlers: {0}")]
+    Signals(#[from] std::io::Error),
+}

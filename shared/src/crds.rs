@@ -1,0 +1,79 @@
+//! The CRDs generated from our API types, and their YAML form as committed under `config/crds/`.
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+};
+use kube::CustomResourceExt;
+
+use crate::api::{Binding, BindingPolicy, CombinedStatus, CustomTransform, StatusCollector, WorkStatus};
+
+/// Where a CRD is installed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Space {
+    /// The Workload Definition Space (installed by the hub process).
+    Wds,
+    /// The Inventory and Transport Space (installed with the status add-on).
+    Its,
+}
+
+/// Every CRD we define, with the space it belongs in.
+pub fn all() -> Vec<(Space, CustomResourceDefinition)> {
+    [
+        (Space::Wds, BindingPolicy::crd()),
+        (Space::Wds, Binding::crd()),
+        (Space::Wds, CustomTransform::crd()),
+        (Space::Wds, StatusCollector::crd()),
+        (Space::Wds, CombinedStatus::crd()),
+        (Space::Its, WorkStatus::crd()),
+    ]
+    .into_iter()
+    .map(|(space, crd)| (space, without_defaults(crd)))
+    .collect()
+}
+
+/// Drops the `default`s that schemars derives from `#[serde(default)]`: our code applies those
+/// when reading, and upstream's CRDs have none, so a field left out stays left out on the server.
+fn without_defaults(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    fn strip(schema: &mut JSONSchemaProps) {
+        schema.default = None;
+        schema
+            .properties
+            .iter_mut()
+            .flat_map(|p| p.values_mut())
+            .for_each(strip);
+        if let Some(JSONSchemaPropsOrArray::Schema(items)) = &mut schema.items {
+            strip(items);
+        }
+        if let Some(JSONSchemaPropsOrBool::Schema(values)) = &mut schema.additional_properties {
+            strip(values);
+        }
+    }
+    for version in &mut crd.spec.versions {
+        if let Some(schema) = version.schema.as_mut().and_then(|s| s.open_api_v3_schema.as_mut()) {
+            strip(schema);
+        }
+    }
+    crd
+}
+
+/// The CRDs installed in one space.
+pub fn for_space(space: Space) -> Vec<CustomResourceDefinition> {
+    all()
+        .into_iter()
+        .filter(|(s, _)| *s == space)
+        .map(|(_, crd)| crd)
+        .collect()
+}
+
+/// The committed file name of a CRD: `<group>_<plural>.yaml`, as upstream names them.
+pub fn file_name(crd: &CustomResourceDefinition) -> String {
+    format!("{}_{}.yaml", crd.spec.group, crd.spec.names.plural)
+}
+
+/// The YAML document committed for a CRD.
+pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::ser::Error> {
+    let yaml = serde_saphyr::to_string(crd)?;
+    Ok(format!(
+        "# Generated from the Rust types in shared/src/api by `make crds`. Do not edit.\n---\n{yaml}"
+    ))
+}

@@ -1,0 +1,15 @@
+//! Shared by every KubeStellar process: the `control.kubestellar.io` API types and their CRDs,
+//! the Open Cluster Management types we use, well-known names, label-selector matching,
+//! telemetry and Kubernetes plumbing.
+
+pub mod api;
+pub mod cli;
+pub mod client;
+pub mod crds;
+pub mod leader;
+pub mod names;
+pub mod ocm;
+pub mod selector;
+pub mod serve;
+pub mod shutdown;
+pub mod telemetry;

@@ -1,0 +1,108 @@
+//! Well-known names shared with upstream KubeStellar: labels, annotations, finalizers,
+//! namespaces, object names and field managers. Changing any of these breaks compatibility.
+
+/// Finalizer the binding controller puts on every BindingPolicy.
+pub const BINDING_POLICY_FINALIZER: &str = "bindingpolicy.kubestellar.io/kscontroller";
+/// Finalizer the transport controller puts on every Binding.
+pub const TRANSPORT_FINALIZER: &str = "transport.kubestellar.io/object-cleanup";
+
+/// Label on a ManifestWork (copied to WorkStatus): the name of the Binding it comes from.
+pub const ORIGIN_BINDING_LABEL: &str = "transport.kubestellar.io/originOwnerReferenceBindingKey";
+/// Label on a ManifestWork (copied to WorkStatus): the name of the WDS it comes from.
+pub const ORIGIN_WDS_LABEL: &str = "transport.kubestellar.io/originWdsName";
+/// Annotation on a ManifestWork: the Binding generation it was rendered from.
+pub const ORIGIN_BINDING_GENERATION_ANNOTATION: &str = "transport.kubestellar.io/originOwnerReferenceBindingGeneration";
+
+/// Label value meaning "requested" on the two status-request labels below.
+pub const LABEL_TRUE: &str = "true";
+/// On a WDS object (copied to its WorkStatus): singleton status return is requested.
+pub const SINGLETON_STATUS_LABEL: &str = "managed-by.kubestellar.io/singletonstatus";
+/// On a WDS object: multi-WEC status return is requested.
+pub const MULTI_WEC_STATUS_LABEL: &str = "managed-by.kubestellar.io/multiwecstatus";
+/// Label key prefixes that mark a ManifestWork as KubeStellar's (current and legacy).
+pub const KUBESTELLAR_LABEL_PREFIXES: [&str; 2] = ["transport.kubestellar.io/", "managed-by.kubestellar.io/"];
+
+/// Labels on a CombinedStatus naming the object and policy it summarises.
+pub mod combined_status_label {
+    pub const API_GROUP: &str = "status.kubestellar.io/api-group";
+    pub const RESOURCE: &str = "status.kubestellar.io/resource";
+    pub const NAMESPACE: &str = "status.kubestellar.io/namespace";
+    pub const NAME: &str = "status.kubestellar.io/name";
+    pub const BINDING_POLICY: &str = "status.kubestellar.io/binding-policy";
+}
+
+/// Annotation whose value `"true"` turns on per-WEC template expansion of an object.
+pub const EXPAND_TEMPLATES_ANNOTATION: &str = "control.kubestellar.io/expand-templates";
+/// Annotation whose value `nodeport` keeps a Service's `nodePort`s.
+pub const PRESERVE_ANNOTATION: &str = "control.kubestellar.io/preserve";
+/// The value of [`PRESERVE_ANNOTATION`] that keeps node ports.
+pub const PRESERVE_NODEPORT: &str = "nodeport";
+
+/// Trace context annotations (Kubernetes KEP-5915). Never a change on their own.
+pub const TRACEPARENT_ANNOTATION: &str = "tracing.k8s.io/traceparent";
+pub const TRACESTATE_ANNOTATION: &str = "tracing.k8s.io/tracestate";
+/// The common prefix of the trace context annotations.
+pub const TRACE_ANNOTATION_PREFIX: &str = "tracing.k8s.io/";
+
+/// Label on KubeFlex ControlPlanes and PostCreateHooks: `wds` or `its`.
+pub const KUBEFLEX_CP_TYPE_LABEL: &str = "kflex.kubestellar.io/cptype";
+pub const CP_TYPE_WDS: &str = "wds";
+pub const CP_TYPE_ITS: &str = "its";
+
+/// ITS namespace holding one `customization-properties` ConfigMap per WEC.
+pub const CUSTOMIZATION_PROPERTIES_NAMESPACE: &str = "customization-properties";
+/// WDS namespace holding CombinedStatuses of cluster-scoped objects.
+pub const REPORT_NAMESPACE: &str = "kubestellar-report";
+/// ITS namespace of the status add-on controller.
+pub const ADDON_CONTROLLER_NAMESPACE: &str = "open-cluster-management";
+/// Default WEC namespace of the status add-on agent.
+pub const AGENT_INSTALL_NAMESPACE: &str = "open-cluster-management-agent-addon";
+
+/// The status add-on's name in OCM.
+pub const STATUS_ADDON_NAME: &str = "addon-status";
+/// The ManifestWork, in each cluster namespace, that delivers the status agent.
+pub const STATUS_ADDON_MANIFESTWORK: &str = "addon-addon-status-deploy-0";
+/// The Secret on each WEC holding the agent's hub kubeconfig.
+pub const STATUS_ADDON_HUB_SECRET: &str = "addon-status-hub-kubeconfig";
+/// The agent Deployment on each WEC.
+pub const STATUS_AGENT_DEPLOYMENT: &str = "status-agent";
+
+/// Field managers, as upstream names them.
+pub mod field_manager {
+    /// The binding controller.
+    pub const BINDING: &str = "Binding";
+    /// The status controller.
+    pub const STATUS: &str = "Status";
+    /// The transport controller.
+    pub const TRANSPORT: &str = "transport-controller";
+}
+
+/// True when a label key marks a ManifestWork as KubeStellar's.
+pub fn is_kubestellar_label(key: &str) -> bool {
+    KUBESTELLAR_LABEL_PREFIXES.iter().any(|p| key.starts_with(p))
+}
+
+/// True for the trace context annotations, which never count as a change.
+pub fn is_trace_annotation(key: &str) -> bool {
+    key.starts_with(TRACE_ANNOTATION_PREFIX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kubestellar_labels_by_prefix() {
+        assert!(is_kubestellar_label(ORIGIN_WDS_LABEL));
+        assert!(is_kubestellar_label(SINGLETON_STATUS_LABEL));
+        assert!(!is_kubestellar_label("app.kubernetes.io/name"));
+        assert!(!is_kubestellar_label("transport.kubestellar.io"));
+    }
+
+    #[test]
+    fn trace_annotations_by_prefix() {
+        assert!(is_trace_annotation(TRACEPARENT_ANNOTATION));
+        assert!(is_trace_annotation(TRACESTATE_ANNOTATION));
+        assert!(!is_trace_annotation(EXPAND_TEMPLATES_ANNOTATION));
+    }
+}

@@ -1,0 +1,6 @@
+//! Support for the end-to-end tests: comparing our CRDs with upstream's, and driving the
+//! project's binaries.
+
+pub mod crd_fields;
+pub mod process;
+pub mod upstream;
