@@ -1,7 +1,9 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test crds
+.PHONY: help build lint test crds deps up down
+WECS ?= 2
+STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -18,3 +20,12 @@ test: ## Unit tests, CRD drift and upstream-compatibility tests, binary checks
 
 crds: ## Regenerate config/crds/ from the Rust API types
 	KS_UPDATE_CRDS=1 $(CARGO) test -p ks-shared --test crd_drift committed_crds_match_the_types
+
+deps: ## Build the pinned upstream components (deps/versions.env) into ~/.cache/kubestellar-rs
+	deps/build.sh all
+
+up: deps ## Start the local stack in .stack/ (WECS=n for n WECs; idempotent)
+	$(STACK) up --wecs $(WECS)
+
+down: ## Stop every process of the local stack
+	$(STACK) down

@@ -3,4 +3,5 @@
 
 pub mod crd_fields;
 pub mod process;
+pub mod stack;
 pub mod upstream;

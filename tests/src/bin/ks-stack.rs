@@ -1,0 +1,63 @@
+//! ks-stack: start and stop the local KubeStellar stack (`make up`, `make down`).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use ks_tests::stack::Stack;
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Start and stop a local KubeStellar stack built from upstream components"
+)]
+struct Args {
+    /// Repository root; state goes to <repo>/.stack.
+    #[arg(long, default_value = ".", global = true)]
+    repo: PathBuf,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start every component that is not running yet, join the WECs, print how to use the stack.
+    Up {
+        /// Number of WECs (cluster1..clusterN).
+        #[arg(long, env = "WECS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=20))]
+        wecs: u16,
+    },
+    /// Stop every process `up` started.
+    Down,
+    /// Show which processes are running.
+    Status,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    match args.command {
+        Command::Up { wecs } => {
+            let stack = Stack::new(&args.repo, wecs.into())?;
+            stack.up().await?;
+            println!(
+                "\nThe stack is up. Use it with:\n  source .stack/env\n  kubectl --context its1 get managedclusters\n  kubectl --context cluster1 get nodes\nContexts: {}\nJaeger UI: http://127.0.0.1:16686\nLogs: .stack/logs/   Stop: make down",
+                stack
+                    .spaces()
+                    .iter()
+                    .map(|s| s.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+        }
+        Command::Down => {
+            Stack::new(&args.repo, 0)?.down()?;
+            println!("stack stopped");
+        }
+        Command::Status => {
+            for line in Stack::new(&args.repo, 0)?.status() {
+                println!("{line}");
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,571 @@
+//! A real KubeStellar environment from upstream components, as local processes on loopback:
+//! one etcd; kube-apiservers for the KubeFlex hosting cluster, the WDS, the ITS and each WEC;
+//! kube-controller-managers; kube-scheduler and kwok on each WEC; the OCM hub on the ITS and an
+//! OCM klusterlet agent per WEC, joined by OCM's double opt-in; and Jaeger.
+//!
+//! State lives in `.stack/` at the repository root: `kubeconfig` (a context per space), `env`
+//! (to source), `logs/`, `pids/`, `pki/`. `up` is idempotent; `down` stops what `up` started.
+
+mod kubeconfig;
+mod ocm;
+mod pki;
+mod procs;
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+
+pub use pki::{ADMIN, BOOTSTRAP, Pki};
+pub use procs::Procs;
+
+/// The field manager of everything the stack writes.
+pub const FIELD_MANAGER: &str = "ks-stack";
+const ETCD_PORT: u16 = 32379;
+const ETCD_PEER_PORT: u16 = 32380;
+/// Apiserver ports: kubeflex, wds1, its1, then one per WEC.
+const APISERVER_BASE_PORT: u16 = 32443;
+/// Serving ports of OCM processes and kwok, one per process.
+const SIDE_BASE_PORT: u16 = 32543;
+/// Jaeger's standard ports, as users and tools expect them.
+pub const JAEGER_OTLP_GRPC: u16 = 4317;
+pub const JAEGER_OTLP_HTTP: u16 = 4318;
+pub const JAEGER_QUERY: u16 = 16686;
+
+/// What a space is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Hosting,
+    Wds,
+    Its,
+    Wec,
+}
+
+/// One kube-apiserver of the stack.
+#[derive(Clone, Debug)]
+pub struct Space {
+    pub name: String,
+    pub port: u16,
+    pub role: Role,
+}
+
+/// The stack for a repository checkout.
+pub struct Stack {
+    pub state: PathBuf,
+    pub wecs: usize,
+    pub cache: PathBuf,
+    pub procs: Procs,
+}
+
+/// `region` labels of the getting-started WECs.
+fn region(wec: &str) -> Option<&'static str> {
+    match wec {
+        "cluster1" => Some("east"),
+        "cluster2" => Some("west"),
+        _ => None,
+    }
+}
+
+impl Stack {
+    /// The stack whose state is in `<repo>/.stack`, with `wecs` WECs.
+    pub fn new(repo: &Path, wecs: usize) -> anyhow::Result<Stack> {
+        let repo = repo
+            .canonicalize()
+            .with_context(|| format!("repository {}", repo.display()))?;
+        let state = repo.join(".stack");
+        let cache = std::env::var_os("KS_CACHE")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/kubestellar-rs")))
+            .context("neither KS_CACHE nor HOME is set")?;
+        Ok(Stack {
+            procs: Procs::new(&state)?,
+            state,
+            wecs,
+            cache,
+        })
+    }
+
+    pub fn spaces(&self) -> Vec<Space> {
+        let fixed = [("kubeflex", Role::Hosting), ("wds1", Role::Wds), ("its1", Role::Its)];
+        let wecs = (1..=self.wecs).map(|i| (format!("cluster{i}"), Role::Wec));
+        fixed
+            .into_iter()
+            .map(|(n, r)| (n.to_string(), r))
+            .chain(wecs)
+            .enumerate()
+            .map(|(i, (name, role))| Space {
+                name,
+                port: APISERVER_BASE_PORT + i as u16,
+                role,
+            })
+            .collect()
+    }
+
+    pub fn wec_names(&self) -> Vec<String> {
+        self.spaces()
+            .into_iter()
+            .filter(|s| s.role == Role::Wec)
+            .map(|s| s.name)
+            .collect()
+    }
+
+    fn bin(&self, name: &str) -> PathBuf {
+        self.cache.join("bin").join(name)
+    }
+
+    fn crds(&self, set: &str) -> PathBuf {
+        self.cache.join("crds").join(set)
+    }
+
+    pub fn pki(&self) -> Pki {
+        Pki {
+            dir: self.state.join("pki"),
+        }
+    }
+
+    /// The merged kubeconfig with a context per space.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.state.join("kubeconfig")
+    }
+
+    fn space_kubeconfig(&self, space: &str) -> PathBuf {
+        self.state.join("kubeconfigs").join(format!("{space}.kubeconfig"))
+    }
+
+    fn bootstrap_kubeconfig(&self) -> PathBuf {
+        self.state.join("kubeconfigs").join("its1-bootstrap.kubeconfig")
+    }
+
+    /// An admin client for a space's context.
+    pub async fn client(&self, context: &str) -> anyhow::Result<Client> {
+        Ok(ks_shared::client::client(Some(&self.kubeconfig()), Some(context)).await?)
+    }
+
+    /// Brings every component up, or the ones not yet running.
+    pub async fn up(&self) -> anyhow::Result<()> {
+        let started = Instant::now();
+        self.check_ports()?;
+        let pki = Pki::ensure(&self.state.join("pki"))?;
+        self.write_kubeconfigs(&pki)?;
+        self.start_etcd(&pki)?;
+        wait_tcp(ETCD_PORT, Duration::from_secs(30)).with_context(|| self.procs.tail("etcd", 20))?;
+        for space in self.spaces() {
+            self.start_apiserver(&pki, &space)?;
+        }
+        for space in self.spaces() {
+            self.wait_apiserver(&space).await?;
+        }
+        for space in self.spaces() {
+            self.start_controllers(&pki, &space)?;
+        }
+        self.install_crds().await?;
+        ocm::prepare_hub(&self.client("its1").await?).await?;
+        self.start_ocm_hub()?;
+        for wec in self.wec_names() {
+            ocm::prepare_wec(&self.client(&wec).await?).await?;
+            self.start_klusterlet(&wec)?;
+        }
+        self.start_jaeger()?;
+        ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
+        self.write_env()?;
+        println!("stack up in {:.1}s", started.elapsed().as_secs_f64());
+        Ok(())
+    }
+
+    /// Stops every process `up` started: everything else first, etcd last.
+    pub fn down(&self) -> anyhow::Result<()> {
+        let names = self.procs.started();
+        for name in names.iter().filter(|n| *n != "etcd") {
+            self.procs.stop(name, Duration::from_secs(10))?;
+        }
+        self.procs.stop("etcd", Duration::from_secs(10))?;
+        Ok(())
+    }
+
+    /// One line per process: running or not.
+    pub fn status(&self) -> Vec<String> {
+        self.procs
+            .started()
+            .into_iter()
+            .map(|n| match self.procs.running(&n) {
+                Some(pid) => format!("{n}: running (pid {pid})"),
+                None => format!("{n}: stopped"),
+            })
+            .collect()
+    }
+
+    /// A clear error when a port the stack needs is taken by something else.
+    fn check_ports(&self) -> anyhow::Result<()> {
+        let mut wanted = vec![
+            ("etcd", ETCD_PORT),
+            ("jaeger", JAEGER_OTLP_GRPC),
+            ("jaeger", JAEGER_QUERY),
+        ];
+        let spaces = self.spaces();
+        wanted.extend(spaces.iter().map(|s| ("apiserver", s.port)));
+        for (owner, port) in wanted {
+            let name = if owner == "apiserver" {
+                let space = spaces
+                    .iter()
+                    .find(|s| s.port == port)
+                    .map(|s| s.name.as_str())
+                    .unwrap_or("?");
+                format!("apiserver-{space}")
+            } else {
+                owner.to_string()
+            };
+            if self.procs.running(&name).is_none() && TcpListener::bind(("127.0.0.1", port)).is_err() {
+                bail!("port {port} (for {name}) is taken by another process; free it or run `make down`");
+            }
+        }
+        Ok(())
+    }
+
+    fn write_kubeconfigs(&self, pki: &Pki) -> anyhow::Result<()> {
+        std::fs::create_dir_all(self.state.join("kubeconfigs"))?;
+        let all: Vec<(String, u16)> = self.spaces().iter().map(|s| (s.name.clone(), s.port)).collect();
+        std::fs::write(self.kubeconfig(), kubeconfig::render(pki, &ADMIN, &all)?)?;
+        for space in &all {
+            std::fs::write(
+                self.space_kubeconfig(&space.0),
+                kubeconfig::render(pki, &ADMIN, std::slice::from_ref(space))?,
+            )?;
+        }
+        let its = all.iter().find(|s| s.0 == "its1").cloned().context("its1")?;
+        std::fs::write(
+            self.bootstrap_kubeconfig(),
+            kubeconfig::render(pki, &BOOTSTRAP, &[its])?,
+        )?;
+        Ok(())
+    }
+
+    fn start_etcd(&self, pki: &Pki) -> anyhow::Result<()> {
+        let client_url = format!("https://127.0.0.1:{ETCD_PORT}");
+        let peer_url = format!("http://127.0.0.1:{ETCD_PEER_PORT}");
+        let args = [
+            format!("--data-dir={}", self.state.join("etcd").display()),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+            format!("--cert-file={}", pki.serving_cert().display()),
+            format!("--key-file={}", pki.serving_key().display()),
+            format!("--trusted-ca-file={}", pki.ca_cert().display()),
+            "--client-cert-auth=true".into(),
+            // A throwaway store: durability is not worth the fsync cost here.
+            "--unsafe-no-fsync=true".into(),
+            "--quota-backend-bytes=8589934592".into(),
+            "--log-level=warn".into(),
+        ];
+        self.procs.ensure("etcd", &self.bin("etcd"), &args, &[])?;
+        Ok(())
+    }
+
+    fn start_apiserver(&self, pki: &Pki, space: &Space) -> anyhow::Result<()> {
+        let p = |path: PathBuf| path.display().to_string();
+        let args = [
+            format!("--etcd-servers=https://127.0.0.1:{ETCD_PORT}"),
+            format!("--etcd-prefix=/registry-{}", space.name),
+            format!("--etcd-cafile={}", p(pki.ca_cert())),
+            format!("--etcd-certfile={}", p(pki.client_cert(&ADMIN))),
+            format!("--etcd-keyfile={}", p(pki.client_key(&ADMIN))),
+            format!("--secure-port={}", space.port),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--tls-cert-file={}", p(pki.serving_cert())),
+            format!("--tls-private-key-file={}", p(pki.serving_key())),
+            format!("--client-ca-file={}", p(pki.ca_cert())),
+            format!("--service-account-issuer=https://127.0.0.1:{}", space.port),
+            format!("--service-account-key-file={}", p(pki.service_account_public_key())),
+            format!("--service-account-signing-key-file={}", p(pki.service_account_key())),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--authorization-mode=RBAC".into(),
+            "--allow-privileged=true".into(),
+            // One apiserver per space on one machine: no need for fairness queues or endpoints.
+            "--enable-priority-and-fairness=false".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+            format!(
+                "--cert-dir={}",
+                self.state.join("apiserver").join(&space.name).display()
+            ),
+        ];
+        self.procs.ensure(
+            &format!("apiserver-{}", space.name),
+            &self.bin("kube-apiserver"),
+            &args,
+            &[],
+        )?;
+        Ok(())
+    }
+
+    async fn wait_apiserver(&self, space: &Space) -> anyhow::Result<()> {
+        let name = format!("apiserver-{}", space.name);
+        let client = self.client(&space.name).await?;
+        wait_for(&format!("{name} to be ready"), Duration::from_secs(180), || async {
+            self.procs.check_alive(&name)?;
+            Ok(client.apiserver_version().await.is_ok())
+        })
+        .await
+    }
+
+    fn start_controllers(&self, pki: &Pki, space: &Space) -> anyhow::Result<()> {
+        let p = |path: PathBuf| path.display().to_string();
+        let kubeconfig = p(self.space_kubeconfig(&space.name));
+        let mut controllers = vec![
+            "namespace",
+            "garbagecollector",
+            "serviceaccount",
+            "serviceaccount-token",
+        ];
+        match space.role {
+            Role::Its => controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation"]),
+            Role::Wec => controllers.extend(["deployment", "replicaset", "daemonset", "statefulset", "job"]),
+            Role::Hosting | Role::Wds => {}
+        }
+        let args = [
+            format!("--kubeconfig={kubeconfig}"),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--use-service-account-credentials=false".into(),
+            format!("--controllers={}", controllers.join(",")),
+            format!("--cluster-signing-cert-file={}", p(pki.ca_cert())),
+            format!("--cluster-signing-key-file={}", p(pki.ca_key())),
+            format!("--service-account-private-key-file={}", p(pki.service_account_key())),
+            format!("--root-ca-file={}", p(pki.ca_cert())),
+        ];
+        self.procs.ensure(
+            &format!("controller-manager-{}", space.name),
+            &self.bin("kube-controller-manager"),
+            &args,
+            &[],
+        )?;
+        if space.role == Role::Wec {
+            let args = [
+                format!("--kubeconfig={kubeconfig}"),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+            ];
+            self.procs.ensure(
+                &format!("scheduler-{}", space.name),
+                &self.bin("kube-scheduler"),
+                &args,
+                &[],
+            )?;
+            let args = [
+                format!("--kubeconfig={kubeconfig}"),
+                "--manage-all-nodes=false".into(),
+                format!(
+                    "--manage-nodes-with-annotation-selector={}=fake",
+                    ocm::KWOK_NODE_ANNOTATION
+                ),
+                format!("--server-address=127.0.0.1:{}", self.side_port("kwok", &space.name)),
+            ];
+            self.procs
+                .ensure(&format!("kwok-{}", space.name), &self.bin("kwok"), &args, &[])?;
+        }
+        Ok(())
+    }
+
+    /// A distinct loopback port for a side process (OCM, kwok) of a space.
+    fn side_port(&self, what: &str, space: &str) -> u16 {
+        let index = self.spaces().iter().position(|s| s.name == space).unwrap_or(0) as u16;
+        let offset = match what {
+            "kwok" => 0,
+            "ocm" => 100,
+            _ => 200,
+        };
+        SIDE_BASE_PORT + offset + index
+    }
+
+    async fn install_crds(&self) -> anyhow::Result<()> {
+        let sets: Vec<(String, PathBuf)> = std::iter::once(("kubeflex".to_string(), self.crds("kubeflex")))
+            .chain(std::iter::once(("its1".to_string(), self.crds("ocm-hub"))))
+            .chain(self.wec_names().into_iter().map(|w| (w, self.crds("ocm-spoke"))))
+            .collect();
+        for (space, dir) in sets {
+            let client = self.client(&space).await?;
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .with_context(|| format!("{} is missing: run `make deps`", dir.display()))?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<Result<_, _>>()?;
+            files.sort();
+            for file in files {
+                apply_crd(&client, &file)
+                    .await
+                    .with_context(|| format!("applying {} to {space}", file.display()))?;
+            }
+        }
+        Ok(())
+    }
+
+    fn start_ocm_hub(&self) -> anyhow::Result<()> {
+        let kubeconfig = self.space_kubeconfig("its1").display().to_string();
+        let common = |port: u16| {
+            vec![
+                format!("--kubeconfig={kubeconfig}"),
+                format!("--listen=127.0.0.1:{port}"),
+                "--disable-leader-election".to_string(),
+                "--namespace=open-cluster-management-hub".to_string(),
+            ]
+        };
+        let mut args = vec!["controller".to_string()];
+        args.extend(common(self.side_port("ocm", "its1")));
+        self.procs
+            .ensure("ocm-registration-its1", &self.bin("registration"), &args, &[])?;
+        let mut args = vec!["manager".to_string()];
+        args.extend(common(self.side_port("addon", "its1")));
+        self.procs
+            .ensure("ocm-addon-manager-its1", &self.bin("addon"), &args, &[])?;
+        Ok(())
+    }
+
+    fn start_klusterlet(&self, wec: &str) -> anyhow::Result<()> {
+        let hub_dir = self.state.join("ocm").join(wec).join("hub-kubeconfig");
+        std::fs::create_dir_all(&hub_dir)?;
+        let args = [
+            "agent".to_string(),
+            format!("--spoke-cluster-name={wec}"),
+            format!("--kubeconfig={}", self.space_kubeconfig(wec).display()),
+            format!("--bootstrap-kubeconfig={}", self.bootstrap_kubeconfig().display()),
+            format!("--hub-kubeconfig-dir={}", hub_dir.display()),
+            format!("--listen=127.0.0.1:{}", self.side_port("ocm", wec)),
+            format!("--namespace={}", ocm::AGENT_NAMESPACE),
+            format!("--agent-id={wec}-stack"),
+            "--disable-leader-election".to_string(),
+        ];
+        self.procs.ensure(
+            &format!("ocm-agent-{wec}"),
+            &self.bin("registration-operator"),
+            &args,
+            &[],
+        )?;
+        Ok(())
+    }
+
+    fn start_jaeger(&self) -> anyhow::Result<()> {
+        let config = self.state.join("jaeger.yaml");
+        std::fs::write(&config, JAEGER_CONFIG)?;
+        self.procs.ensure(
+            "jaeger",
+            &self.bin("jaeger"),
+            &[format!("--config={}", config.display())],
+            &[],
+        )?;
+        Ok(())
+    }
+
+    fn write_env(&self) -> anyhow::Result<()> {
+        let env = format!(
+            "# Source this file to use the stack: `source .stack/env`.\nexport KUBECONFIG={}\nexport PATH={}:$PATH\n",
+            self.kubeconfig().display(),
+            self.cache.join("bin").display()
+        );
+        std::fs::write(self.state.join("env"), env)?;
+        Ok(())
+    }
+}
+
+/// Jaeger v2 with in-memory storage: OTLP in, query API and UI on 16686, on loopback only.
+const JAEGER_CONFIG: &str = r#"service:
+  extensions: [jaeger_storage, jaeger_query, healthcheckv2]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+extensions:
+  jaeger_query:
+    storage:
+      traces: memstore
+    http:
+      endpoint: 127.0.0.1:16686
+    grpc:
+      endpoint: 127.0.0.1:16685
+  jaeger_storage:
+    backends:
+      memstore:
+        memory:
+          max_traces: 100000
+  healthcheckv2:
+    use_v2: true
+    http:
+      endpoint: 127.0.0.1:13133
+receivers:
+  otlp:
+    protocols:
+      grpc:
+        endpoint: 127.0.0.1:4317
+      http:
+        endpoint: 127.0.0.1:4318
+processors:
+  batch: {}
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: memstore
+"#;
+
+/// Server-side applies one CRD file and waits until the CRD is Established.
+async fn apply_crd(client: &Client, file: &Path) -> anyhow::Result<()> {
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(file)?)?;
+    let name = crd.metadata.name.clone().context("CRD without a name")?;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd))
+        .await?;
+    wait_for(
+        &format!("CRD {name} to be established"),
+        Duration::from_secs(30),
+        || async {
+            let Ok(crd) = api.get(&name).await else {
+                return Ok(false);
+            };
+            Ok(crd
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "Established" && c.status == "True"))
+        },
+    )
+    .await
+}
+
+/// Waits until a TCP port accepts connections.
+fn wait_tcp(port: u16, deadline: Duration) -> anyhow::Result<()> {
+    let until = Instant::now() + deadline;
+    loop {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("nothing listens on 127.0.0.1:{port} after {deadline:?}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Polls `check` until it returns true, failing after `deadline` with what was awaited. An error
+/// from `check` is fatal (e.g. the awaited process died); transient failures should be `Ok(false)`.
+pub async fn wait_for<F, Fut>(what: &str, deadline: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let until = Instant::now() + deadline;
+    loop {
+        if check().await.with_context(|| format!("waiting for {what}"))? {
+            return Ok(());
+        }
+        if Instant::now() > until {
+            bail!("timed out after {deadline:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}

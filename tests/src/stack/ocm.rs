@@ -1,0 +1,203 @@
+//! OCM on the stack: what the hub and each WEC need before the upstream processes start, and
+//! the hub's half of the double opt-in (approve the agent's CSR, accept the cluster).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
+use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use ks_shared::ocm::{ManagedCluster, managed_cluster_condition};
+use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+
+use super::procs::Procs;
+use super::{FIELD_MANAGER, wait_for};
+
+/// Namespace of the klusterlet agent on each WEC.
+pub const AGENT_NAMESPACE: &str = "open-cluster-management-agent";
+/// Annotation that tells kwok to manage a Node.
+pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// The label the registration agent puts on its CSRs.
+const CSR_CLUSTER_LABEL: &str = "open-cluster-management.io/cluster-name";
+const BOOTSTRAP_ROLE: &str = "open-cluster-management:bootstrap";
+
+async fn apply<K>(client: &Client, object: &K) -> anyhow::Result<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+        + Clone
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let name = object.meta().name.clone().context("object without a name")?;
+    Api::<K>::all(client.clone())
+        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(object))
+        .await?;
+    Ok(())
+}
+
+fn namespace(name: &str) -> Namespace {
+    Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+/// The hub's namespaces and the permissions of the bootstrap identity agents register with
+/// (the same grants `clusteradm init` makes: create CSRs and ManagedClusters, join cluster sets).
+pub async fn prepare_hub(client: &Client) -> anyhow::Result<()> {
+    for ns in ["open-cluster-management", "open-cluster-management-hub"] {
+        apply(client, &namespace(ns)).await?;
+    }
+    let rule = |group: &str, resources: &[&str], verbs: &[&str]| PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    };
+    let role = ClusterRole {
+        metadata: ObjectMeta {
+            name: Some(BOOTSTRAP_ROLE.into()),
+            ..Default::default()
+        },
+        rules: Some(vec![
+            rule("", &["configmaps"], &["get"]),
+            rule(
+                "certificates.k8s.io",
+                &["certificatesigningrequests"],
+                &["create", "get", "list", "watch"],
+            ),
+            rule(
+                "cluster.open-cluster-management.io",
+                &["managedclusters"],
+                &["get", "create", "list", "watch"],
+            ),
+            rule(
+                "cluster.open-cluster-management.io",
+                &["managedclustersets/join"],
+                &["create"],
+            ),
+        ]),
+        ..Default::default()
+    };
+    apply(client, &role).await?;
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(format!("{BOOTSTRAP_ROLE}:managedcluster")),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: BOOTSTRAP_ROLE.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "Group".into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            name: super::BOOTSTRAP.groups[0].into(),
+            ..Default::default()
+        }]),
+    };
+    apply(client, &binding).await
+}
+
+/// The klusterlet's namespace and one kwok-managed Node, so Pods get scheduled and run.
+pub async fn prepare_wec(client: &Client) -> anyhow::Result<()> {
+    apply(client, &namespace(AGENT_NAMESPACE)).await?;
+    let node: Node = serde_json::from_value(json!({
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "kwok-node-0",
+            "annotations": {KWOK_NODE_ANNOTATION: "fake"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": "kwok-node-0", "kubernetes.io/os": "linux"}
+        },
+        "status": {
+            "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "1000"},
+            "capacity": {"cpu": "32", "memory": "256Gi", "pods": "1000"}
+        }
+    }))?;
+    let nodes: Api<Node> = Api::all(client.clone());
+    if nodes.get_opt("kwok-node-0").await?.is_none() {
+        nodes.create(&PostParams::default(), &node).await?;
+    }
+    Ok(())
+}
+
+/// Approves each WEC's registration CSR, accepts and labels its ManagedCluster, and waits
+/// until every WEC is joined and available.
+pub async fn join(
+    hub: &Client,
+    wecs: &[String],
+    region: fn(&str) -> Option<&'static str>,
+    procs: &Procs,
+) -> anyhow::Result<()> {
+    let csrs: Api<CertificateSigningRequest> = Api::all(hub.clone());
+    let clusters: Api<ManagedCluster> = Api::all(hub.clone());
+    wait_for("every WEC to join the ITS", Duration::from_secs(240), || async {
+        for wec in wecs {
+            procs.check_alive(&format!("ocm-agent-{wec}"))?;
+        }
+        for csr in csrs.list(&ListParams::default().labels(CSR_CLUSTER_LABEL)).await? {
+            let wec = csr.labels().get(CSR_CLUSTER_LABEL).cloned().unwrap_or_default();
+            let decided = csr
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| !c.is_empty());
+            if wecs.contains(&wec) && !decided {
+                approve(&csrs, csr).await?;
+            }
+        }
+        let mut available = 0;
+        for wec in wecs {
+            let Some(cluster) = clusters.get_opt(wec).await? else {
+                continue;
+            };
+            let mut labels = BTreeMap::from([("location-group", "edge"), ("name", wec.as_str())]);
+            if let Some(region) = region(wec) {
+                labels.insert("region", region);
+            }
+            let patch = json!({"metadata": {"labels": labels}, "spec": {"hubAcceptsClient": true}});
+            clusters
+                .patch(wec, &PatchParams::default(), &Patch::Merge(&patch))
+                .await?;
+            let is_available = cluster
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .any(|c| c.type_ == managed_cluster_condition::AVAILABLE && c.status == "True");
+            available += usize::from(is_available);
+        }
+        Ok(available == wecs.len())
+    })
+    .await
+}
+
+async fn approve(csrs: &Api<CertificateSigningRequest>, mut csr: CertificateSigningRequest) -> anyhow::Result<()> {
+    let name = csr.metadata.name.clone().context("CSR without a name")?;
+    let status = csr.status.get_or_insert_with(Default::default);
+    status
+        .conditions
+        .get_or_insert_with(Vec::new)
+        .push(CertificateSigningRequestCondition {
+            type_: "Approved".into(),
+            status: "True".into(),
+            reason: Some("KubeStellarStack".into()),
+            message: Some("approved by the local stack, as `clusteradm accept` would".into()),
+            ..Default::default()
+        });
+    csrs.patch_approval(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"status": csr.status})),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,116 @@
+//! The stack's certificates: one CA that signs every serving and client certificate, and that
+//! the WECs' kube-controller-managers never see but the ITS's uses to sign OCM agents' CSRs.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
+};
+
+/// Paths of the PEM files under `.stack/pki`.
+#[derive(Clone, Debug)]
+pub struct Pki {
+    pub dir: PathBuf,
+}
+
+/// A client identity: common name (user) and organisations (groups).
+pub struct ClientIdentity<'a> {
+    pub file: &'a str,
+    pub user: &'a str,
+    pub groups: &'a [&'a str],
+}
+
+/// The client identities every stack has.
+pub const ADMIN: ClientIdentity = ClientIdentity {
+    file: "admin",
+    user: "stack-admin",
+    groups: &["system:masters"],
+};
+/// OCM agents register with this identity (the `clusteradm join` bootstrap group).
+pub const BOOTSTRAP: ClientIdentity = ClientIdentity {
+    file: "bootstrap",
+    user: "system:bootstrap:stack",
+    groups: &["system:bootstrappers:managedcluster"],
+};
+
+impl Pki {
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.join("ca.crt")
+    }
+    pub fn ca_key(&self) -> PathBuf {
+        self.dir.join("ca.key")
+    }
+    pub fn serving_cert(&self) -> PathBuf {
+        self.dir.join("serving.crt")
+    }
+    pub fn serving_key(&self) -> PathBuf {
+        self.dir.join("serving.key")
+    }
+    pub fn service_account_key(&self) -> PathBuf {
+        self.dir.join("service-account.key")
+    }
+    pub fn service_account_public_key(&self) -> PathBuf {
+        self.dir.join("service-account.pub")
+    }
+    pub fn client_cert(&self, who: &ClientIdentity) -> PathBuf {
+        self.dir.join(format!("{}.crt", who.file))
+    }
+    pub fn client_key(&self, who: &ClientIdentity) -> PathBuf {
+        self.dir.join(format!("{}.key", who.file))
+    }
+
+    /// Creates the files unless they exist (so `make up` after `make down` keeps the same CA).
+    pub fn ensure(dir: &Path) -> anyhow::Result<Pki> {
+        let pki = Pki { dir: dir.to_path_buf() };
+        if pki.ca_cert().exists() {
+            return Ok(pki);
+        }
+        std::fs::create_dir_all(dir)?;
+        let ca_key = KeyPair::generate()?;
+        let mut ca = CertificateParams::default();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name.push(DnType::CommonName, "kubestellar-stack-ca");
+        ca.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let ca_cert = ca.self_signed(&ca_key)?;
+        write(&pki.ca_cert(), &ca_cert.pem())?;
+        write(&pki.ca_key(), &ca_key.serialize_pem())?;
+        let issuer = Issuer::new(ca, ca_key);
+
+        let serving_key = KeyPair::generate()?;
+        let mut serving = CertificateParams::default();
+        serving.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+        serving.subject_alt_names = vec![
+            SanType::IpAddress([127, 0, 0, 1].into()),
+            SanType::DnsName("localhost".try_into()?),
+        ];
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        write(&pki.serving_cert(), &serving.signed_by(&serving_key, &issuer)?.pem())?;
+        write(&pki.serving_key(), &serving_key.serialize_pem())?;
+
+        for who in [&ADMIN, &BOOTSTRAP] {
+            let key = KeyPair::generate()?;
+            let mut client = CertificateParams::default();
+            client.distinguished_name.push(DnType::CommonName, who.user);
+            for group in who.groups {
+                client.distinguished_name.push(DnType::OrganizationName, *group);
+            }
+            client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+            write(&pki.client_cert(who), &client.signed_by(&key, &issuer)?.pem())?;
+            write(&pki.client_key(who), &key.serialize_pem())?;
+        }
+        let service_account = KeyPair::generate()?;
+        write(&pki.service_account_key(), &service_account.serialize_pem())?;
+        write(&pki.service_account_public_key(), &service_account.public_key_pem())?;
+        Ok(pki)
+    }
+}
+
+fn write(path: &Path, pem: &str) -> anyhow::Result<()> {
+    std::fs::write(path, pem).with_context(|| format!("writing {}", path.display()))
+}

@@ -1,0 +1,152 @@
+//! Processes the stack starts: each runs in its own process group (so a Ctrl-C in the shell
+//! that ran `make up` does not reach it), logs to `.stack/logs/<name>.log`, and is remembered
+//! by PID in `.stack/pids/<name>.pid` so that `make down` stops exactly what was started.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+
+/// Where process state lives.
+#[derive(Clone, Debug)]
+pub struct Procs {
+    pub pids: PathBuf,
+    pub logs: PathBuf,
+}
+
+impl Procs {
+    pub fn new(state: &Path) -> anyhow::Result<Procs> {
+        let procs = Procs {
+            pids: state.join("pids"),
+            logs: state.join("logs"),
+        };
+        std::fs::create_dir_all(&procs.pids)?;
+        std::fs::create_dir_all(&procs.logs)?;
+        Ok(procs)
+    }
+
+    pub fn log_file(&self, name: &str) -> PathBuf {
+        self.logs.join(format!("{name}.log"))
+    }
+
+    /// The PID of `name` if it was started and is still running.
+    pub fn running(&self, name: &str) -> Option<u32> {
+        let pid: u32 = std::fs::read_to_string(self.pids.join(format!("{name}.pid")))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        alive(pid).then_some(pid)
+    }
+
+    /// Starts `binary args` as `name` unless it is already running. Returns true if started.
+    pub fn ensure(&self, name: &str, binary: &Path, args: &[String], env: &[(&str, &str)]) -> anyhow::Result<bool> {
+        if self.running(name).is_some() {
+            return Ok(false);
+        }
+        if !binary.exists() {
+            bail!(
+                "{} is missing: run `make deps` (it builds the upstream components)",
+                binary.display()
+            );
+        }
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_file(name))?;
+        let mut command = Command::new(binary);
+        command
+            .args(args)
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log);
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let child = command
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", binary.display()))?;
+        std::fs::write(self.pids.join(format!("{name}.pid")), child.id().to_string())?;
+        Ok(true)
+    }
+
+    /// Fails with the log's tail if `name` has exited.
+    pub fn check_alive(&self, name: &str) -> anyhow::Result<()> {
+        if self.running(name).is_none() {
+            bail!(
+                "{name} exited; last lines of {}:\n{}",
+                self.log_file(name).display(),
+                self.tail(name, 20)
+            );
+        }
+        Ok(())
+    }
+
+    /// The last `lines` lines of a process's log.
+    pub fn tail(&self, name: &str, lines: usize) -> String {
+        let text = std::fs::read_to_string(self.log_file(name)).unwrap_or_default();
+        let all: Vec<&str> = text.lines().collect();
+        all[all.len().saturating_sub(lines)..].join("\n")
+    }
+
+    /// Names of every process with a PID file, in start order.
+    pub fn started(&self) -> Vec<String> {
+        let mut entries: Vec<(std::time::SystemTime, String)> = std::fs::read_dir(&self.pids)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| {
+                let name = e.file_name().to_string_lossy().strip_suffix(".pid")?.to_string();
+                Some((e.metadata().ok()?.modified().ok()?, name))
+            })
+            .collect();
+        entries.sort();
+        entries.into_iter().map(|(_, n)| n).collect()
+    }
+
+    /// Stops `name`: SIGTERM, then SIGKILL if it has not exited within `grace`.
+    pub fn stop(&self, name: &str, grace: Duration) -> anyhow::Result<()> {
+        let pid_file = self.pids.join(format!("{name}.pid"));
+        if let Some(pid) = self.running(name) {
+            signal(pid, "TERM")?;
+            if !wait_gone(pid, grace) {
+                signal(pid, "KILL")?;
+                if !wait_gone(pid, Duration::from_secs(5)) {
+                    bail!("{name} (pid {pid}) survived SIGKILL");
+                }
+            }
+        }
+        let _ = std::fs::remove_file(pid_file);
+        Ok(())
+    }
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie (exited, not yet reaped) counts as gone.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
+    let _ = Command::new("kill")
+        .args([&format!("-{name}"), &pid.to_string()])
+        .stderr(Stdio::null())
+        .status()?;
+    Ok(())
+}
+
+fn wait_gone(pid: u32, deadline: Duration) -> bool {
+    let until = Instant::now() + deadline;
+    while alive(pid) {
+        if Instant::now() > until {
+            return false;
+        }
+        // Exit of a process we did not spawn in this run can only be observed by polling.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
