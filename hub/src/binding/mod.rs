@@ -1,0 +1,25 @@
+//! The binding controller's pure logic: which workload objects and which WECs a BindingPolicy
+//! selects, with what modulation, and the Binding spec that records the answer.
+//!
+//! The controller compiles a policy once per change ([`CompiledPolicy`]), evaluates it against
+//! cached objects, namespaces and WECs ([`policy_matches`], [`wec_selected`]), builds the desired
+//! spec ([`desired_binding_spec`]) and writes it only when [`binding_spec_differs`]. Semantics
+//! follow upstream KubeStellar (reference §3.6–3.8), except that invalid selectors are reported
+//! as [`PolicyError`]s instead of being skipped silently.
+
+mod policy;
+mod resolution;
+mod selection;
+mod singleton;
+mod workload;
+
+#[cfg(test)]
+mod properties;
+#[cfg(test)]
+mod testing;
+
+pub use policy::{CompiledClause, CompiledPolicy, PolicyError};
+pub use resolution::{binding_spec_differs, desired_binding_spec};
+pub use selection::{clause_matches, fold_modulations, policy_matches, wec_selected};
+pub use singleton::singleton_error;
+pub use workload::{Labels, ObjectIdentity, Wec, WorkloadObject};

@@ -1,0 +1,48 @@
+//! Plain descriptions of what a BindingPolicy selects from: workload objects in the WDS and WECs.
+
+use std::collections::BTreeMap;
+
+/// Label keys and values, as on any Kubernetes object.
+pub type Labels = BTreeMap<String, String>;
+
+/// Which workload object this is, as served by one resource of the WDS.
+///
+/// The derived order (group, version, resource, then namespace and name) is the order objects
+/// are listed in a Binding; `kind` comes last because the resource already determines it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectIdentity {
+    /// The API group; `""` is the core group.
+    pub group: String,
+    pub version: String,
+    /// The lowercase plural resource name, e.g. `deployments`.
+    pub resource: String,
+    /// `""` for cluster-scoped objects.
+    pub namespace: String,
+    pub name: String,
+    pub kind: String,
+}
+
+impl ObjectIdentity {
+    /// Cluster-scoped objects are the ones without a namespace.
+    pub fn is_cluster_scoped(&self) -> bool {
+        self.namespace.is_empty()
+    }
+}
+
+/// A workload object in the WDS, reduced to what selection looks at.
+///
+/// There is deliberately no deletion marker: objects being deleted still match (reference §3.6).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WorkloadObject {
+    pub identity: ObjectIdentity,
+    pub uid: String,
+    pub resource_version: String,
+    pub labels: Labels,
+}
+
+/// A WEC, known by its ManagedCluster name and labels.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Wec {
+    pub name: String,
+    pub labels: Labels,
+}

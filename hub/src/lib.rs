@@ -1,0 +1,5 @@
+//! The KubeStellar hub's logic, kept apart from the `ks-hub` binary so it can be tested without a
+//! cluster: the binding controller's selection of workload objects and WECs, as plain functions
+//! over plain data.
+
+pub mod binding;
