@@ -15,7 +15,7 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-test: ## Unit tests, CRD drift and upstream-compatibility tests, binary checks
+test: deps ## Everything: unit, property, CRD and upstream-compatibility tests, binary checks, stack tests
 	$(CARGO) test --workspace
 
 crds: ## Regenerate config/crds/ from the Rust API types
@@ -24,7 +24,7 @@ crds: ## Regenerate config/crds/ from the Rust API types
 deps: ## Build the pinned upstream components (deps/versions.env) into ~/.cache/kubestellar-rs
 	deps/build.sh all
 
-up: deps ## Start the local stack in .stack/ (WECS=n for n WECs; idempotent)
+up: deps build ## Start the local stack in .stack/ (WECS=n for n WECs; idempotent)
 	$(STACK) up --wecs $(WECS)
 
 down: ## Stop every process of the local stack

@@ -2,6 +2,7 @@
 //! project's binaries.
 
 pub mod crd_fields;
+pub mod harness;
 pub mod process;
 pub mod stack;
 pub mod upstream;

@@ -30,14 +30,22 @@ enum Command {
     Down,
     /// Show which processes are running.
     Status,
+    /// Play kubelet for our images on the WECs (started by `up`; runs until stopped).
+    Kubelet {
+        #[arg(long, default_value_t = 2)]
+        wecs: u16,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let exe = std::env::current_exe()?;
+    let our_binaries = exe.parent().expect("an executable lives in a directory");
+    let stack = |wecs: u16| Stack::new(&args.repo, wecs.into(), our_binaries);
     match args.command {
         Command::Up { wecs } => {
-            let stack = Stack::new(&args.repo, wecs.into())?;
+            let stack = stack(wecs)?;
             stack.up().await?;
             println!(
                 "\nThe stack is up. Use it with:\n  source .stack/env\n  kubectl --context its1 get managedclusters\n  kubectl --context cluster1 get nodes\nContexts: {}\nJaeger UI: http://127.0.0.1:16686\nLogs: .stack/logs/   Stop: make down",
@@ -50,13 +58,17 @@ async fn main() -> anyhow::Result<()> {
             );
         }
         Command::Down => {
-            Stack::new(&args.repo, 0)?.down()?;
+            stack(0)?.down()?;
             println!("stack stopped");
         }
         Command::Status => {
-            for line in Stack::new(&args.repo, 0)?.status() {
+            for line in stack(0)?.status() {
                 println!("{line}");
             }
+        }
+        Command::Kubelet { wecs } => {
+            let stack = stack(wecs)?;
+            ks_tests::stack::kubelet::run(&stack, &stack.our_binaries).await?;
         }
     }
     Ok(())

@@ -7,6 +7,7 @@
 //! (to source), `logs/`, `pids/`, `pki/`. `up` is idempotent; `down` stops what `up` started.
 
 mod kubeconfig;
+pub mod kubelet;
 mod ocm;
 mod pki;
 mod procs;
@@ -54,11 +55,14 @@ pub struct Space {
 }
 
 /// The stack for a repository checkout.
+#[derive(Clone)]
 pub struct Stack {
     pub state: PathBuf,
     pub wecs: usize,
     pub cache: PathBuf,
     pub procs: Procs,
+    /// Where our own binaries are (`ks-stack`, `ks-agent`, ...): the cargo target directory.
+    pub our_binaries: PathBuf,
 }
 
 /// `region` labels of the getting-started WECs.
@@ -71,8 +75,9 @@ fn region(wec: &str) -> Option<&'static str> {
 }
 
 impl Stack {
-    /// The stack whose state is in `<repo>/.stack`, with `wecs` WECs.
-    pub fn new(repo: &Path, wecs: usize) -> anyhow::Result<Stack> {
+    /// The stack whose state is in `<repo>/.stack`, with `wecs` WECs, running our binaries from
+    /// `our_binaries`.
+    pub fn new(repo: &Path, wecs: usize, our_binaries: &Path) -> anyhow::Result<Stack> {
         let repo = repo
             .canonicalize()
             .with_context(|| format!("repository {}", repo.display()))?;
@@ -86,6 +91,7 @@ impl Stack {
             state,
             wecs,
             cache,
+            our_binaries: our_binaries.to_path_buf(),
         })
     }
 
@@ -169,8 +175,9 @@ impl Stack {
             ocm::prepare_wec(&self.client(&wec).await?).await?;
             self.start_klusterlet(&wec)?;
         }
-        self.start_jaeger()?;
         ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
+        self.start_jaeger()?;
+        self.start_kubelet()?;
         self.write_env()?;
         println!("stack up in {:.1}s", started.elapsed().as_secs_f64());
         Ok(())
@@ -184,6 +191,12 @@ impl Stack {
         }
         self.procs.stop("etcd", Duration::from_secs(10))?;
         Ok(())
+    }
+
+    /// True when every process of a stack was started and still runs.
+    pub fn is_running(&self) -> bool {
+        let started = self.procs.started();
+        !started.is_empty() && started.iter().all(|n| self.procs.running(n).is_some())
     }
 
     /// One line per process: running or not.
@@ -289,6 +302,8 @@ impl Stack {
             // One apiserver per space on one machine: no need for fairness queues or endpoints.
             "--enable-priority-and-fairness=false".into(),
             "--endpoint-reconciler-type=none".into(),
+            // No node lifecycle controller runs to lift the not-ready taint from kwok's Nodes.
+            "--disable-admission-plugins=TaintNodesByCondition".into(),
             "--profiling=false".into(),
             format!(
                 "--cert-dir={}",
@@ -357,7 +372,8 @@ impl Stack {
                 &args,
                 &[],
             )?;
-            let args = [
+            let stages = self.crds("kwok-stages");
+            let mut args = vec![
                 format!("--kubeconfig={kubeconfig}"),
                 "--manage-all-nodes=false".into(),
                 format!(
@@ -366,6 +382,9 @@ impl Stack {
                 ),
                 format!("--server-address=127.0.0.1:{}", self.side_port("kwok", &space.name)),
             ];
+            for stage in ["node-initialize", "pod-ready", "pod-complete", "pod-delete"] {
+                args.push(format!("--config={}", stages.join(format!("{stage}.yaml")).display()));
+            }
             self.procs
                 .ensure(&format!("kwok-{}", space.name), &self.bin("kwok"), &args, &[])?;
         }
@@ -434,6 +453,8 @@ impl Stack {
             format!("--kubeconfig={}", self.space_kubeconfig(wec).display()),
             format!("--bootstrap-kubeconfig={}", self.bootstrap_kubeconfig().display()),
             format!("--hub-kubeconfig-dir={}", hub_dir.display()),
+            // The work agent reads the hub credential the registration agent writes here.
+            format!("--workload-source-config={}", hub_dir.join("kubeconfig").display()),
             format!("--listen=127.0.0.1:{}", self.side_port("ocm", wec)),
             format!("--namespace={}", ocm::AGENT_NAMESPACE),
             format!("--agent-id={wec}-stack"),
@@ -457,6 +478,19 @@ impl Stack {
             &[format!("--config={}", config.display())],
             &[],
         )?;
+        Ok(())
+    }
+
+    /// The stand-in kubelet that runs our images' Deployments on WECs as local processes.
+    fn start_kubelet(&self) -> anyhow::Result<()> {
+        let repo = self.state.parent().context("state directory has a parent")?;
+        let args = [
+            "kubelet".to_string(),
+            format!("--repo={}", repo.display()),
+            format!("--wecs={}", self.wecs),
+        ];
+        self.procs
+            .ensure("stack-kubelet", &self.our_binaries.join("ks-stack"), &args, &[])?;
         Ok(())
     }
 

@@ -124,8 +124,18 @@ pub async fn prepare_wec(client: &Client) -> anyhow::Result<()> {
         }
     }))?;
     let nodes: Api<Node> = Api::all(client.clone());
-    if nodes.get_opt("kwok-node-0").await?.is_none() {
-        nodes.create(&PostParams::default(), &node).await?;
+    match nodes.get_opt("kwok-node-0").await? {
+        None => {
+            nodes.create(&PostParams::default(), &node).await?;
+        }
+        // A node made before the admission plugin was disabled may carry the not-ready taint.
+        Some(existing) if existing.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some() => {
+            let untaint = json!({"spec": {"taints": null}});
+            nodes
+                .patch("kwok-node-0", &PatchParams::default(), &Patch::Merge(&untaint))
+                .await?;
+        }
+        Some(_) => {}
     }
     Ok(())
 }

@@ -1,0 +1,156 @@
+//! Runs end-to-end tests against the local stack: attaches to a running stack or starts one
+//! (and then stops it at the end), hands each test clients and unique namespaces, and prints
+//! the logs of the components a failed test names.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
+use kube::runtime::wait::{Condition, await_condition};
+use kube::{Client, Resource};
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde::de::DeserializeOwned;
+
+use crate::stack::Stack;
+
+type TestBody = fn(Ctx) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
+
+/// One end-to-end test: a name, the processes whose logs explain its failure, and its body.
+pub struct StackTest {
+    pub name: &'static str,
+    pub components: &'static [&'static str],
+    pub body: TestBody,
+}
+
+/// What a test gets: the stack and helpers bound to it.
+#[derive(Clone)]
+pub struct Ctx {
+    pub stack: Arc<Stack>,
+    test: &'static str,
+}
+
+static NAMESPACES: AtomicU32 = AtomicU32::new(0);
+
+impl Ctx {
+    /// An admin client for a context (`kubeflex`, `wds1`, `its1`, `cluster1`, ...).
+    pub async fn client(&self, context: &str) -> anyhow::Result<Client> {
+        self.stack.client(context).await
+    }
+
+    /// Creates a namespace no other test or run uses, in the given space.
+    pub async fn namespace(&self, context: &str) -> anyhow::Result<String> {
+        let n = NAMESPACES.fetch_add(1, Ordering::Relaxed);
+        let name = format!("{}-{}-{n}", self.test.replace('_', "-"), std::process::id());
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(self.client(context).await?)
+            .create(&PostParams::default(), &ns)
+            .await?;
+        Ok(name)
+    }
+
+    /// Deletes a namespace created by [`Ctx::namespace`].
+    pub async fn delete_namespace(&self, context: &str, name: &str) -> anyhow::Result<()> {
+        Api::<Namespace>::all(self.client(context).await?)
+            .delete(name, &DeleteParams::default())
+            .await?;
+        Ok(())
+    }
+}
+
+/// Waits, by watching, until the named object satisfies `condition`; fails after `deadline`.
+pub async fn wait_until<K>(
+    api: Api<K>,
+    name: &str,
+    what: &str,
+    deadline: Duration,
+    condition: impl Condition<K>,
+) -> anyhow::Result<Option<K>>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    match tokio::time::timeout(deadline, await_condition(api, name, condition)).await {
+        Ok(result) => Ok(result?),
+        Err(_) => anyhow::bail!("{name}: not {what} within {deadline:?}"),
+    }
+}
+
+/// The repository root (the parent of this crate).
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Runs `tests` against the stack with the standard test-runner arguments and output.
+/// `our_binaries` is the cargo target directory holding `ks-stack`, `ks-agent`, ...
+pub fn run(our_binaries: &std::path::Path, tests: Vec<StackTest>) -> ExitCode {
+    let args = Arguments::from_args();
+    let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
+    let stack = match Stack::new(&repo_root(), 2, our_binaries) {
+        Ok(stack) => Arc::new(stack),
+        Err(err) => {
+            eprintln!("cannot set up the stack: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let any_selected = tests
+        .iter()
+        .any(|t| args.filter.as_deref().is_none_or(|f| t.name.contains(f)));
+    let started_here = any_selected && !args.list && !stack.is_running();
+    if any_selected && !args.list {
+        eprintln!(
+            "{} the local stack",
+            if started_here { "starting" } else { "attaching to" }
+        );
+        if let Err(err) = runtime.block_on(stack.up()) {
+            eprintln!("cannot start the stack: {err:#}");
+            return ExitCode::FAILURE;
+        }
+    }
+    let handle = runtime.handle().clone();
+    let trials = tests
+        .into_iter()
+        .map(|test| {
+            let ctx = Ctx {
+                stack: stack.clone(),
+                test: test.name,
+            };
+            let handle = handle.clone();
+            Trial::test(test.name, move || {
+                let stack = ctx.stack.clone();
+                handle.block_on((test.body)(ctx)).map_err(|err| {
+                    let logs: String = test
+                        .components
+                        .iter()
+                        .map(|c| {
+                            format!(
+                                "\n--- last lines of .stack/logs/{c}.log ---\n{}",
+                                stack.procs.tail(c, 30)
+                            )
+                        })
+                        .collect();
+                    Failed::from(format!("{err:#}{logs}"))
+                })
+            })
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    if started_here
+        && std::env::var_os("KS_KEEP_STACK").is_none()
+        && let Err(err) = stack.down()
+    {
+        eprintln!("stopping the stack: {err:#}");
+        return ExitCode::FAILURE;
+    }
+    conclusion.exit_code()
+}

@@ -1,0 +1,311 @@
+//! Smoke tests that prove the local stack is real: our CRDs install and accept upstream
+//! KubeStellar objects, the real OCM work agent delivers a ManifestWork to a WEC (where kwok
+//! makes its Pods run) and removes it again, and Lease leader election hands over.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use ks_shared::api::{BindingPolicy, CustomTransform, StatusCollector};
+use ks_shared::crds::{self, Space};
+use ks_shared::leader::{LeaseConfig, run_as_leader};
+use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
+use ks_tests::harness::{Ctx, StackTest, run, wait_until};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::wait::conditions;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+const MANAGER: &str = "ks-tests";
+const DEADLINE: Duration = Duration::from_secs(90);
+
+fn main() -> std::process::ExitCode {
+    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
+    run(
+        ks_stack.parent().expect("binaries live in a directory"),
+        vec![
+            StackTest {
+                name: "crds_accept_upstream_examples",
+                components: &["apiserver-wds1", "apiserver-its1"],
+                body: |ctx| Box::pin(crds_accept_upstream_examples(ctx)),
+            },
+            StackTest {
+                name: "manifestwork_reaches_wec_and_leaves",
+                components: &[
+                    "ocm-agent-cluster1",
+                    "controller-manager-cluster1",
+                    "scheduler-cluster1",
+                    "kwok-cluster1",
+                ],
+                body: |ctx| Box::pin(manifestwork_reaches_wec_and_leaves(ctx)),
+            },
+            StackTest {
+                name: "our_image_runs_as_a_local_process",
+                components: &["stack-kubelet"],
+                body: |ctx| Box::pin(our_image_runs_as_a_local_process(ctx)),
+            },
+            StackTest {
+                name: "leader_lease_hands_over",
+                components: &["apiserver-wds1"],
+                body: |ctx| Box::pin(leader_lease_hands_over(ctx)),
+            },
+        ],
+    )
+}
+
+async fn install_our_crds(ctx: &Ctx, context: &str, space: Space) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(ctx.client(context).await?);
+    for crd in crds::for_space(space) {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
+            .await?;
+        wait_until(
+            api.clone(),
+            &name,
+            "established",
+            DEADLINE,
+            conditions::is_crd_established(),
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Applies `object` (JSON with apiVersion and kind) with strict field validation.
+async fn apply_strict<K>(api: &Api<K>, object: serde_json::Value) -> kube::Result<K>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).validation_strict(),
+        &Patch::Apply(&object),
+    )
+    .await
+}
+
+async fn crds_accept_upstream_examples(ctx: Ctx) -> anyhow::Result<()> {
+    install_our_crds(&ctx, "wds1", Space::Wds).await?;
+    install_our_crds(&ctx, "its1", Space::Its).await?;
+    let wds = ctx.client("wds1").await?;
+    let suffix = std::process::id();
+
+    // As in KubeStellar's getting-started guide.
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let policy = apply_strict(
+        &policies,
+        json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
+            "metadata": {"name": format!("nginx-bpolicy-{suffix}")},
+            "spec": {
+                "clusterSelectors": [{"matchLabels": {"location-group": "edge"}}],
+                "downsync": [
+                    {"objectSelectors": [{"matchLabels": {"app.kubernetes.io/name": "nginx"}}],
+                     "wantSingletonReportedState": true, "statusCollectors": ["replicas"]},
+                    {"apiGroup": "", "resources": ["namespaces"], "objectNames": ["nginx"], "createOnly": true}
+                ]
+            }
+        }),
+    )
+    .await?;
+    anyhow::ensure!(policy.spec.downsync.len() == 2 && policy.spec.downsync[1].modulation.create_only);
+
+    let transforms: Api<CustomTransform> = Api::all(wds.clone());
+    let transform = apply_strict(
+        &transforms,
+        json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "CustomTransform",
+            "metadata": {"name": format!("drop-owner-{suffix}")},
+            "spec": {"apiGroup": "apps", "resource": "deployments", "remove": ["$.metadata.labels[\"owner\"]"]}
+        }),
+    )
+    .await?;
+    anyhow::ensure!(transform.spec.remove.len() == 1);
+
+    let collectors: Api<StatusCollector> = Api::all(wds.clone());
+    let collector = apply_strict(
+        &collectors,
+        json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "StatusCollector",
+            "metadata": {"name": format!("replicas-{suffix}")},
+            "spec": {
+                "filter": "returned.status.availableReplicas > 0",
+                "groupBy": [{"name": "ready", "def": "returned.status.readyReplicas"}],
+                "combinedFields": [{"name": "count", "type": "COUNT"},
+                                   {"name": "total", "type": "SUM", "subject": "returned.status.availableReplicas"}],
+                "limit": 10
+            }
+        }),
+    )
+    .await?;
+    anyhow::ensure!(collector.spec.combined_fields.len() == 2);
+
+    // A clause that names no test is rejected by the schema, as upstream documents.
+    let bad = apply_strict(
+        &policies,
+        json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
+            "metadata": {"name": format!("bad-{suffix}")},
+            "spec": {"downsync": [{"createOnly": true}]}
+        }),
+    )
+    .await;
+    anyhow::ensure!(bad.is_err(), "a clause with only createOnly must be rejected");
+
+    let delete = DeleteParams::default();
+    policies.delete(&format!("nginx-bpolicy-{suffix}"), &delete).await?;
+    transforms.delete(&format!("drop-owner-{suffix}"), &delete).await?;
+    collectors.delete(&format!("replicas-{suffix}"), &delete).await?;
+    Ok(())
+}
+
+async fn manifestwork_reaches_wec_and_leaves(ctx: Ctx) -> anyhow::Result<()> {
+    let wec = ctx.client("cluster1").await?;
+    let namespace = format!("smoke-{}", std::process::id());
+    let work_name = format!("smoke-{}", std::process::id());
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    let manifest_work = json!({
+        "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": work_name, "namespace": "cluster1"},
+        "spec": {"workload": {"manifests": [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
+            {"apiVersion": "apps/v1", "kind": "Deployment",
+             "metadata": {"name": "web", "namespace": namespace},
+             "spec": {"replicas": 1,
+                      "selector": {"matchLabels": {"app": "web"}},
+                      "template": {"metadata": {"labels": {"app": "web"}},
+                                   "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}
+        ]}}
+    });
+    apply_strict(&works, manifest_work).await?;
+
+    let deployments: Api<Deployment> = Api::namespaced(wec.clone(), &namespace);
+    let available = |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref())
+            .and_then(|s| s.available_replicas)
+            .unwrap_or(0)
+            >= 1
+    };
+    wait_until(deployments.clone(), "web", "available on cluster1", DEADLINE, available).await?;
+
+    let applied: Api<AppliedManifestWork> = Api::all(wec.clone());
+    let record = applied
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .find(|amw| amw.spec.manifest_work_name == work_name)
+        .ok_or_else(|| anyhow::anyhow!("no AppliedManifestWork for {work_name} on cluster1"))?;
+    let resources = record.status.map(|s| s.applied_resources).unwrap_or_default();
+    anyhow::ensure!(
+        resources.iter().any(|r| r.resource == "deployments" && r.name == "web"),
+        "the AppliedManifestWork lists the Deployment: {resources:?}"
+    );
+
+    let uid = deployments.get("web").await?.metadata.uid.unwrap_or_default();
+    works.delete(&work_name, &DeleteParams::default()).await?;
+    wait_until(
+        deployments,
+        "web",
+        "deleted from cluster1",
+        DEADLINE,
+        conditions::is_deleted(&uid),
+    )
+    .await?;
+    Ok(())
+}
+
+async fn leader_lease_hands_over(ctx: Ctx) -> anyhow::Result<()> {
+    let client = ctx.client("wds1").await?;
+    let lease = |identity: &str| LeaseConfig {
+        name: format!("smoke-leader-{}", std::process::id()),
+        namespace: "kube-system".into(),
+        identity: identity.into(),
+        duration_seconds: 5,
+    };
+    let (led, mut leaders) = tokio::sync::mpsc::unbounded_channel();
+    let contender = |identity: &'static str, shutdown: CancellationToken| {
+        let (client, lease, led) = (client.clone(), lease(identity), led.clone());
+        tokio::spawn(async move {
+            run_as_leader(client, &lease, shutdown, |token| async move {
+                let _ = led.send(identity);
+                token.cancelled().await;
+            })
+            .await
+        })
+    };
+    let first_shutdown = CancellationToken::new();
+    let first = contender("first", first_shutdown.clone());
+    let got = tokio::time::timeout(DEADLINE, leaders.recv()).await?;
+    anyhow::ensure!(got == Some("first"));
+
+    let second_shutdown = CancellationToken::new();
+    let second = contender("second", second_shutdown.clone());
+    let leases: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        "kube-system",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("coordination.k8s.io", "v1", "Lease")),
+    );
+    let holder = leases.get(&lease("x").name).await?.data["spec"]["holderIdentity"].clone();
+    anyhow::ensure!(holder == "first", "the first contender holds the Lease, got {holder}");
+    anyhow::ensure!(leaders.try_recv().is_err(), "the second contender must wait");
+
+    first_shutdown.cancel();
+    first.await??;
+    let got = tokio::time::timeout(DEADLINE, leaders.recv()).await?;
+    anyhow::ensure!(
+        got == Some("second"),
+        "the second contender takes over once the first steps down"
+    );
+    second_shutdown.cancel();
+    second.await??;
+    Ok(())
+}
+
+/// The stack plays kubelet for our images: a `ks-agent` Deployment with its Secret becomes a
+/// local process serving on the Deployment's address, and goes away with the Deployment.
+async fn our_image_runs_as_a_local_process(ctx: Ctx) -> anyhow::Result<()> {
+    let namespace = ctx.namespace("cluster1").await?;
+    let wec = ctx.client("cluster1").await?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(wec.clone(), &namespace);
+    apply_strict(
+        &secrets,
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub-credential"},
+               "stringData": {"kubeconfig": "not used by this test"}}),
+    )
+    .await?;
+    let deployments: Api<Deployment> = Api::namespaced(wec.clone(), &namespace);
+    apply_strict(
+        &deployments,
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "status-agent"},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "agent"}},
+                     "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
+                         "containers": [{"name": "agent", "image": "example.io/ks-agent:dev",
+                                         "args": [format!("--http-address=127.0.0.1:{port}")],
+                                         "volumeMounts": [{"name": "hub", "mountPath": "/var/run/hub"}]}],
+                         "volumes": [{"name": "hub", "secret": {"secretName": "hub-credential"}}]}}}
+        }),
+    )
+    .await?;
+    let process = format!("pod-cluster1-{namespace}-status-agent");
+    let procs = ctx.stack.procs.clone();
+    ks_tests::stack::wait_for("the agent process to serve", DEADLINE, || async {
+        Ok(std::net::TcpStream::connect(("127.0.0.1", port)).is_ok())
+    })
+    .await?;
+    anyhow::ensure!(procs.running(&process).is_some(), "{process} runs");
+    let (code, body) = ks_tests::process::http_get(([127, 0, 0, 1], port).into(), "/healthz");
+    anyhow::ensure!((code, body.as_str()) == (200, "ok"), "the agent answers /healthz");
+
+    deployments.delete("status-agent", &DeleteParams::default()).await?;
+    ks_tests::stack::wait_for("the agent process to stop", DEADLINE, || async {
+        Ok(procs.running(&process).is_none())
+    })
+    .await?;
+    ctx.delete_namespace("cluster1", &namespace).await
+}
