@@ -154,6 +154,7 @@ impl Stack {
     /// Brings every component up, or the ones not yet running.
     pub async fn up(&self) -> anyhow::Result<()> {
         let started = Instant::now();
+        self.check_binaries()?;
         self.check_ports()?;
         let pki = Pki::ensure(&self.state.join("pki"))?;
         self.write_kubeconfigs(&pki)?;
@@ -185,12 +186,9 @@ impl Stack {
 
     /// Stops every process `up` started: everything else first, etcd last.
     pub fn down(&self) -> anyhow::Result<()> {
-        let names = self.procs.started();
-        for name in names.iter().filter(|n| *n != "etcd") {
-            self.procs.stop(name, Duration::from_secs(10))?;
-        }
-        self.procs.stop("etcd", Duration::from_secs(10))?;
-        Ok(())
+        let (etcd, others): (Vec<String>, Vec<String>) = self.procs.started().into_iter().partition(|n| n == "etcd");
+        self.procs.stop_all(&others, Duration::from_secs(10))?;
+        self.procs.stop_all(&etcd, Duration::from_secs(10))
     }
 
     /// True when every process of a stack was started and still runs.
@@ -209,6 +207,30 @@ impl Stack {
                 None => format!("{n}: stopped"),
             })
             .collect()
+    }
+
+    /// A clear error, before anything starts, when a component has not been built.
+    fn check_binaries(&self) -> anyhow::Result<()> {
+        let upstream = [
+            "etcd",
+            "kube-apiserver",
+            "kube-controller-manager",
+            "kube-scheduler",
+            "kwok",
+        ];
+        let ocm = ["registration", "addon", "registration-operator", "jaeger"];
+        let missing: Vec<String> = upstream
+            .iter()
+            .chain(ocm.iter())
+            .map(|b| self.bin(b))
+            .chain(std::iter::once(self.our_binaries.join("ks-stack")))
+            .filter(|p| !p.exists())
+            .map(|p| p.display().to_string())
+            .collect();
+        if !missing.is_empty() {
+            bail!("missing {}: run `make deps` and `make build`", missing.join(", "));
+        }
+        Ok(())
     }
 
     /// A clear error when a port the stack needs is taken by something else.

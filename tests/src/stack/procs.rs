@@ -106,17 +106,28 @@ impl Procs {
 
     /// Stops `name`: SIGTERM, then SIGKILL if it has not exited within `grace`.
     pub fn stop(&self, name: &str, grace: Duration) -> anyhow::Result<()> {
-        let pid_file = self.pids.join(format!("{name}.pid"));
-        if let Some(pid) = self.running(name) {
-            signal(pid, "TERM")?;
-            if !wait_gone(pid, grace) {
-                signal(pid, "KILL")?;
-                if !wait_gone(pid, Duration::from_secs(5)) {
+        self.stop_all(&[name.to_string()], grace)
+    }
+
+    /// Stops several processes at once: SIGTERM to all, then SIGKILL to those still running
+    /// after `grace`, so shutting down a stack takes one grace period, not one per process.
+    pub fn stop_all(&self, names: &[String], grace: Duration) -> anyhow::Result<()> {
+        let running: Vec<(&String, u32)> = names.iter().filter_map(|n| Some((n, self.running(n)?))).collect();
+        for (_, pid) in &running {
+            signal(*pid, "TERM")?;
+        }
+        let deadline = Instant::now() + grace;
+        for (name, pid) in &running {
+            if !wait_gone(*pid, deadline.saturating_duration_since(Instant::now())) {
+                signal(*pid, "KILL")?;
+                if !wait_gone(*pid, Duration::from_secs(5)) {
                     bail!("{name} (pid {pid}) survived SIGKILL");
                 }
             }
         }
-        let _ = std::fs::remove_file(pid_file);
+        for name in names {
+            let _ = std::fs::remove_file(self.pids.join(format!("{name}.pid")));
+        }
         Ok(())
     }
 }
