@@ -2,5 +2,5 @@
 
 #[test]
 fn behaves_as_a_process() {
-    ks_tests::process::check_binary(env!("CARGO_BIN_EXE_ks-addon"), "ks-addon");
+    ks_tests::process::check_binary(env!("CARGO_BIN_EXE_ks-addon"), "ks-addon", &[], true);
 }

@@ -1,31 +1,146 @@
-//! ks-agent: KubeStellar status add-on agent: reports the status of delivered objects from a WEC
+//! ks-agent: KubeStellar status add-on agent: reports the status of delivered objects from a WEC.
+
+mod controller;
+mod informers;
+mod kinds;
+mod metrics;
+mod naming;
+mod own_writes;
+mod queue;
+mod ratelimit;
+mod report;
+mod tracker;
+mod watch;
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 
+use anyhow::Context;
 use clap::Parser;
 use ks_shared::cli::{CommonArgs, Process};
+use kube::Client;
+use kube::client::ClientBuilder;
+
+use crate::ratelimit::RateLimitLayer;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "ks-agent",
     version,
     about = "KubeStellar status add-on agent: reports the status of delivered objects from a WEC",
-    long_about = "KubeStellar status add-on agent: reports the status of delivered objects from a WEC\n\nRuns on each Workload Execution Cluster (WEC): follows the AppliedManifestWorks of KubeStellar ManifestWorks and keeps one WorkStatus per delivered object in the WEC's mailbox namespace on the ITS. This build provides the process plumbing (logging, OpenTelemetry export when OTEL_EXPORTER_OTLP_ENDPOINT is set, /metrics, /healthz, /readyz, leader election flags); the status reporting is being added."
+    long_about = "KubeStellar status add-on agent: reports the status of delivered objects from a WEC\n\n\
+Runs on each Workload Execution Cluster (WEC). It follows the AppliedManifestWorks that the OCM \
+work agent records, watches the objects they delivered, and keeps one WorkStatus per object of a \
+KubeStellar ManifestWork in the WEC's mailbox namespace on the hub (the ITS): the object's .status, \
+the ManifestWork's labels, and which WDS generation has been applied (statusDetails). It writes only \
+when something changed.\n\n\
+The WEC is reached with --kubeconfig/--context, else $KUBECONFIG or ~/.kube/config with --context, \
+else the in-cluster config. It needs get/list/watch on AppliedManifestWorks and on the delivered \
+resources there, and on the hub get/list/watch on ManifestWorks and full access to WorkStatuses \
+(and workstatuses/status) in the mailbox namespace only."
 )]
 struct Args {
+    /// Kubeconfig file for the hub (the ITS) holding the WEC's mailbox namespace.
+    #[arg(long, env = "KS_HUB_KUBECONFIG", value_name = "PATH")]
+    hub_kubeconfig: PathBuf,
+
+    /// Context in --hub-kubeconfig (default: its current context).
+    #[arg(long, env = "KS_HUB_CONTEXT", value_name = "CONTEXT")]
+    hub_context: Option<String>,
+
+    /// The WEC's name in the inventory: its mailbox namespace on the hub.
+    #[arg(long, env = "KS_CLUSTER_NAME", value_name = "NAME")]
+    cluster_name: String,
+
+    /// Kubeconfig file for the WEC (default: in-cluster config, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, env = "KS_KUBECONFIG", value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+
+    /// Context for the WEC in its kubeconfig (default: the current context).
+    #[arg(long, env = "KS_CONTEXT", value_name = "CONTEXT")]
+    context: Option<String>,
+
+    /// Requests per second to the hub on average (token bucket; 0 = unlimited).
+    #[arg(long, env = "KS_HUB_QPS", default_value_t = 50.0, value_name = "QPS")]
+    hub_qps: f32,
+
+    /// Requests to the hub allowed at once above --hub-qps.
+    #[arg(long, env = "KS_HUB_BURST", default_value_t = 100, value_name = "N")]
+    hub_burst: u32,
+
+    /// Requests per second to the WEC on average (token bucket; 0 = unlimited). Mostly the
+    /// list and watch of each delivered resource and discovery.
+    #[arg(long, env = "KS_LOCAL_QPS", default_value_t = 20.0, value_name = "QPS")]
+    local_qps: f32,
+
+    /// Requests to the WEC allowed at once above --local-qps.
+    #[arg(long, env = "KS_LOCAL_BURST", default_value_t = 40, value_name = "N")]
+    local_burst: u32,
+
     #[command(flatten)]
     common: CommonArgs,
 }
 
 /// Where /metrics, /healthz and /readyz are served unless --http-address says otherwise.
 const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
+/// The leader-election Lease (in the WEC, in --leader-elect-namespace).
+const LEASE_NAME: &str = "ks-status-agent";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let process = Process::start("ks-agent", &args.common)?;
-    process
-        .serve_until_shutdown(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
+    anyhow::ensure!(
+        [args.hub_qps, args.local_qps]
+            .iter()
+            .all(|q| q.is_finite() && *q >= 0.0),
+        "--hub-qps and --local-qps must be numbers of at least 0"
+    );
+    let mut process = Process::start("ks-agent", &args.common)?;
+    let metrics = metrics::Metrics::register(&mut process.registry);
+    let ready = process.readiness.gate("appliedmanifestworks");
+    let serving = process
+        .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
         .await?;
+
+    let wec = client(
+        args.kubeconfig.as_deref(),
+        args.context.as_deref(),
+        args.local_qps,
+        args.local_burst,
+    )
+    .await
+    .context("the WEC")?;
+    let hub = client(
+        Some(&args.hub_kubeconfig),
+        args.hub_context.as_deref(),
+        args.hub_qps,
+        args.hub_burst,
+    )
+    .await
+    .context("the hub")?;
+    tracing::info!(cluster = %args.cluster_name, "reporting status to the hub's mailbox namespace");
+
+    let mailbox = args.cluster_name.clone();
+    let work = |token| controller::run(wec.clone(), hub, mailbox, metrics, ready, token);
+    if args.common.leader_elect {
+        ks_shared::leader::run_as_leader(
+            wec.clone(),
+            &args.common.lease(LEASE_NAME),
+            process.shutdown.clone(),
+            work,
+        )
+        .await?;
+    } else {
+        work(process.shutdown.clone()).await;
+    }
+    serving.stopped().await?;
     Ok(())
+}
+
+/// A client for `context` in `kubeconfig`, limited to `qps`/`burst`.
+async fn client(kubeconfig: Option<&Path>, context: Option<&str>, qps: f32, burst: u32) -> anyhow::Result<Client> {
+    let config = ks_shared::client::config(kubeconfig, context).await?;
+    Ok(ClientBuilder::try_from(config)?
+        .with_layer(&RateLimitLayer::new(qps, burst))
+        .build())
 }

@@ -3,3 +3,5 @@
 //! over plain data.
 
 pub mod binding;
+pub mod controller;
+pub mod informers;

@@ -1,20 +1,60 @@
-//! ks-hub: KubeStellar hub: the binding, transport and status controllers for one WDS
+//! ks-hub: the binding, transport and status controllers for one WDS.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
 
+use anyhow::{Context, bail};
 use clap::Parser;
-use ks_shared::cli::{CommonArgs, Process};
+use ks_hub::controller::{self, Metrics, Settings};
+use ks_hub::informers::ResourceFilter;
+use ks_shared::cli::{CommonArgs, Process, retry_until_done};
+use ks_shared::crds::{self, Space};
+use ks_shared::names::field_manager;
+
+const ABOUT: &str = "KubeStellar hub: the binding, transport and status controllers for one WDS";
 
 #[derive(Parser, Debug)]
 #[command(
     name = "ks-hub",
     version,
-    about = "KubeStellar hub: the binding, transport and status controllers for one WDS",
-    long_about = "KubeStellar hub: the binding, transport and status controllers for one WDS\n\nRuns beside a Workload Definition Space (WDS): turns BindingPolicies into Bindings, Bindings into OCM ManifestWorks in the ITS, and returned WorkStatuses into WDS object status. This build provides the process plumbing (logging, OpenTelemetry export when OTEL_EXPORTER_OTLP_ENDPOINT is set, /metrics, /healthz, /readyz, leader election flags); the controllers are being added."
+    about = ABOUT,
+    long_about = "KubeStellar hub: the binding, transport and status controllers for one WDS.\n\n\
+Runs beside a Workload Definition Space (WDS). The binding controller watches every workload \
+resource of the WDS and the WECs (ManagedClusters) of the ITS, and turns each BindingPolicy into a \
+Binding of the same name listing the selected objects and WECs, with the policy's status showing \
+errors and Ready/Synced conditions. It installs the KubeStellar CRDs into the WDS at start-up. \
+The transport and status controllers are being added."
 )]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// Kubeconfig of the WDS (default: in-cluster, $KUBECONFIG or ~/.kube/config).
+    #[arg(long, env = "KS_WDS_KUBECONFIG", value_name = "PATH")]
+    wds_kubeconfig: Option<PathBuf>,
+    /// Context of the WDS in its kubeconfig (default: the current context).
+    #[arg(long, env = "KS_WDS_CONTEXT", value_name = "NAME")]
+    wds_context: Option<String>,
+    /// Kubeconfig of the ITS, the OCM hub holding the ManagedClusters.
+    #[arg(long, env = "KS_ITS_KUBECONFIG", value_name = "PATH")]
+    its_kubeconfig: Option<PathBuf>,
+    /// Context of the ITS in its kubeconfig.
+    #[arg(long, env = "KS_ITS_CONTEXT", value_name = "NAME")]
+    its_context: Option<String>,
+    /// Name of this WDS; it labels what this process writes into the ITS.
+    #[arg(long, env = "KS_WDS_NAME", value_name = "NAME")]
+    wds_name: String,
+    /// Controllers to run, comma-separated. This build has `binding`.
+    #[arg(long, env = "KS_CONTROLLERS", default_value = "binding", value_delimiter = ',')]
+    controllers: Vec<String>,
+    /// Only watch these API groups, comma-separated (`""` is the core group, e.g. `,apps`);
+    /// empty watches every group.
+    #[arg(long, env = "KS_API_GROUPS", default_value = "", value_name = "GROUPS")]
+    api_groups: String,
+    /// Milliseconds to gather changes before writing Bindings (bursts become one write).
+    #[arg(long, env = "KS_BINDING_DEBOUNCE_MS", default_value_t = 50, value_name = "MS")]
+    binding_debounce_ms: u64,
 }
 
 /// Where /metrics, /healthz and /readyz are served unless --http-address says otherwise.
@@ -23,9 +63,51 @@ const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(st
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let process = Process::start("ks-hub", &args.common)?;
-    process
-        .serve_until_shutdown(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
+    if let Some(unknown) = args.controllers.iter().find(|c| c.as_str() != "binding") {
+        bail!("--controllers: {unknown:?} is not available in this build (available: binding)");
+    }
+    let mut process = Process::start("ks-hub", &args.common)?;
+    let metrics = Metrics::default();
+    metrics.register(&mut process.registry);
+    let ready = process.readiness.gate("binding-controller");
+    let serving = process
+        .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
         .await?;
+
+    let wds = ks_shared::client::client(args.wds_kubeconfig.as_deref(), args.wds_context.as_deref())
+        .await
+        .context("WDS client")?;
+    let its = ks_shared::client::client(args.its_kubeconfig.as_deref(), args.its_context.as_deref())
+        .await
+        .context("ITS client")?;
+    let shutdown = process.shutdown.clone();
+    let install = || crds::install(&wds, Space::Wds, field_manager::BINDING);
+    if retry_until_done("installing CRDs into the WDS", &shutdown, install)
+        .await
+        .is_none()
+    {
+        return Ok(serving.stopped().await?);
+    }
+    tracing::info!(wds = %args.wds_name, "KubeStellar CRDs installed");
+
+    let settings = Settings {
+        filter: ResourceFilter::from_api_groups(&args.api_groups),
+        debounce: Duration::from_millis(args.binding_debounce_ms),
+    };
+    let work = |token| controller::run(wds.clone(), its, settings, metrics, ready, token);
+    if args.common.leader_elect {
+        let lease = args.common.lease(format!("ks-hub-{}", args.wds_name));
+        let result = ks_shared::leader::run_as_leader(wds.clone(), &lease, shutdown.clone(), |token| async move {
+            if let Err(err) = work(token).await {
+                tracing::error!(error = format!("{err:#}"), "binding controller stopped");
+            }
+        })
+        .await;
+        result?;
+    } else {
+        work(shutdown.clone()).await?;
+    }
+    shutdown.cancel();
+    serving.stopped().await?;
     Ok(())
 }

@@ -129,3 +129,25 @@ pub enum StartError {
     #[error("cannot install signal handlers: {0}")]
     Signals(#[from] std::io::Error),
 }
+
+/// Runs `attempt` until it succeeds, backing off from 1 s to 30 s between failures, so that a
+/// process outliving a briefly unreachable API server does not crash-loop. `None` on shutdown.
+pub async fn retry_until_done<T, E, F, Fut>(what: &str, shutdown: &CancellationToken, mut attempt: F) -> Option<T>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let mut pause = std::time::Duration::from_secs(1);
+    loop {
+        match attempt().await {
+            Ok(value) => return Some(value),
+            Err(err) => tracing::warn!(error = %err, retry_in = ?pause, "{what} failed"),
+        }
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep(pause) => {}
+        }
+        pause = (pause * 2).min(std::time::Duration::from_secs(30));
+    }
+}

@@ -77,3 +77,51 @@ pub fn to_yaml(crd: &CustomResourceDefinition) -> Result<String, serde_saphyr::s
         "# Generated from the Rust types in shared/src/api by `make crds`. Do not edit.\n---\n{yaml}"
     ))
 }
+
+/// Why CRDs could not be installed.
+#[derive(Debug, thiserror::Error)]
+pub enum InstallError {
+    #[error("applying CRD {name}: {source}")]
+    Apply { name: String, source: kube::Error },
+    #[error("CRD {name} not established within {seconds}s")]
+    NotEstablished { name: String, seconds: u64 },
+    #[error("waiting for CRD {name}: {source}")]
+    Wait {
+        name: String,
+        source: kube::runtime::wait::Error,
+    },
+}
+
+/// Installs (or updates) the CRDs of a space with server-side apply and waits until each is
+/// established, so that the caller can watch its kinds right away.
+pub async fn install(client: &kube::Client, space: Space, field_manager: &str) -> Result<(), InstallError> {
+    use kube::api::{Api, Patch, PatchParams};
+    use kube::runtime::wait::{await_condition, conditions};
+    const DEADLINE: std::time::Duration = std::time::Duration::from_secs(60);
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for crd in for_space(space) {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        api.patch(&name, &PatchParams::apply(field_manager).force(), &Patch::Apply(&crd))
+            .await
+            .map_err(|source| InstallError::Apply {
+                name: name.clone(),
+                source,
+            })?;
+        match tokio::time::timeout(
+            DEADLINE,
+            await_condition(api.clone(), &name, conditions::is_crd_established()),
+        )
+        .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(source)) => return Err(InstallError::Wait { name, source }),
+            Err(_) => {
+                return Err(InstallError::NotEstablished {
+                    name,
+                    seconds: DEADLINE.as_secs(),
+                });
+            }
+        }
+    }
+    Ok(())
+}

@@ -13,6 +13,12 @@ pub const ORIGIN_WDS_LABEL: &str = "transport.kubestellar.io/originWdsName";
 /// Annotation on a ManifestWork: the Binding generation it was rendered from.
 pub const ORIGIN_BINDING_GENERATION_ANNOTATION: &str = "transport.kubestellar.io/originOwnerReferenceBindingGeneration";
 
+/// Annotation the transport puts on each object it wraps in a ManifestWork: the object's
+/// `metadata.generation` in the WDS, in decimal. It reaches the WEC with the object, and the
+/// status agent reports it as `WorkStatus.statusDetails.lastGeneration` (0 when absent).
+/// Not an upstream name: upstream never maintains `statusDetails`.
+pub const WDS_GENERATION_ANNOTATION: &str = "transport.kubestellar.io/wds-generation";
+
 /// Label value meaning "requested" on the two status-request labels below.
 pub const LABEL_TRUE: &str = "true";
 /// On a WDS object (copied to its WorkStatus): singleton status return is requested.

@@ -1,6 +1,7 @@
 //! Support for the end-to-end tests: comparing our CRDs with upstream's, and driving the
 //! project's binaries.
 
+pub mod binaries;
 pub mod crd_fields;
 pub mod harness;
 pub mod process;

@@ -117,9 +117,9 @@ pub fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
     (code, body.to_string())
 }
 
-/// What every binary must do: answer `--help` and `--version`, serve its endpoint, and exit
-/// cleanly on SIGTERM.
-pub fn check_binary(binary: &str, name: &str) {
+/// What every binary must do: answer `--help` and `--version`, serve its endpoint (started with
+/// `args`; `/readyz` answers 200 when `ready`, else 503), and exit cleanly on SIGTERM.
+pub fn check_binary(binary: &str, name: &str, args: &[&str], ready: bool) {
     let help = Command::new(binary).arg("--help").output().unwrap();
     assert!(help.status.success());
     let help = String::from_utf8(help.stdout).unwrap();
@@ -139,14 +139,25 @@ pub fn check_binary(binary: &str, name: &str) {
         "bad flag values are named"
     );
 
-    let mut running = Running::start(binary, &["--http-address", "127.0.0.1:0"]);
+    let mut all_args = vec!["--http-address", "127.0.0.1:0"];
+    all_args.extend(args);
+    let mut running = Running::start(binary, &all_args);
     let address = address_in(&running.wait_for_line("serving /metrics", Duration::from_secs(20)));
     assert_eq!(http_get(address, "/healthz"), (200, "ok".into()));
-    assert_eq!(http_get(address, "/readyz").0, 200);
+    assert_eq!(http_get(address, "/readyz").0, if ready { 200 } else { 503 });
     let (code, metrics) = http_get(address, "/metrics");
     assert_eq!(code, 200);
     assert!(metrics.ends_with("# EOF\n"), "{metrics}");
     assert_eq!(http_get(address, "/nope").0, 404);
     let status = running.terminate(Duration::from_secs(10));
     assert!(status.success(), "{name} exits 0 on SIGTERM, got {status}");
+}
+
+/// A kubeconfig whose only server refuses connections: for starting a binary that must keep
+/// running (alive, not ready) while its cluster is unreachable.
+pub fn unreachable_kubeconfig() -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("ks-unreachable-{}.kubeconfig", std::process::id()));
+    let config = "apiVersion: v1\nkind: Config\ncurrent-context: nowhere\nclusters:\n- name: nowhere\n  cluster: {server: \"https://127.0.0.1:1\"}\nusers:\n- name: nobody\n  user: {}\ncontexts:\n- name: nowhere\n  context: {cluster: nowhere, user: nobody}\n";
+    std::fs::write(&path, config).expect("write kubeconfig");
+    path
 }

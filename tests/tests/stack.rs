@@ -5,7 +5,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{BindingPolicy, CustomTransform, StatusCollector};
 use ks_shared::crds::{self, Space};
 use ks_shared::leader::{LeaseConfig, run_as_leader};
@@ -54,24 +53,6 @@ fn main() -> std::process::ExitCode {
     )
 }
 
-async fn install_our_crds(ctx: &Ctx, context: &str, space: Space) -> anyhow::Result<()> {
-    let api: Api<CustomResourceDefinition> = Api::all(ctx.client(context).await?);
-    for crd in crds::for_space(space) {
-        let name = crd.metadata.name.clone().unwrap_or_default();
-        api.patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&crd))
-            .await?;
-        wait_until(
-            api.clone(),
-            &name,
-            "established",
-            DEADLINE,
-            conditions::is_crd_established(),
-        )
-        .await?;
-    }
-    Ok(())
-}
-
 /// Applies `object` (JSON with apiVersion and kind) with strict field validation.
 async fn apply_strict<K>(api: &Api<K>, object: serde_json::Value) -> kube::Result<K>
 where
@@ -87,8 +68,8 @@ where
 }
 
 async fn crds_accept_upstream_examples(ctx: Ctx) -> anyhow::Result<()> {
-    install_our_crds(&ctx, "wds1", Space::Wds).await?;
-    install_our_crds(&ctx, "its1", Space::Its).await?;
+    crds::install(&ctx.client("wds1").await?, Space::Wds, MANAGER).await?;
+    crds::install(&ctx.client("its1").await?, Space::Its, MANAGER).await?;
     let wds = ctx.client("wds1").await?;
     let suffix = std::process::id();
 
@@ -265,7 +246,8 @@ async fn leader_lease_hands_over(ctx: Ctx) -> anyhow::Result<()> {
 }
 
 /// The stack plays kubelet for our images: a `ks-agent` Deployment with its Secret becomes a
-/// local process serving on the Deployment's address, and goes away with the Deployment.
+/// local process serving on the Deployment's address (alive; the hub credential here points
+/// nowhere), and goes away with the Deployment.
 async fn our_image_runs_as_a_local_process(ctx: Ctx) -> anyhow::Result<()> {
     let namespace = ctx.namespace("cluster1").await?;
     let wec = ctx.client("cluster1").await?;
@@ -274,7 +256,7 @@ async fn our_image_runs_as_a_local_process(ctx: Ctx) -> anyhow::Result<()> {
     apply_strict(
         &secrets,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub-credential"},
-               "stringData": {"kubeconfig": "not used by this test"}}),
+               "stringData": {"kubeconfig": std::fs::read_to_string(ks_tests::process::unreachable_kubeconfig())?}}),
     )
     .await?;
     let deployments: Api<Deployment> = Api::namespaced(wec.clone(), &namespace);
@@ -286,7 +268,8 @@ async fn our_image_runs_as_a_local_process(ctx: Ctx) -> anyhow::Result<()> {
             "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "agent"}},
                      "template": {"metadata": {"labels": {"app": "agent"}}, "spec": {
                          "containers": [{"name": "agent", "image": "example.io/ks-agent:dev",
-                                         "args": [format!("--http-address=127.0.0.1:{port}")],
+                                         "args": [format!("--http-address=127.0.0.1:{port}"),
+                                                  "--hub-kubeconfig=/var/run/hub/kubeconfig", "--cluster-name=cluster1"],
                                          "volumeMounts": [{"name": "hub", "mountPath": "/var/run/hub"}]}],
                          "volumes": [{"name": "hub", "secret": {"secretName": "hub-credential"}}]}}}
         }),

@@ -23,7 +23,9 @@ use super::common::PolicyStatus;
 pub struct BindingSpec {
     #[serde(default, skip_serializing_if = "DownsyncObjectClauses::is_empty")]
     pub workload: DownsyncObjectClauses,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Always written, even empty, so that a Binding selecting nothing still has an object as
+    /// its spec (the API server reads an empty `spec: {}` in an apply as null).
+    #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["clusterId"]))]
     pub destinations: Vec<Destination>,
 }

@@ -19,6 +19,9 @@ use kube::{Client, ResourceExt};
 
 use super::Stack;
 
+/// Process names of local Pods start with this.
+pub const POD_PREFIX: &str = "pod-";
+
 /// Our binaries that the stack may run for a Deployment.
 const OUR_IMAGES: [&str; 3] = ["ks-agent", "ks-addon", "ks-hub"];
 

@@ -179,6 +179,7 @@ impl Stack {
         ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
         self.start_jaeger()?;
         self.start_kubelet()?;
+        self.start_hub("wds1")?;
         self.write_env()?;
         println!("stack up in {:.1}s", started.elapsed().as_secs_f64());
         Ok(())
@@ -191,9 +192,15 @@ impl Stack {
         self.procs.stop_all(&etcd, Duration::from_secs(10))
     }
 
-    /// True when every process of a stack was started and still runs.
+    /// True when every process of the stack itself was started and still runs (the local Pods
+    /// the stand-in kubelet runs come and go with their Deployments and do not count).
     pub fn is_running(&self) -> bool {
-        let started = self.procs.started();
+        let started: Vec<String> = self
+            .procs
+            .started()
+            .into_iter()
+            .filter(|n| !n.starts_with(kubelet::POD_PREFIX))
+            .collect();
         !started.is_empty() && started.iter().all(|n| self.procs.running(n).is_some())
     }
 
@@ -223,7 +230,7 @@ impl Stack {
             .iter()
             .chain(ocm.iter())
             .map(|b| self.bin(b))
-            .chain(std::iter::once(self.our_binaries.join("ks-stack")))
+            .chain(["ks-stack", "ks-hub"].map(|b| self.our_binaries.join(b)))
             .filter(|p| !p.exists())
             .map(|p| p.display().to_string())
             .collect();
@@ -419,6 +426,7 @@ impl Stack {
         let offset = match what {
             "kwok" => 0,
             "ocm" => 100,
+            "hub" => 300,
             _ => 200,
         };
         SIDE_BASE_PORT + offset + index
@@ -501,6 +509,29 @@ impl Stack {
             &[],
         )?;
         Ok(())
+    }
+
+    /// Our hub process for a WDS, exporting traces to the stack's Jaeger.
+    fn start_hub(&self, wds: &str) -> anyhow::Result<()> {
+        let args = [
+            format!("--wds-kubeconfig={}", self.space_kubeconfig(wds).display()),
+            format!("--its-kubeconfig={}", self.space_kubeconfig("its1").display()),
+            format!("--wds-name={wds}"),
+            format!("--http-address=127.0.0.1:{}", self.hub_port(wds)),
+        ];
+        let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()),
+            ("OTEL_SERVICE_NAME", "ks-hub"),
+        ];
+        self.procs
+            .ensure(&format!("hub-{wds}"), &self.our_binaries.join("ks-hub"), &args, &env)?;
+        Ok(())
+    }
+
+    /// Where the hub of a WDS serves /metrics, /healthz and /readyz.
+    pub fn hub_port(&self, wds: &str) -> u16 {
+        self.side_port("hub", wds)
     }
 
     /// The stand-in kubelet that runs our images' Deployments on WECs as local processes.

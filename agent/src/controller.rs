@@ -1,0 +1,479 @@
+//! The agent's controllers, thin on purpose: watches feed coalescing queues, and workers look
+//! things up in caches, call the pure logic (`tracker`, `report`) and write the difference.
+//!
+//! - AppliedManifestWorks on the WEC → the `works` queue → the tracker, which says which
+//!   informers to start or stop and which objects to report on.
+//! - Delivered objects (one informer per GVR), the ManifestWorks and our WorkStatuses in the
+//!   mailbox namespace on the hub → the `objects` queue → one WorkStatus per object. Watching
+//!   our own WorkStatuses is what recreates one deleted by hand, and corrects edits, promptly.
+//! - WorkStatuses no followed object owns (objects removed while the agent was down) → the
+//!   `leftovers` queue → deleted.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use ks_shared::api::WorkStatus;
+use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
+use ks_shared::serve::ReadyGate;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use crate::informers::{InformerEvent, Informers, Lookup, OnEvent};
+use crate::kinds::Kinds;
+use crate::metrics::{Metrics, Verb};
+use crate::own_writes::OwnWrites;
+use crate::queue::WorkQueue;
+use crate::report::{self, FIELD_MANAGER, Plan};
+use crate::tracker::{AppliedObject, Changes, Gvr, ObjectKey, Tracker};
+use crate::watch::{Seen, drive};
+
+/// Workers reconciling objects concurrently (never two on one object).
+const OBJECT_WORKERS: usize = 4;
+
+/// Why a reconcile failed; it is retried with backoff.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    #[error("the WEC does not serve {gvrs} (yet)")]
+    UnknownResources { gvrs: String },
+}
+
+/// The agent's shared state.
+pub struct Agent {
+    /// The WEC's mailbox namespace on the hub (= its cluster name).
+    mailbox: String,
+    hub: Client,
+    tracker: Mutex<Tracker>,
+    kinds: Kinds,
+    informers: Mutex<Informers>,
+    works: WorkQueue<String>,
+    objects: WorkQueue<ObjectKey>,
+    /// WorkStatus names that may be left over (see [`Tracker::is_stale_work_status`]).
+    leftovers: WorkQueue<String>,
+    /// Whether the one sweep for leftovers after start-up has run.
+    swept: AtomicBool,
+    applied_listed: Arc<AtomicBool>,
+    applied: Store<AppliedManifestWork>,
+    manifest_works: Store<ManifestWork>,
+    work_statuses: Store<WorkStatus>,
+    manifest_works_listed: Arc<AtomicBool>,
+    work_statuses_listed: Arc<AtomicBool>,
+    /// Our own writes the WorkStatus cache may not show yet.
+    written: OwnWrites,
+    metrics: Metrics,
+    shutdown: CancellationToken,
+    me: Weak<Agent>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every update under these locks is a single step: a panic elsewhere leaves them consistent.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Runs the agent until `shutdown`: `wec` reaches the WEC, `hub` the ITS, `mailbox` is the
+/// WEC's namespace there. `ready` opens once the AppliedManifestWorks are listed.
+pub async fn run(
+    wec: Client,
+    hub: Client,
+    mailbox: String,
+    metrics: Metrics,
+    ready: ReadyGate,
+    shutdown: CancellationToken,
+) {
+    let (applied, applied_writer) = reflector::store::<AppliedManifestWork>();
+    let (manifest_works, manifest_works_writer) = reflector::store::<ManifestWork>();
+    let (work_statuses, work_statuses_writer) = reflector::store::<WorkStatus>();
+    let agent = Arc::new_cyclic(|me| Agent {
+        mailbox: mailbox.clone(),
+        hub: hub.clone(),
+        tracker: Mutex::new(Tracker::default()),
+        kinds: Kinds::new(wec.clone()),
+        informers: Mutex::new(Informers::new(wec.clone())),
+        works: WorkQueue::default(),
+        objects: WorkQueue::default(),
+        leftovers: WorkQueue::default(),
+        swept: AtomicBool::new(false),
+        applied_listed: Arc::default(),
+        applied,
+        manifest_works,
+        work_statuses,
+        manifest_works_listed: Arc::default(),
+        work_statuses_listed: Arc::default(),
+        written: OwnWrites::default(),
+        metrics,
+        shutdown: shutdown.clone(),
+        me: me.clone(),
+    });
+
+    let config = watcher::Config::default();
+    let applied = watcher(Api::<AppliedManifestWork>::all(wec.clone()), config.clone())
+        .default_backoff()
+        .modify(|amw: &mut AppliedManifestWork| amw.metadata.managed_fields = None)
+        .reflect(applied_writer);
+    let listed = agent.applied_listed.clone();
+    spawn_watch(&agent, "appliedmanifestworks", applied, listed, move |a, seen| {
+        a.on_applied(seen, &ready)
+    });
+    let manifest_works = watcher(Api::<ManifestWork>::namespaced(hub.clone(), &mailbox), config.clone())
+        .default_backoff()
+        .modify(|mw: &mut ManifestWork| {
+            // Only the labels, name and UID are read: the manifests can be large.
+            mw.metadata.managed_fields = None;
+            mw.spec = Default::default();
+            mw.status = None;
+        })
+        .reflect(manifest_works_writer);
+    let listed = agent.manifest_works_listed.clone();
+    spawn_watch(&agent, "manifestworks", manifest_works, listed, Agent::on_manifest_work);
+    let work_statuses = watcher(Api::<WorkStatus>::namespaced(hub.clone(), &mailbox), config)
+        .default_backoff()
+        .reflect(work_statuses_writer);
+    let listed = agent.work_statuses_listed.clone();
+    spawn_watch(&agent, "workstatuses", work_statuses, listed, Agent::on_work_status);
+
+    let mut workers = Vec::new();
+    let a = agent.clone();
+    workers.push(tokio::spawn(async move {
+        while let Some(name) = a.works.next(&a.shutdown).await {
+            let result = a.reconcile_work(&name).await;
+            a.finish(&a.works, name, result, "AppliedManifestWork");
+            a.sweep_once_settled();
+        }
+    }));
+    let a = agent.clone();
+    workers.push(tokio::spawn(async move {
+        while let Some(name) = a.leftovers.next(&a.shutdown).await {
+            let result = a.remove_leftover(&name).await;
+            a.finish(&a.leftovers, name, result, "leftover WorkStatus");
+        }
+    }));
+    for _ in 0..OBJECT_WORKERS {
+        let a = agent.clone();
+        workers.push(tokio::spawn(async move {
+            while let Some(key) = a.objects.next(&a.shutdown).await {
+                a.metrics.queue_depth.set(a.objects.len() as i64);
+                let span = tracing::info_span!("report", work_status = %key.work_status, kind = %key.kind,
+                                               namespace = %key.namespace, name = %key.name);
+                let result = a.reconcile_object(&key, &span).instrument(span.clone()).await;
+                a.metrics.reconciles.inc();
+                a.finish(&a.objects, key, result, "object");
+            }
+        }));
+    }
+    shutdown.cancelled().await;
+    for worker in workers {
+        let _ = worker.await;
+    }
+}
+
+/// Runs a watch (already feeding its cache) until shutdown, handing each event to `on`.
+fn spawn_watch<K, S>(
+    agent: &Arc<Agent>,
+    what: &str,
+    stream: S,
+    listed: Arc<AtomicBool>,
+    on: impl Fn(&Agent, Seen<'_, K>) + Send + 'static,
+) where
+    K: Send + 'static,
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    let a = agent.clone();
+    let shutdown = agent.shutdown.clone();
+    tokio::spawn(drive(what.to_string(), stream, listed, shutdown, move |seen| {
+        on(&a, seen)
+    }));
+}
+
+impl Agent {
+    fn on_applied(&self, seen: Seen<'_, AppliedManifestWork>, ready: &ReadyGate) {
+        match seen {
+            Seen::Changed(amw) | Seen::Deleted(amw) => self.works.add(amw.name_any()),
+            Seen::Listed => {
+                // Also the ones deleted while the watch was down: they are only in the tracker.
+                let mut names: Vec<String> = self.applied.state().iter().map(|w| w.name_any()).collect();
+                names.extend(lock(&self.tracker).work_names());
+                names.into_iter().for_each(|n| self.works.add(n));
+                ready.open();
+                self.sweep_once_settled();
+            }
+        }
+    }
+
+    fn on_manifest_work(&self, seen: Seen<'_, ManifestWork>) {
+        match seen {
+            Seen::Changed(mw) | Seen::Deleted(mw) => {
+                let keys = lock(&self.tracker).keys_of_manifest_work(&mw.name_any());
+                self.enqueue(keys);
+            }
+            Seen::Listed => self.enqueue(lock(&self.tracker).all_keys()),
+        }
+    }
+
+    fn on_work_status(&self, seen: Seen<'_, WorkStatus>) {
+        match seen {
+            Seen::Changed(ws) => {
+                let key = lock(&self.tracker).by_work_status(&ws.name_any()).cloned();
+                match key {
+                    Some(key) => self.enqueue([key]),
+                    None if self.is_leftover(ws) => self.leftovers.add(ws.name_any()),
+                    None => {}
+                }
+            }
+            Seen::Deleted(ws) => {
+                self.written.forget(&ws.name_any());
+                self.enqueue(lock(&self.tracker).by_work_status(&ws.name_any()).cloned());
+            }
+            Seen::Listed => {
+                // The fresh list has everything written before it.
+                self.written.clear();
+                self.enqueue(lock(&self.tracker).all_keys());
+                self.sweep_once_settled();
+            }
+        }
+    }
+
+    /// True for one of our WorkStatuses that no followed object owns any more.
+    fn is_leftover(&self, ws: &WorkStatus) -> bool {
+        let owner = ws
+            .owner_references()
+            .iter()
+            .find(|o| o.controller == Some(true) && o.kind == "ManifestWork");
+        owner.is_some_and(|o| lock(&self.tracker).is_stale_work_status(&ws.name_any(), &o.name))
+    }
+
+    /// Once, after start-up, when every AppliedManifestWork has been through the tracker:
+    /// queues the WorkStatuses of objects removed while the agent was not running. (Later
+    /// removals delete their WorkStatus directly.)
+    fn sweep_once_settled(&self) {
+        let settled = self.applied_listed.load(Ordering::Acquire)
+            && self.work_statuses_listed.load(Ordering::Acquire)
+            && self.works.is_empty();
+        if settled && !self.swept.swap(true, Ordering::AcqRel) {
+            for ws in self.work_statuses.state() {
+                if self.is_leftover(&ws) {
+                    self.leftovers.add(ws.name_any());
+                }
+            }
+        }
+    }
+
+    async fn remove_leftover(&self, name: &str) -> Result<(), ReconcileError> {
+        let cached = self.work_statuses.get(&ObjectRef::new(name).within(&self.mailbox));
+        match cached {
+            Some(ws) if self.is_leftover(&ws) => {
+                tracing::info!(work_status = name, "deleting a WorkStatus no delivered object owns");
+                self.delete(name, ws.uid()).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Deletes the WorkStatus `name`, only the one with `uid` (never one recreated since).
+    async fn delete(&self, name: &str, uid: Option<String>) -> Result<(), ReconcileError> {
+        self.written.forget(name);
+        let api: Api<WorkStatus> = Api::namespaced(self.hub.clone(), &self.mailbox);
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid,
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => self.metrics.wrote(Verb::Delete),
+            Err(kube::Error::Api(status)) if status.is_not_found() || status.code == 409 => {}
+            Err(err) => return Err(err.into()),
+        }
+        Ok(())
+    }
+
+    fn enqueue(&self, keys: impl IntoIterator<Item = ObjectKey>) {
+        for key in keys {
+            self.objects.add(key);
+        }
+        self.metrics.queue_depth.set(self.objects.len() as i64);
+    }
+
+    fn finish<K>(&self, queue: &WorkQueue<K>, key: K, result: Result<(), ReconcileError>, what: &str)
+    where
+        K: Clone + Eq + std::hash::Hash + Send + std::fmt::Debug + 'static,
+    {
+        if let Err(err) = &result {
+            self.metrics.errors.inc();
+            tracing::warn!(?key, error = %err, "reconciling {what} failed, will retry");
+        }
+        queue.done(key, result.is_ok());
+    }
+
+    /// Brings the tracker up to date with one AppliedManifestWork.
+    async fn reconcile_work(&self, name: &str) -> Result<(), ReconcileError> {
+        let Some(amw) = self.applied.get(&ObjectRef::new(name)) else {
+            let changes = lock(&self.tracker).remove_work(name);
+            self.apply_changes(changes);
+            return Ok(());
+        };
+        let mut objects = Vec::new();
+        let mut unknown = Vec::new();
+        for resource in amw.status.iter().flat_map(|s| s.applied_resources.iter()) {
+            if resource.version.is_empty() || resource.resource.is_empty() || resource.name.is_empty() {
+                tracing::warn!(
+                    amw = name,
+                    ?resource,
+                    "skipping an applied resource without version, resource or name"
+                );
+                continue;
+            }
+            let gvr = Gvr {
+                group: resource.group.clone(),
+                version: resource.version.clone(),
+                resource: resource.resource.clone(),
+            };
+            match self.kinds.resolve(&gvr).await? {
+                Some(kind) => objects.push(AppliedObject {
+                    gvr,
+                    kind: kind.resource.kind,
+                    namespace: if kind.namespaced {
+                        resource.namespace.clone()
+                    } else {
+                        String::new()
+                    },
+                    name: resource.name.clone(),
+                }),
+                None => unknown.push(gvr.to_string()),
+            }
+        }
+        let uid = amw.metadata.uid.clone().unwrap_or_default();
+        let changes = lock(&self.tracker).set_work(name, &uid, &amw.spec.manifest_work_name, &objects);
+        self.apply_changes(changes);
+        if unknown.is_empty() {
+            Ok(())
+        } else {
+            Err(ReconcileError::UnknownResources {
+                gvrs: unknown.join(", "),
+            })
+        }
+    }
+
+    fn apply_changes(&self, changes: Changes) {
+        {
+            let mut informers = lock(&self.informers);
+            for gvr in &changes.stop {
+                informers.stop(gvr);
+            }
+            for gvr in &changes.start {
+                // Resolved just before the tracker counted it, so it is known.
+                if let Some(kind) = self.kinds.known(gvr) {
+                    informers.start(gvr, &kind, self.on_informer_event(), &self.shutdown);
+                }
+            }
+            self.metrics.informers.set(informers.len() as i64);
+        }
+        self.enqueue(changes.added.into_iter().chain(changes.removed));
+    }
+
+    fn on_informer_event(&self) -> OnEvent {
+        let me = self.me.clone();
+        Arc::new(move |event| {
+            let Some(agent) = me.upgrade() else { return };
+            let keys = match event {
+                InformerEvent::Changed(id) => lock(&agent.tracker).keys_of_object(&id),
+                InformerEvent::Listed(gvr) => lock(&agent.tracker).keys_of_gvr(&gvr),
+            };
+            agent.enqueue(keys);
+        })
+    }
+
+    /// Makes the WorkStatus of `key` what it should be, writing only what differs.
+    async fn reconcile_object(&self, key: &ObjectKey, span: &tracing::Span) -> Result<(), ReconcileError> {
+        if !self.manifest_works_listed.load(Ordering::Acquire) || !self.work_statuses_listed.load(Ordering::Acquire) {
+            // The first complete list of each queues every key again.
+            return Ok(());
+        }
+        let desired = if lock(&self.tracker).contains(key) {
+            let object = match lock(&self.informers).get(&key.object()) {
+                // Its informer queues every key of the GVR once it has listed.
+                Lookup::NotSynced => return Ok(()),
+                Lookup::Missing => None,
+                Lookup::Found(object) => Some(object),
+            };
+            if let Some(annotations) = object.as_ref().and_then(|o| o.metadata.annotations.as_ref()) {
+                // Join the trace the object's delivery belongs to, if any.
+                let _ = span.set_parent(ks_shared::telemetry::extract_context(annotations));
+            }
+            let work = self
+                .manifest_works
+                .get(&ObjectRef::new(&key.manifest_work).within(&self.mailbox));
+            match (object, work) {
+                (Some(object), Some(work)) => report::desired(key, &object, &work).map(|mut desired| {
+                    continue_trace(span, &mut desired.trace_annotations);
+                    desired
+                }),
+                _ => None,
+            }
+        } else {
+            None
+        };
+        if desired.is_none()
+            && lock(&self.tracker)
+                .by_work_status(&key.work_status)
+                .is_some_and(|k| k != key)
+        {
+            // Another followed object owns this name now; its own reconcile writes it.
+            return Ok(());
+        }
+        let cached = self
+            .work_statuses
+            .get(&ObjectRef::new(&key.work_status).within(&self.mailbox));
+        let existing = self.written.latest(&key.work_status, cached);
+        let now = Time(Timestamp::now());
+        let api: Api<WorkStatus> = Api::namespaced(self.hub.clone(), &self.mailbox);
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        match report::plan(&self.mailbox, desired.as_ref(), existing.as_deref(), now) {
+            Plan::Nothing => {}
+            Plan::Apply { main, status } => {
+                let (wrote_main, wrote_status) = (main.is_some(), status.is_some());
+                if let Some(main) = main {
+                    let written = api.patch(&key.work_status, &apply, &Patch::Apply(&main)).await?;
+                    self.written.record(written);
+                    self.metrics.wrote(Verb::Apply);
+                }
+                if let Some(status) = status {
+                    let written = api
+                        .patch_status(&key.work_status, &apply, &Patch::Apply(&status))
+                        .await?;
+                    self.written.record(written);
+                    self.metrics.wrote(Verb::ApplyStatus);
+                }
+                tracing::debug!(main = wrote_main, status = wrote_status, "wrote WorkStatus");
+            }
+            Plan::Delete => {
+                self.delete(&key.work_status, existing.as_ref().and_then(|e| e.meta().uid.clone()))
+                    .await?;
+                tracing::debug!("deleted WorkStatus");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// When the object carried a trace context, the WorkStatus carries this reconcile's span (a
+/// child of it) instead, so the next hop's spans follow the agent's; unchanged when spans are
+/// not exported.
+fn continue_trace(span: &tracing::Span, annotations: &mut std::collections::BTreeMap<String, String>) {
+    if annotations.is_empty() {
+        return;
+    }
+    let mut ours = std::collections::BTreeMap::new();
+    ks_shared::telemetry::inject_context(&span.context(), &mut ours);
+    if !ours.is_empty() {
+        *annotations = ours;
+    }
+}

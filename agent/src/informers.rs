@@ -1,0 +1,136 @@
+//! One dynamic informer per delivered GVR on the WEC, started and stopped as the tracker's
+//! reference counts say. Each keeps a cache (without managedFields, which nobody here reads)
+//! and reports which objects changed, and when it has listed everything.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use kube::Client;
+use kube::api::{Api, DynamicObject};
+use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio_util::sync::CancellationToken;
+
+use crate::kinds::Kind;
+use crate::tracker::{Gvr, ObjectId};
+use crate::watch::{Seen, drive};
+
+/// What an informer reports.
+#[derive(Debug)]
+pub enum InformerEvent {
+    /// An object was added, changed or deleted.
+    Changed(ObjectId),
+    /// The informer has (re)listed its GVR: its cache is complete. Objects deleted while it was
+    /// not watching show up only here.
+    Listed(Gvr),
+}
+
+/// Called for every event; must not block.
+pub type OnEvent = Arc<dyn Fn(InformerEvent) + Send + Sync>;
+
+/// What a cache lookup found.
+#[derive(Debug)]
+pub enum Lookup {
+    /// No informer runs for the GVR, or it has not listed yet.
+    NotSynced,
+    Missing,
+    Found(Arc<DynamicObject>),
+}
+
+struct Informer {
+    store: Store<DynamicObject>,
+    resource: kube::discovery::ApiResource,
+    listed: Arc<AtomicBool>,
+    stop: CancellationToken,
+}
+
+/// The running informers, by GVR.
+pub struct Informers {
+    client: Client,
+    running: HashMap<Gvr, Informer>,
+}
+
+impl Informers {
+    pub fn new(client: Client) -> Informers {
+        Informers {
+            client,
+            running: HashMap::new(),
+        }
+    }
+
+    /// Starts the informer for `gvr` (no-op when it runs); it stops with `shutdown` at the latest.
+    pub fn start(&mut self, gvr: &Gvr, kind: &Kind, on_event: OnEvent, shutdown: &CancellationToken) {
+        if self.running.contains_key(gvr) {
+            return;
+        }
+        let resource = kind.resource.clone();
+        let writer = Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let listed = Arc::new(AtomicBool::new(false));
+        let stop = shutdown.child_token();
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(|object: &mut DynamicObject| object.metadata.managed_fields = None)
+            .reflect(writer);
+        let id = gvr.clone();
+        tokio::spawn(drive(
+            gvr.to_string(),
+            stream,
+            listed.clone(),
+            stop.clone(),
+            move |seen| {
+                on_event(match seen {
+                    Seen::Changed(object) | Seen::Deleted(object) => InformerEvent::Changed(ObjectId {
+                        gvr: id.clone(),
+                        namespace: object.metadata.namespace.clone().unwrap_or_default(),
+                        name: object.metadata.name.clone().unwrap_or_default(),
+                    }),
+                    Seen::Listed => InformerEvent::Listed(id.clone()),
+                })
+            },
+        ));
+        tracing::info!(gvr = %gvr, kind = %kind.resource.kind, "started informer");
+        self.running.insert(
+            gvr.clone(),
+            Informer {
+                store,
+                resource,
+                listed,
+                stop,
+            },
+        );
+    }
+
+    /// Stops the informer for `gvr` and drops its cache.
+    pub fn stop(&mut self, gvr: &Gvr) {
+        if let Some(informer) = self.running.remove(gvr) {
+            informer.stop.cancel();
+            tracing::info!(gvr = %gvr, "stopped informer");
+        }
+    }
+
+    /// The cached object `id`.
+    pub fn get(&self, id: &ObjectId) -> Lookup {
+        let Some(informer) = self.running.get(&id.gvr) else {
+            return Lookup::NotSynced;
+        };
+        if !informer.listed.load(Ordering::Acquire) {
+            return Lookup::NotSynced;
+        }
+        let mut reference = ObjectRef::new_with(&id.name, informer.resource.clone());
+        if !id.namespace.is_empty() {
+            reference = reference.within(&id.namespace);
+        }
+        match informer.store.get(&reference) {
+            Some(object) => Lookup::Found(object),
+            None => Lookup::Missing,
+        }
+    }
+
+    /// How many informers run.
+    pub fn len(&self) -> usize {
+        self.running.len()
+    }
+}

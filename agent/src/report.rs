@@ -1,0 +1,398 @@
+//! What the WorkStatus of one delivered object should say, and what has to be written to get
+//! there from what the hub has: pure functions over plain data.
+//!
+//! How the WDS generation travels: the transport annotates every object it wraps with
+//! [`WDS_GENERATION_ANNOTATION`] (the object's generation in the WDS). The WEC object carries
+//! it, so `statusDetails.lastGeneration` is that value (0 when absent or not a number), and
+//! `lastGenerationIsApplied` says whether the WEC has acted on that delivery: true when the WEC
+//! object's `status.observedGeneration` has reached its own `metadata.generation`, or, for kinds
+//! that do not report `observedGeneration`, as soon as the object is there (the work agent
+//! applied it). `lastCurrencyUpdateTime` changes only when one of those two values does.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference, Time};
+use ks_shared::api::{SourceRef, StatusDetails, WorkStatus};
+use ks_shared::names::{self, SINGLETON_STATUS_LABEL, WDS_GENERATION_ANNOTATION};
+use ks_shared::ocm::ManifestWork;
+use kube::api::DynamicObject;
+use serde_json::{Map, Value, json};
+
+use crate::tracker::ObjectKey;
+
+/// The field manager of every write the agent makes.
+pub const FIELD_MANAGER: &str = "ks-agent";
+
+/// The content the WorkStatus of one object should have.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    /// Trace context copied from the WEC object; never a change on its own.
+    pub trace_annotations: BTreeMap<String, String>,
+    pub owner: OwnerReference,
+    pub source_ref: SourceRef,
+    pub last_generation: i64,
+    pub last_generation_is_applied: bool,
+    /// The object's `.status`; `None` for objects without one.
+    pub status: Option<Map<String, Value>>,
+}
+
+/// What the WorkStatus of `key` should be, given the WEC object and the ManifestWork that
+/// delivered it; `None` when the ManifestWork is not KubeStellar's (no WorkStatus then).
+pub fn desired(key: &ObjectKey, object: &DynamicObject, manifest_work: &ManifestWork) -> Option<Desired> {
+    let work_labels = manifest_work.metadata.labels.clone().unwrap_or_default();
+    if !work_labels.keys().any(|k| names::is_kubestellar_label(k)) {
+        return None;
+    }
+    let mut labels = work_labels;
+    let object_labels = object.metadata.labels.as_ref();
+    if let Some(singleton) = object_labels.and_then(|l| l.get(SINGLETON_STATUS_LABEL)) {
+        labels.insert(SINGLETON_STATUS_LABEL.to_string(), singleton.clone());
+    }
+    let annotations = object.metadata.annotations.as_ref();
+    let trace_annotations = annotations
+        .into_iter()
+        .flatten()
+        .filter(|(k, _)| names::is_trace_annotation(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let last_generation = annotations
+        .and_then(|a| a.get(WDS_GENERATION_ANNOTATION))
+        .and_then(|g| g.trim().parse().ok())
+        .unwrap_or(0);
+    // An empty `.status` is no status: both are reported as none, so they never differ.
+    let status = match object.data.get("status") {
+        Some(Value::Object(status)) if !status.is_empty() => Some(status.clone()),
+        _ => None,
+    };
+    let observed = status
+        .as_ref()
+        .and_then(|s| s.get("observedGeneration"))
+        .and_then(Value::as_i64);
+    let last_generation_is_applied = match observed {
+        Some(observed) => observed >= object.metadata.generation.unwrap_or(0),
+        None => true,
+    };
+    Some(Desired {
+        name: key.work_status.clone(),
+        labels,
+        trace_annotations,
+        owner: OwnerReference {
+            api_version: "work.open-cluster-management.io/v1".into(),
+            kind: "ManifestWork".into(),
+            name: manifest_work.metadata.name.clone().unwrap_or_default(),
+            uid: manifest_work.metadata.uid.clone().unwrap_or_default(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+        source_ref: SourceRef {
+            group: key.gvr.group.clone(),
+            version: key.gvr.version.clone(),
+            resource: key.gvr.resource.clone(),
+            kind: key.kind.clone(),
+            name: key.name.clone(),
+            namespace: key.namespace.clone(),
+        },
+        last_generation,
+        last_generation_is_applied,
+        status,
+    })
+}
+
+/// The writes that bring the hub's WorkStatus (as cached) to what is desired.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// Already as desired (or absent and not wanted).
+    Nothing,
+    /// Server-side apply `main` (metadata, spec, statusDetails) and/or `status` (to the status
+    /// subresource), each only when it differs.
+    Apply { main: Option<Value>, status: Option<Value> },
+    /// The WorkStatus exists but should not.
+    Delete,
+}
+
+/// Compares `desired` with `existing`, ignoring trace annotations and any field another
+/// manager owns. `now` stamps `lastCurrencyUpdateTime` when the generation facts change.
+pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&WorkStatus>, now: Time) -> Plan {
+    let Some(desired) = desired else {
+        return if existing.is_some() {
+            Plan::Delete
+        } else {
+            Plan::Nothing
+        };
+    };
+    let existing_details = existing.and_then(|e| e.spec.status_details.as_ref());
+    let generation_same = existing_details.is_some_and(|d| {
+        d.last_generation == desired.last_generation
+            && d.last_generation_is_applied == desired.last_generation_is_applied
+    });
+    let main_same = existing.is_some_and(|e| {
+        generation_same
+            && e.spec.spec.source_ref == desired.source_ref
+            && e.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|o| o == &desired.owner)
+            && our_labels(e) == desired.labels
+    });
+    let status_same = match (existing, &desired.status) {
+        (None, None) => true,
+        (None, Some(_)) => false,
+        (Some(e), wanted) => e.status.as_ref().map(|s| &s.0) == wanted.as_ref(),
+    };
+    if main_same && status_same {
+        return Plan::Nothing;
+    }
+    let main = (!main_same).then(|| {
+        let time = match existing_details {
+            Some(d) if generation_same => d.last_currency_update_time.clone(),
+            _ => now,
+        };
+        let details = StatusDetails {
+            last_generation: desired.last_generation,
+            last_generation_is_applied: desired.last_generation_is_applied,
+            last_currency_update_time: time,
+        };
+        json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1",
+            "kind": "WorkStatus",
+            "metadata": {
+                "name": desired.name,
+                "namespace": namespace,
+                "labels": desired.labels,
+                "annotations": desired.trace_annotations,
+                "ownerReferences": [desired.owner],
+            },
+            "spec": {"sourceRef": desired.source_ref},
+            "statusDetails": details,
+        })
+    });
+    let status = (!status_same).then(|| {
+        let mut object = json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1",
+            "kind": "WorkStatus",
+            "metadata": {"name": desired.name, "namespace": namespace},
+        });
+        if let Some(status) = &desired.status {
+            object["status"] = Value::Object(status.clone());
+        }
+        object
+    });
+    Plan::Apply { main, status }
+}
+
+/// The labels of `existing` that our field manager applied: exactly the set an apply of ours
+/// replaces (labels others added are theirs and are left alone).
+fn our_labels(existing: &WorkStatus) -> BTreeMap<String, String> {
+    let labels = existing.metadata.labels.clone().unwrap_or_default();
+    let owned = existing
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| is_our_main_apply(m))
+        .filter_map(|m| m.fields_v1.as_ref())
+        .filter_map(|f| f.0.get("f:metadata")?.get("f:labels")?.as_object())
+        .flat_map(|l| l.keys().filter_map(|k| k.strip_prefix("f:")).map(str::to_string))
+        .collect::<std::collections::BTreeSet<_>>();
+    labels.into_iter().filter(|(k, _)| owned.contains(k)).collect()
+}
+
+fn is_our_main_apply(entry: &ManagedFieldsEntry) -> bool {
+    entry.manager.as_deref() == Some(FIELD_MANAGER)
+        && entry.operation.as_deref() == Some("Apply")
+        && entry.subresource.as_deref().unwrap_or("").is_empty()
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+    use k8s_openapi::jiff::Timestamp;
+    use ks_shared::api::{WorkStatusFields, WorkStatusSpec};
+
+    use super::*;
+    use crate::tracker::Gvr;
+
+    fn key() -> ObjectKey {
+        ObjectKey {
+            amw_uid: "uid".into(),
+            manifest_work: "mw".into(),
+            gvr: Gvr {
+                group: "apps".into(),
+                version: "v1".into(),
+                resource: "deployments".into(),
+            },
+            kind: "Deployment".into(),
+            namespace: "ns".into(),
+            name: "web".into(),
+            work_status: "uid-appsv1-deployment-ns-web".into(),
+        }
+    }
+
+    fn work(labels: &[(&str, &str)]) -> ManifestWork {
+        let mut mw = ManifestWork::new("mw", Default::default());
+        mw.metadata.uid = Some("mw-uid".into());
+        mw.metadata.labels = Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        mw
+    }
+
+    fn object(value: Value) -> DynamicObject {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn deployment(generation: i64, status: Value) -> DynamicObject {
+        object(json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "web", "namespace": "ns", "generation": generation,
+                         "labels": {SINGLETON_STATUS_LABEL: "true"},
+                         "annotations": {WDS_GENERATION_ANNOTATION: "7",
+                                         names::TRACEPARENT_ANNOTATION: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
+            "status": status,
+        }))
+    }
+
+    fn time(seconds: i64) -> Time {
+        Time(Timestamp::from_second(seconds).unwrap())
+    }
+
+    const KS: (&str, &str) = (names::ORIGIN_WDS_LABEL, "wds1");
+
+    #[test]
+    fn desired_copies_status_labels_and_generation() {
+        let d = desired(
+            &key(),
+            &deployment(3, json!({"observedGeneration": 3, "availableReplicas": 1})),
+            &work(&[KS]),
+        )
+        .unwrap();
+        assert_eq!(d.labels.get(names::ORIGIN_WDS_LABEL).map(String::as_str), Some("wds1"));
+        assert_eq!(d.labels.get(SINGLETON_STATUS_LABEL).map(String::as_str), Some("true"));
+        assert_eq!(d.last_generation, 7);
+        assert!(d.last_generation_is_applied);
+        assert_eq!(d.status.unwrap()["availableReplicas"], 1);
+        assert_eq!(d.trace_annotations.len(), 1);
+        assert_eq!(d.owner.uid, "mw-uid");
+        assert_eq!(d.source_ref.kind, "Deployment");
+
+        let behind = desired(&key(), &deployment(4, json!({"observedGeneration": 3})), &work(&[KS])).unwrap();
+        assert!(!behind.last_generation_is_applied);
+    }
+
+    #[test]
+    fn legacy_labels_count_and_foreign_works_get_nothing() {
+        let legacy = work(&[("managed-by.kubestellar.io/something", "x")]);
+        assert!(desired(&key(), &deployment(1, json!({})), &legacy).is_some());
+        assert!(desired(&key(), &deployment(1, json!({})), &work(&[("app", "x")])).is_none());
+        assert!(desired(&key(), &deployment(1, json!({})), &work(&[])).is_none());
+    }
+
+    #[test]
+    fn objects_without_status_report_none() {
+        let config_map = object(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                       "metadata": {"name": "web", "namespace": "ns"}, "data": {"a": "b"}}));
+        let d = desired(&key(), &config_map, &work(&[KS])).unwrap();
+        assert_eq!(d.status, None);
+        let empty = desired(&key(), &deployment(1, json!({})), &work(&[KS])).unwrap();
+        assert_eq!(empty.status, None, "an empty status is none");
+        assert_eq!(d.last_generation, 0);
+        assert!(d.last_generation_is_applied);
+        let Plan::Apply { main, status } = plan("cluster1", Some(&d), None, time(5)) else {
+            panic!("a new WorkStatus is written");
+        };
+        assert!(main.is_some());
+        assert!(status.is_none(), "no status to write");
+    }
+
+    /// The WorkStatus as the hub would return it after our applies of `main` and `status`.
+    fn as_written(main: &Value, status: Option<&Value>) -> WorkStatus {
+        let mut ws: WorkStatus = serde_json::from_value(main.clone()).unwrap();
+        let labels: Map<String, Value> = main["metadata"]["labels"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(|k| (format!("f:{k}"), json!({})))
+            .collect();
+        ws.metadata.managed_fields = Some(vec![ManagedFieldsEntry {
+            manager: Some(FIELD_MANAGER.into()),
+            operation: Some("Apply".into()),
+            fields_v1: Some(FieldsV1(json!({"f:metadata": {"f:labels": labels}}))),
+            ..Default::default()
+        }]);
+        ws.status = status.and_then(|s| serde_json::from_value(s["status"].clone()).ok());
+        ws
+    }
+
+    #[test]
+    fn writes_only_what_changed() {
+        let d = desired(&key(), &deployment(1, json!({"replicas": 1})), &work(&[KS])).unwrap();
+        let Plan::Apply {
+            main: Some(main),
+            status: Some(status),
+        } = plan("cluster1", Some(&d), None, time(5))
+        else {
+            panic!("both parts of a new WorkStatus are written");
+        };
+        assert_eq!(main["statusDetails"]["lastGeneration"], 7);
+        assert_eq!(main["statusDetails"]["lastCurrencyUpdateTime"], "1970-01-01T00:00:05Z");
+        let existing = as_written(&main, Some(&status));
+        assert_eq!(plan("cluster1", Some(&d), Some(&existing), time(9)), Plan::Nothing);
+
+        // Only the status changed: only the status is written.
+        let newer = desired(&key(), &deployment(1, json!({"replicas": 2})), &work(&[KS])).unwrap();
+        assert!(matches!(
+            plan("cluster1", Some(&newer), Some(&existing), time(9)),
+            Plan::Apply {
+                main: None,
+                status: Some(_)
+            }
+        ));
+
+        // A new trace context alone is no change.
+        let mut traced = d.clone();
+        traced.trace_annotations.clear();
+        assert_eq!(plan("cluster1", Some(&traced), Some(&existing), time(9)), Plan::Nothing);
+
+        // A label added by someone else is theirs; a label of ours that is no longer wanted goes.
+        let mut with_foreign = existing.clone();
+        with_foreign
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("team".into(), "a".into());
+        assert_eq!(plan("cluster1", Some(&d), Some(&with_foreign), time(9)), Plan::Nothing);
+        let mut unlabelled = d.clone();
+        unlabelled.labels.remove(SINGLETON_STATUS_LABEL);
+        let Plan::Apply { main: Some(main), .. } = plan("cluster1", Some(&unlabelled), Some(&existing), time(9)) else {
+            panic!("the label removal is written");
+        };
+        assert!(main["metadata"]["labels"].get(SINGLETON_STATUS_LABEL).is_none());
+        assert_eq!(
+            main["statusDetails"]["lastCurrencyUpdateTime"], "1970-01-01T00:00:05Z",
+            "the generation facts did not change"
+        );
+
+        // A new WDS generation stamps the time.
+        let mut next = d.clone();
+        next.last_generation = 8;
+        let Plan::Apply { main: Some(main), .. } = plan("cluster1", Some(&next), Some(&existing), time(9)) else {
+            panic!("the generation is written");
+        };
+        assert_eq!(main["statusDetails"]["lastCurrencyUpdateTime"], "1970-01-01T00:00:09Z");
+    }
+
+    #[test]
+    fn unwanted_work_statuses_are_deleted() {
+        let existing = WorkStatus::new(
+            "x",
+            WorkStatusFields {
+                spec: WorkStatusSpec::default(),
+                status_details: None,
+            },
+        );
+        assert_eq!(plan("c", None, Some(&existing), time(1)), Plan::Delete);
+        assert_eq!(plan("c", None, None, time(1)), Plan::Nothing);
+    }
+}

@@ -1,0 +1,288 @@
+//! What the binding controller knows between events: each policy's compiled form, the objects
+//! it selects with their modulation, and the WECs it selects. Pure bookkeeping: callers feed
+//! changes in and learn which policies' Bindings must be rewritten.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ks_shared::api::{BindingPolicySpec, BindingSpec, DownsyncModulation};
+
+use crate::binding::{
+    CompiledPolicy, Labels, ObjectIdentity, Wec, WorkloadObject, desired_binding_spec, policy_matches, singleton_error,
+    wec_selected,
+};
+
+/// One policy's resolution.
+pub struct PolicyState {
+    pub compiled: CompiledPolicy,
+    pub selected: BTreeMap<ObjectIdentity, (WorkloadObject, DownsyncModulation)>,
+    pub wecs: BTreeSet<String>,
+}
+
+/// The identity of an object regardless of the version it is served at.
+fn same_object(a: &ObjectIdentity, b: &ObjectIdentity) -> bool {
+    a.group == b.group && a.resource == b.resource && a.namespace == b.namespace && a.name == b.name
+}
+
+/// Every policy's resolution, and which Bindings need writing.
+#[derive(Default)]
+pub struct Resolutions {
+    policies: BTreeMap<String, PolicyState>,
+    dirty: BTreeSet<String>,
+}
+
+impl Resolutions {
+    pub fn policy(&self, name: &str) -> Option<&PolicyState> {
+        self.policies.get(name)
+    }
+
+    pub fn policy_names(&self) -> Vec<String> {
+        self.policies.keys().cloned().collect()
+    }
+
+    /// Takes the names of the policies whose Binding may have changed.
+    pub fn take_dirty(&mut self) -> BTreeSet<String> {
+        std::mem::take(&mut self.dirty)
+    }
+
+    pub fn has_dirty(&self) -> bool {
+        !self.dirty.is_empty()
+    }
+
+    /// Marks a policy for a Binding and status check even if nothing it selects changed.
+    pub fn touch(&mut self, name: &str) {
+        self.dirty.insert(name.to_string());
+    }
+
+    /// (Re)evaluates a policy against every object and WEC given.
+    pub fn set_policy<'a>(
+        &mut self,
+        name: &str,
+        spec: &BindingPolicySpec,
+        objects: impl IntoIterator<Item = (&'a WorkloadObject, Option<&'a Labels>)>,
+        wecs: &[Wec],
+    ) {
+        let compiled = CompiledPolicy::new(spec);
+        let selected = objects
+            .into_iter()
+            .filter_map(|(o, ns)| Some((o.identity.clone(), (o.clone(), policy_matches(&compiled, o, ns)?))))
+            .collect();
+        let wecs = wecs
+            .iter()
+            .filter(|w| wec_selected(&compiled, w))
+            .map(|w| w.name.clone())
+            .collect();
+        self.policies.insert(
+            name.to_string(),
+            PolicyState {
+                compiled,
+                selected,
+                wecs,
+            },
+        );
+        self.dirty.insert(name.to_string());
+    }
+
+    /// Forgets a deleted policy.
+    pub fn remove_policy(&mut self, name: &str) {
+        self.policies.remove(name);
+        self.dirty.remove(name);
+    }
+
+    /// Re-evaluates one object (present, or gone when `object` is `None`) against every policy.
+    pub fn set_object(&mut self, identity: &ObjectIdentity, object: Option<(&WorkloadObject, Option<&Labels>)>) {
+        for (name, policy) in &mut self.policies {
+            let before = policy
+                .selected
+                .iter()
+                .find(|(k, _)| same_object(k, identity))
+                .map(|(k, v)| (k.clone(), v.clone()));
+            let after = object.and_then(|(o, ns)| Some((o.clone(), policy_matches(&policy.compiled, o, ns)?)));
+            let changed = match (&before, &after) {
+                (Some((_, old)), Some(new)) => old != new,
+                (None, None) => false,
+                _ => true,
+            };
+            if changed {
+                if let Some((key, _)) = before {
+                    policy.selected.remove(&key);
+                }
+                if let Some(new) = after {
+                    policy.selected.insert(new.0.identity.clone(), new);
+                }
+                self.dirty.insert(name.clone());
+            }
+        }
+    }
+
+    /// Drops every selected object of a group/resource that `keep` says is gone.
+    pub fn retain_objects(&mut self, mut keep: impl FnMut(&ObjectIdentity) -> bool) {
+        for (name, policy) in &mut self.policies {
+            let before = policy.selected.len();
+            policy.selected.retain(|k, _| keep(k));
+            if policy.selected.len() != before {
+                self.dirty.insert(name.clone());
+            }
+        }
+    }
+
+    /// Recomputes every policy's WECs.
+    pub fn set_wecs(&mut self, wecs: &[Wec]) {
+        for (name, policy) in &mut self.policies {
+            let now: BTreeSet<String> = wecs
+                .iter()
+                .filter(|w| wec_selected(&policy.compiled, w))
+                .map(|w| w.name.clone())
+                .collect();
+            if now != policy.wecs {
+                policy.wecs = now;
+                self.dirty.insert(name.clone());
+            }
+        }
+    }
+
+    /// The Binding spec a policy's resolution calls for.
+    pub fn desired_spec(&self, name: &str) -> Option<BindingSpec> {
+        let policy = self.policies.get(name)?;
+        Some(desired_binding_spec(
+            policy.selected.values().map(|(o, m)| (o, m)),
+            policy.wecs.iter().map(String::as_str),
+        ))
+    }
+
+    /// The policy's status errors: invalid selectors, then the singleton check (reference §3.8):
+    /// objects of this policy whose singleton status return is requested by any policy but whose
+    /// qualified singleton WECs are not exactly one.
+    pub fn errors(&self, name: &str) -> Vec<String> {
+        let Some(policy) = self.policies.get(name) else {
+            return Vec::new();
+        };
+        let mut errors: Vec<String> = policy.compiled.errors().iter().map(ToString::to_string).collect();
+        let wrong: Vec<(&ObjectIdentity, usize)> = policy
+            .selected
+            .keys()
+            .filter_map(|id| {
+                let mut requested = false;
+                let mut wecs = BTreeSet::new();
+                for other in self.policies.values() {
+                    if let Some((_, m)) = other.selected.get(id).filter(|(_, m)| m.want_singleton_reported_state) {
+                        requested |= m.want_singleton_reported_state;
+                        wecs.extend(other.wecs.iter());
+                    }
+                }
+                (requested && wecs.len() != 1).then_some((id, wecs.len()))
+            })
+            .collect();
+        errors.extend(singleton_error(wrong));
+        errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ks_shared::api::{DownsyncObjectTest, DownsyncPolicyClause};
+
+    use super::*;
+
+    fn object(name: &str, labels: &[(&str, &str)]) -> WorkloadObject {
+        WorkloadObject {
+            identity: ObjectIdentity {
+                group: "".into(),
+                version: "v1".into(),
+                resource: "configmaps".into(),
+                namespace: "ns".into(),
+                name: name.into(),
+                kind: "ConfigMap".into(),
+            },
+            uid: format!("uid-{name}"),
+            resource_version: "1".into(),
+            labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    fn policy(app: &str, singleton: bool) -> BindingPolicySpec {
+        let selector = serde_json::from_value(serde_json::json!({"matchLabels": {"app": app}})).unwrap();
+        let mut clause = DownsyncPolicyClause {
+            test: DownsyncObjectTest {
+                object_selectors: vec![selector],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        clause.modulation.want_singleton_reported_state = singleton;
+        BindingPolicySpec {
+            cluster_selectors: vec![serde_json::from_value(serde_json::json!({})).unwrap()],
+            downsync: vec![clause],
+        }
+    }
+
+    fn wec(name: &str) -> Wec {
+        Wec {
+            name: name.into(),
+            labels: Default::default(),
+        }
+    }
+
+    #[test]
+    fn objects_enter_and_leave_resolutions() {
+        let mut r = Resolutions::default();
+        let a = object("a", &[("app", "web")]);
+        r.set_policy("p", &policy("web", false), [(&a, None)], &[wec("cluster1")]);
+        assert_eq!(r.take_dirty(), BTreeSet::from(["p".to_string()]));
+        assert_eq!(r.desired_spec("p").unwrap().workload.namespace_scope.len(), 1);
+
+        let relabelled = object("a", &[("app", "db")]);
+        r.set_object(&relabelled.identity, Some((&relabelled, None)));
+        assert!(r.has_dirty());
+        assert!(r.desired_spec("p").unwrap().workload.namespace_scope.is_empty());
+
+        r.take_dirty();
+        r.set_object(&relabelled.identity, Some((&relabelled, None)));
+        assert!(!r.has_dirty(), "no change, no write");
+        r.set_object(&a.identity, Some((&a, None)));
+        r.set_object(&a.identity, None);
+        assert!(r.desired_spec("p").unwrap().workload.namespace_scope.is_empty());
+    }
+
+    #[test]
+    fn a_new_resource_version_marks_the_policy() {
+        let mut r = Resolutions::default();
+        let a = object("a", &[("app", "web")]);
+        r.set_policy("p", &policy("web", false), [(&a, None)], &[]);
+        r.take_dirty();
+        let mut newer = a.clone();
+        newer.resource_version = "2".into();
+        r.set_object(&newer.identity, Some((&newer, None)));
+        assert!(r.has_dirty());
+        let spec = r.desired_spec("p").unwrap();
+        assert_eq!(spec.workload.namespace_scope[0].object.resource_version, "2");
+    }
+
+    #[test]
+    fn wec_changes_mark_only_affected_policies() {
+        let mut r = Resolutions::default();
+        r.set_policy("p", &policy("web", false), [], &[wec("cluster1")]);
+        r.take_dirty();
+        r.set_wecs(&[wec("cluster1")]);
+        assert!(!r.has_dirty());
+        r.set_wecs(&[wec("cluster1"), wec("cluster2")]);
+        assert_eq!(r.desired_spec("p").unwrap().destinations.len(), 2);
+    }
+
+    #[test]
+    fn singleton_check_counts_wecs_across_policies() {
+        let mut r = Resolutions::default();
+        let a = object("a", &[("app", "web")]);
+        r.set_policy("one", &policy("web", true), [(&a, None)], &[wec("cluster1")]);
+        assert!(r.errors("one").is_empty());
+        r.set_policy("two", &policy("web", true), [(&a, None)], &[wec("cluster2")]);
+        let errors = r.errors("one");
+        assert_eq!(errors.len(), 1);
+        assert!(
+            errors[0].starts_with("Singleton reported status return is requested"),
+            "{errors:?}"
+        );
+        // A policy without the flag does not count its WECs.
+        r.set_policy("two", &policy("web", false), [(&a, None)], &[wec("cluster2")]);
+        assert!(r.errors("one").is_empty());
+    }
+}

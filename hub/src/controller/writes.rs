@@ -1,0 +1,177 @@
+//! The binding controller's writes: the Binding (server-side apply, owned by its policy), the
+//! policy's status (server-side apply on the status subresource) and the policy's finalizer.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use ks_shared::api::{
+    Binding, BindingPolicy, BindingPolicyStatus, BindingSpec, Condition, condition_reason, condition_type,
+};
+use ks_shared::names::{BINDING_POLICY_FINALIZER, field_manager};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+/// Writes the Binding of `policy` with exactly `spec`: created when absent, else replaced from
+/// the cached copy (we own the whole spec; the resourceVersion guards against lost updates and
+/// the cached metadata keeps what others added). Not server-side apply: an apply drops the empty
+/// lists of a Binding that selects nothing, leaving no spec at all.
+pub async fn write_binding(
+    api: &Api<Binding>,
+    policy: &BindingPolicy,
+    existing: Option<&Binding>,
+    spec: BindingSpec,
+) -> kube::Result<()> {
+    let name = policy.name_any();
+    let owner = OwnerReference {
+        api_version: BindingPolicy::api_version(&()).into_owned(),
+        kind: BindingPolicy::kind(&()).into_owned(),
+        name: name.clone(),
+        uid: policy.uid().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(false),
+    };
+    let params = PostParams {
+        field_manager: Some(field_manager::BINDING.into()),
+        ..Default::default()
+    };
+    match existing {
+        Some(existing) => {
+            let mut binding = existing.clone();
+            binding.spec = spec;
+            binding.metadata.owner_references = Some(vec![owner]);
+            binding.metadata.managed_fields = None;
+            api.replace(&name, &params, &binding).await?;
+        }
+        None => {
+            let metadata = ObjectMeta {
+                name: Some(name.clone()),
+                owner_references: Some(vec![owner]),
+                ..Default::default()
+            };
+            api.create(
+                &params,
+                &Binding {
+                    metadata,
+                    spec,
+                    status: None,
+                },
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The status the policy should have: errors, plus `Synced` (is the Binding written) and
+/// `Ready` (does the policy work as written), keeping transition times of unchanged conditions.
+pub fn desired_status(
+    policy: &BindingPolicy,
+    errors: Vec<String>,
+    write_error: Option<String>,
+    selected: (usize, usize),
+) -> BindingPolicyStatus {
+    let previous = policy.status.clone().unwrap_or_default();
+    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
+        let status = if ok { "True" } else { "False" }.to_string();
+        let unchanged = previous
+            .condition(type_)
+            .filter(|c| c.status == status && c.reason == reason && c.message == message);
+        Condition {
+            type_: type_.into(),
+            last_transition_time: unchanged
+                .map(|c| c.last_transition_time.clone())
+                .unwrap_or_else(|| Time(k8s_openapi::jiff::Timestamp::now())),
+            status,
+            reason: reason.into(),
+            message,
+        }
+    };
+    let synced = match &write_error {
+        None => condition(
+            condition_type::SYNCED,
+            true,
+            condition_reason::RECONCILE_SUCCESS,
+            "Binding is up to date".into(),
+        ),
+        Some(err) => condition(
+            condition_type::SYNCED,
+            false,
+            condition_reason::RECONCILE_ERROR,
+            err.clone(),
+        ),
+    };
+    let ready = match errors.first() {
+        None => condition(
+            condition_type::READY,
+            write_error.is_none(),
+            if write_error.is_none() {
+                condition_reason::AVAILABLE
+            } else {
+                condition_reason::UNAVAILABLE
+            },
+            format!("selects {} objects for {} WECs", selected.0, selected.1),
+        ),
+        Some(first) => condition(
+            condition_type::READY,
+            false,
+            condition_reason::RECONCILE_ERROR,
+            first.clone(),
+        ),
+    };
+    BindingPolicyStatus {
+        observed_generation: policy.metadata.generation.unwrap_or_default(),
+        conditions: vec![synced, ready],
+        errors,
+    }
+}
+
+/// Whether the status differs from the one the policy has (ignoring condition order).
+pub fn status_differs(policy: &BindingPolicy, desired: &BindingPolicyStatus) -> bool {
+    let Some(current) = &policy.status else { return true };
+    current.observed_generation != desired.observed_generation
+        || current.errors != desired.errors
+        || current.conditions.len() != desired.conditions.len()
+        || desired
+            .conditions
+            .iter()
+            .any(|d| current.condition(&d.type_) != Some(d))
+}
+
+pub async fn apply_status(api: &Api<BindingPolicy>, name: &str, status: &BindingPolicyStatus) -> kube::Result<()> {
+    let patch = json!({
+        "apiVersion": BindingPolicy::api_version(&()),
+        "kind": BindingPolicy::kind(&()),
+        "status": status,
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply(field_manager::BINDING).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Adds or removes our finalizer; the resourceVersion guards against racing writers.
+pub async fn set_finalizer(api: &Api<BindingPolicy>, policy: &BindingPolicy, present: bool) -> kube::Result<()> {
+    let mut finalizers: Vec<String> = policy
+        .finalizers()
+        .iter()
+        .filter(|f| *f != BINDING_POLICY_FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(BINDING_POLICY_FINALIZER.into());
+    }
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": policy.resource_version()}});
+    api.patch(&policy.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
+/// What the API server said, without the debug dump of the whole response.
+pub fn error_message(err: &kube::Error) -> String {
+    match err {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,328 @@
+//! One informer per listable resource of the WDS, at its preferred version, started and stopped
+//! as CRDs come and go, without a restart. Each informer keeps a cache and reports every change
+//! as a [`WorkloadEvent`]; nothing on the hot path reads the API server.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use futures::StreamExt;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DynamicObject};
+use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+/// A group and plural resource name, e.g. `apps`/`deployments`.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct GroupResource {
+    pub group: String,
+    pub resource: String,
+}
+
+/// A change seen by an informer.
+#[derive(Clone, Debug)]
+pub enum WorkloadEvent {
+    /// The object was added, changed or deleted; look it up in the cache.
+    Changed {
+        resource: GroupResource,
+        namespace: Option<String>,
+        name: String,
+    },
+    /// The cache was (re)filled from a full list: anything not in it is gone.
+    Listed(GroupResource),
+    /// The informer was stopped (its CRD went away): everything of this resource is gone.
+    Stopped(GroupResource),
+}
+
+/// Groups never watched: cluster plumbing and KubeStellar's own API.
+const EXCLUDED_GROUPS: [&str; 5] = [
+    "flowcontrol.apiserver.k8s.io",
+    "discovery.k8s.io",
+    "apiregistration.k8s.io",
+    "coordination.k8s.io",
+    "control.kubestellar.io",
+];
+/// Resources never watched: high churn, node-bound or KubeStellar's reporting objects.
+const EXCLUDED_RESOURCES: [(&str, &str); 7] = [
+    ("", "events"),
+    ("events.k8s.io", "events"),
+    ("", "nodes"),
+    ("storage.k8s.io", "csistoragecapacities"),
+    ("storage.k8s.io", "csinodes"),
+    ("", "endpoints"),
+    ("control.kubestellar.io", "workstatuses"),
+];
+
+/// Which resources to watch: everything listable and watchable, minus the exclusions, limited
+/// to an allow-list of groups when one is given (`--api-groups`; `""` is the core group).
+#[derive(Clone, Debug, Default)]
+pub struct ResourceFilter {
+    pub allowed_groups: Option<BTreeSet<String>>,
+}
+
+impl ResourceFilter {
+    /// Parses `--api-groups`: comma-separated, empty means every group. A non-empty list always
+    /// includes `apiextensions.k8s.io` so CRDs can be followed.
+    pub fn from_api_groups(list: &str) -> Self {
+        if list.trim().is_empty() {
+            return ResourceFilter::default();
+        }
+        let mut groups: BTreeSet<String> = list.split(',').map(|g| g.trim().to_string()).collect();
+        groups.insert("apiextensions.k8s.io".into());
+        ResourceFilter {
+            allowed_groups: Some(groups),
+        }
+    }
+
+    pub fn watches(&self, group: &str, resource: &str, caps: &ApiCapabilities) -> bool {
+        !resource.contains('/')
+            && caps.supports_operation(verbs::LIST)
+            && caps.supports_operation(verbs::WATCH)
+            && !EXCLUDED_GROUPS.contains(&group)
+            && !EXCLUDED_RESOURCES.contains(&(group, resource))
+            && self.allowed_groups.as_ref().is_none_or(|g| g.contains(group))
+    }
+}
+
+/// A running informer.
+struct Informer {
+    resource: ApiResource,
+    namespaced: bool,
+    store: Store<DynamicObject>,
+    stop: CancellationToken,
+}
+
+/// The set of informers over the WDS.
+#[derive(Clone)]
+pub struct WorkloadInformers {
+    client: Client,
+    filter: ResourceFilter,
+    running: Arc<Mutex<BTreeMap<GroupResource, Informer>>>,
+    events: UnboundedSender<WorkloadEvent>,
+    shutdown: CancellationToken,
+}
+
+impl WorkloadInformers {
+    pub fn new(
+        client: Client,
+        filter: ResourceFilter,
+        events: UnboundedSender<WorkloadEvent>,
+        shutdown: CancellationToken,
+    ) -> Self {
+        WorkloadInformers {
+            client,
+            filter,
+            running: Arc::default(),
+            events,
+            shutdown,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupResource, Informer>> {
+        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How many informers run.
+    pub fn count(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// The cached object, with the version it is served at and its scope.
+    pub fn get(&self, resource: &GroupResource, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
+        let running = self.lock();
+        let informer = running.get(resource)?;
+        let key = ObjectRef::new_with(name, informer.resource.clone());
+        let key = match namespace {
+            Some(namespace) if informer.namespaced => key.within(namespace),
+            _ => key,
+        };
+        informer.store.get(&key)
+    }
+
+    /// The API resource (version, kind) watched for a group/resource.
+    pub fn api_resource(&self, resource: &GroupResource) -> Option<ApiResource> {
+        self.lock().get(resource).map(|i| i.resource.clone())
+    }
+
+    /// Every cached object of every resource, with its group/resource.
+    pub fn all_objects(&self) -> Vec<(GroupResource, ApiResource, Arc<DynamicObject>)> {
+        let running = self.lock();
+        running
+            .iter()
+            .flat_map(|(gr, informer)| {
+                informer
+                    .store
+                    .state()
+                    .into_iter()
+                    .map(move |o| (gr.clone(), informer.resource.clone(), o))
+            })
+            .collect()
+    }
+
+    /// Every cached object of one resource.
+    pub fn objects_of(&self, resource: &GroupResource) -> Vec<Arc<DynamicObject>> {
+        self.lock().get(resource).map(|i| i.store.state()).unwrap_or_default()
+    }
+
+    /// Brings the set of informers in line with discovery and the established CRDs: starts the
+    /// missing ones, stops those whose resource is gone. `crds` are the CRDs currently known.
+    pub async fn sync_with_discovery(&self, crds: &[Arc<CustomResourceDefinition>]) -> Result<(), kube::Error> {
+        let discovery = Discovery::new(self.client.clone()).run_aggregated().await?;
+        let served_crds: BTreeSet<GroupResource> = crds
+            .iter()
+            .filter(|crd| crd.metadata.deletion_timestamp.is_none() && established(crd))
+            .map(|crd| GroupResource {
+                group: crd.spec.group.clone(),
+                resource: crd.spec.names.plural.clone(),
+            })
+            .collect();
+        let mut wanted = BTreeMap::new();
+        for group in discovery.groups() {
+            for (resource, caps) in group.recommended_resources() {
+                let gr = GroupResource {
+                    group: resource.group.clone(),
+                    resource: resource.plural.clone(),
+                };
+                // A CRD-backed resource is watched only while its CRD exists and is established:
+                // discovery can lag behind a CRD's deletion.
+                let is_crd_resource = crds
+                    .iter()
+                    .any(|c| c.spec.group == gr.group && c.spec.names.plural == gr.resource);
+                if self.filter.watches(&gr.group, &gr.resource, &caps)
+                    && (!is_crd_resource || served_crds.contains(&gr))
+                {
+                    wanted.insert(gr, (resource, caps));
+                }
+            }
+        }
+        let mut running = self.lock();
+        let stale: Vec<GroupResource> = running
+            .iter()
+            .filter(|(gr, informer)| {
+                wanted
+                    .get(*gr)
+                    .is_none_or(|(ar, _)| ar.version != informer.resource.version)
+            })
+            .map(|(gr, _)| gr.clone())
+            .collect();
+        for gr in stale {
+            if let Some(informer) = running.remove(&gr) {
+                informer.stop.cancel();
+                tracing::info!(group = %gr.group, resource = %gr.resource, "stopped informer");
+                let _ = self.events.send(WorkloadEvent::Stopped(gr));
+            }
+        }
+        for (gr, (resource, caps)) in wanted {
+            if running.contains_key(&gr) {
+                continue;
+            }
+            let informer = self.start(gr.clone(), resource, caps.scope == Scope::Namespaced);
+            tracing::info!(group = %gr.group, resource = %gr.resource, version = %informer.resource.version, "started informer");
+            running.insert(gr, informer);
+        }
+        Ok(())
+    }
+
+    fn start(&self, gr: GroupResource, resource: ApiResource, namespaced: bool) -> Informer {
+        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let mut writer = Writer::new(resource.clone());
+        let store = writer.as_reader();
+        let stop = self.shutdown.child_token();
+        let (events, token) = (self.events.clone(), stop.clone());
+        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        tokio::spawn(async move {
+            tokio::pin!(stream);
+            loop {
+                let event = tokio::select! {
+                    _ = token.cancelled() => break,
+                    event = stream.next() => event,
+                };
+                let Some(event) = event else { break };
+                let event = match event {
+                    Ok(event) => event,
+                    Err(err) => {
+                        tracing::debug!(resource = %gr.resource, error = %err, "watch error; retrying");
+                        continue;
+                    }
+                };
+                writer.apply_watcher_event(&event);
+                let change = |o: &DynamicObject| WorkloadEvent::Changed {
+                    resource: gr.clone(),
+                    namespace: o.namespace(),
+                    name: o.name_any(),
+                };
+                let sent = match &event {
+                    watcher::Event::Apply(o) | watcher::Event::Delete(o) => events.send(change(o)),
+                    watcher::Event::InitDone => events.send(WorkloadEvent::Listed(gr.clone())),
+                    watcher::Event::Init | watcher::Event::InitApply(_) => Ok(()),
+                };
+                if sent.is_err() {
+                    break;
+                }
+            }
+        });
+        Informer {
+            resource,
+            namespaced,
+            store,
+            stop,
+        }
+    }
+
+    /// Whether every running informer has filled its cache.
+    pub async fn wait_synced(&self) {
+        let stores: Vec<Store<DynamicObject>> = self.lock().values().map(|i| i.store.clone()).collect();
+        for store in stores {
+            let _ = store.wait_until_ready().await;
+        }
+    }
+}
+
+fn established(crd: &CustomResourceDefinition) -> bool {
+    crd.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .any(|c| c.type_ == "Established" && c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn caps(verbs: &[&str]) -> ApiCapabilities {
+        ApiCapabilities {
+            scope: Scope::Namespaced,
+            subresources: vec![],
+            operations: verbs.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn excludes_plumbing_and_unlistable_resources() {
+        let filter = ResourceFilter::default();
+        let full = caps(&["list", "watch", "get"]);
+        assert!(filter.watches("apps", "deployments", &full));
+        assert!(filter.watches("", "configmaps", &full));
+        assert!(!filter.watches("", "events", &full));
+        assert!(!filter.watches("events.k8s.io", "events", &full));
+        assert!(!filter.watches("coordination.k8s.io", "leases", &full));
+        assert!(!filter.watches("control.kubestellar.io", "bindingpolicies", &full));
+        assert!(!filter.watches("apps", "deployments", &caps(&["list"])));
+        assert!(!filter.watches("apps", "deployments/status", &full));
+    }
+
+    #[test]
+    fn api_groups_allow_list() {
+        let full = caps(&["list", "watch"]);
+        let core_and_apps = ResourceFilter::from_api_groups(",apps");
+        assert!(core_and_apps.watches("", "configmaps", &full));
+        assert!(core_and_apps.watches("apps", "deployments", &full));
+        assert!(core_and_apps.watches("apiextensions.k8s.io", "customresourcedefinitions", &full));
+        assert!(!core_and_apps.watches("batch", "jobs", &full));
+        assert!(ResourceFilter::from_api_groups(" ").watches("batch", "jobs", &full));
+    }
+}
