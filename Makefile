@@ -1,7 +1,7 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test crds deps up down
+.PHONY: help build lint test crds deps up down bench-binding
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
@@ -29,3 +29,6 @@ up: deps build ## Start the local stack in .stack/ (WECS=n for n WECs; idempoten
 
 down: ## Stop every process of the local stack
 	$(STACK) down
+
+bench-binding: build ## Time BindingPolicy change -> Binding write on the running stack (make up first)
+	$(CARGO) run -q -p ks-tests --bin ks-bench -- binding-latency --changes 20

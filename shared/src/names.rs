@@ -72,6 +72,15 @@ pub const STATUS_ADDON_MANIFESTWORK: &str = "addon-addon-status-deploy-0";
 pub const STATUS_ADDON_HUB_SECRET: &str = "addon-status-hub-kubeconfig";
 /// The agent Deployment on each WEC.
 pub const STATUS_AGENT_DEPLOYMENT: &str = "status-agent";
+/// The agent's ServiceAccount on each WEC (upstream's name).
+pub const STATUS_AGENT_SERVICE_ACCOUNT: &str = "status-agent-sa";
+/// The hub Role and RoleBinding, in each cluster namespace, granting the agent its mailbox.
+pub const STATUS_ADDON_HUB_ROLE: &str = "open-cluster-management:addon-status:agent";
+/// The reason on the Approved condition of the agent CSRs that ks-addon approves.
+pub const STATUS_ADDON_CSR_APPROVAL_REASON: &str = "AutoApprovedByKubeStellarStatusAddOn";
+/// OCM labels on an add-on's CSRs (set by the registration agent) and on its ManifestWorks.
+pub const OCM_CLUSTER_NAME_LABEL: &str = "open-cluster-management.io/cluster-name";
+pub const OCM_ADDON_NAME_LABEL: &str = "open-cluster-management.io/addon-name";
 
 /// Field managers, as upstream names them.
 pub mod field_manager {
@@ -81,6 +90,8 @@ pub mod field_manager {
     pub const STATUS: &str = "Status";
     /// The transport controller.
     pub const TRANSPORT: &str = "transport-controller";
+    /// The status add-on controller.
+    pub const ADDON: &str = "ks-addon";
 }
 
 /// True when a label key marks a ManifestWork as KubeStellar's.

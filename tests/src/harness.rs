@@ -28,6 +28,18 @@ pub struct StackTest {
     pub body: TestBody,
 }
 
+/// A [`StackTest`] running the async fn `$body` (which takes a [`Ctx`]), named after it.
+#[macro_export]
+macro_rules! stack_test {
+    ($body:ident, $components:expr) => {
+        $crate::harness::StackTest {
+            name: stringify!($body),
+            components: $components,
+            body: |ctx| Box::pin($body(ctx)),
+        }
+    };
+}
+
 /// What a test gets: the stack and helpers bound to it.
 #[derive(Clone)]
 pub struct Ctx {

@@ -9,7 +9,8 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{Binding, BindingPolicy};
 use ks_shared::ocm::ManagedCluster;
-use ks_tests::harness::{Ctx, StackTest, run, wait_until};
+use ks_tests::harness::{Ctx, run, wait_until};
+use ks_tests::stack_test;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::conditions;
@@ -24,31 +25,12 @@ fn main() -> std::process::ExitCode {
     run(
         ks_stack.parent().expect("binaries live in a directory"),
         vec![
-            StackTest {
-                name: "selects_by_each_criterion",
-                components: HUB,
-                body: |c| Box::pin(selects_by_each_criterion(c)),
-            },
-            StackTest {
-                name: "follows_objects_and_policy_edits",
-                components: HUB,
-                body: |c| Box::pin(follows_objects_and_policy_edits(c)),
-            },
-            StackTest {
-                name: "follows_wecs",
-                components: HUB,
-                body: |c| Box::pin(follows_wecs(c)),
-            },
-            StackTest {
-                name: "invalid_policy_reports_and_others_work",
-                components: HUB,
-                body: |c| Box::pin(invalid_policy_reports_and_others_work(c)),
-            },
-            StackTest {
-                name: "crd_created_at_runtime_is_watched",
-                components: HUB,
-                body: |c| Box::pin(crd_created_at_runtime_is_watched(c)),
-            },
+            stack_test!(selects_by_each_criterion, HUB),
+            stack_test!(follows_objects_and_policy_edits, HUB),
+            stack_test!(follows_wecs, HUB),
+            stack_test!(invalid_policy_reports_and_others_work, HUB),
+            stack_test!(status_request_labels_follow_policies, HUB),
+            stack_test!(crd_created_at_runtime_is_watched, HUB),
         ],
     )
 }
@@ -450,5 +432,87 @@ async fn crd_created_at_runtime_is_watched(ctx: Ctx) -> anyhow::Result<()> {
         Ok(informer_count(&ctx)? == baseline)
     })
     .await?;
+    cleanup(&ctx, &policies, &[&name], &ns).await
+}
+
+async fn status_request_labels_follow_policies(ctx: Ctx) -> anyhow::Result<()> {
+    const SINGLETON: &str = "managed-by.kubestellar.io/singletonstatus";
+    const MULTI: &str = "managed-by.kubestellar.io/multiwecstatus";
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let cms: Api<ConfigMap> = Api::namespaced(wds.clone(), &ns);
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    apply(&cms, config_map("single", json!({"app": "single"}))).await?;
+    apply(&cms, config_map("multi", json!({"app": "multi"}))).await?;
+    // Someone else's label: never removed by us.
+    apply(&cms, config_map("user", json!({"app": "user", SINGLETON: "true"}))).await?;
+    let name = format!("{ns}-labels");
+    let clauses = |want: bool| {
+        json!([
+            {"namespaces": [ns], "objectSelectors": [{"matchLabels": {"app": "single"}}], "wantSingletonReportedState": want},
+            {"namespaces": [ns], "objectSelectors": [{"matchLabels": {"app": "multi"}}], "wantMultiWECReportedState": want},
+            {"namespaces": [ns], "objectSelectors": [{"matchLabels": {"app": "user"}}]}
+        ])
+    };
+    apply(
+        &policies,
+        policy(&name, json!([{"matchLabels": {"name": "cluster1"}}]), clauses(true)),
+    )
+    .await?;
+    let labelled = |key: &'static str, present: bool| {
+        move |c: Option<&ConfigMap>| {
+            c.is_some_and(|c| c.metadata.labels.iter().flatten().any(|(k, v)| k == key && v == "true") == present)
+        }
+    };
+    wait_until(
+        cms.clone(),
+        "single",
+        "labelled singletonstatus",
+        DEADLINE,
+        labelled(SINGLETON, true),
+    )
+    .await?;
+    wait_until(
+        cms.clone(),
+        "multi",
+        "labelled multiwecstatus",
+        DEADLINE,
+        labelled(MULTI, true),
+    )
+    .await?;
+    anyhow::ensure!(
+        !cms.get("multi")
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .contains_key(SINGLETON)
+    );
+
+    apply(
+        &policies,
+        policy(&name, json!([{"matchLabels": {"name": "cluster1"}}]), clauses(false)),
+    )
+    .await?;
+    wait_until(
+        cms.clone(),
+        "single",
+        "unlabelled",
+        DEADLINE,
+        labelled(SINGLETON, false),
+    )
+    .await?;
+    wait_until(cms.clone(), "multi", "unlabelled", DEADLINE, labelled(MULTI, false)).await?;
+    anyhow::ensure!(
+        cms.get("user")
+            .await?
+            .metadata
+            .labels
+            .unwrap_or_default()
+            .get(SINGLETON)
+            .map(String::as_str)
+            == Some("true"),
+        "a label set by someone else stays"
+    );
     cleanup(&ctx, &policies, &[&name], &ns).await
 }

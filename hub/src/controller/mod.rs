@@ -25,7 +25,7 @@ use tokio::sync::mpsc::{self, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 pub use metrics::Metrics;
-pub use state::Resolutions;
+pub use state::{Resolutions, StatusRequest};
 
 use crate::binding::{Labels, ObjectIdentity, Wec, WorkloadObject};
 use crate::informers::{GroupResource, ResourceFilter, WorkloadEvent, WorkloadInformers};
@@ -213,8 +213,11 @@ pub async fn run(
     let policy_api: Api<BindingPolicy> = Api::all(wds.clone());
     let binding_api: Api<Binding> = Api::all(wds.clone());
     let mut resolutions = Resolutions::default();
+    let labelled = labelled_at_start(&caches);
     let mut looper = Loop {
         caches,
+        wds: wds.clone(),
+        labelled,
         failed: Default::default(),
         resolutions: &mut resolutions,
         policy_api,
@@ -277,6 +280,33 @@ pub async fn run(
     }
 }
 
+/// The status-request labels objects carry now; applying from this baseline removes ours from
+/// objects no longer requested, even across a restart (server-side apply only removes what we own).
+fn labelled_at_start(caches: &Caches) -> std::collections::BTreeMap<ObjectIdentity, StatusRequest> {
+    use ks_shared::names::{LABEL_TRUE, MULTI_WEC_STATUS_LABEL, SINGLETON_STATUS_LABEL};
+    caches
+        .objects()
+        .into_iter()
+        .filter_map(|(o, _)| {
+            let has = |key: &str| o.labels.get(key).is_some_and(|v| v == LABEL_TRUE);
+            let request = StatusRequest {
+                singleton: has(SINGLETON_STATUS_LABEL),
+                multi_wec: has(MULTI_WEC_STATUS_LABEL),
+            };
+            (request.singleton || request.multi_wec).then_some((o.identity, request))
+        })
+        .collect()
+}
+
+/// Success, or the object is gone (nothing left to label).
+fn is_gone(result: &kube::Result<()>) -> bool {
+    match result {
+        Ok(()) => true,
+        Err(kube::Error::Api(status)) => status.code == 404,
+        Err(_) => false,
+    }
+}
+
 /// Back-off of failed Binding writes.
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(60);
@@ -290,6 +320,9 @@ async fn sleep_until(deadline: Option<tokio::time::Instant>) {
 
 struct Loop<'a> {
     caches: Caches,
+    wds: Client,
+    /// The status-request labels last applied (or found on objects at start-up).
+    labelled: std::collections::BTreeMap<ObjectIdentity, StatusRequest>,
     /// Policies whose Binding write failed: retried after a back-off, not at once.
     failed: std::collections::BTreeSet<String>,
     resolutions: &'a mut Resolutions,
@@ -414,9 +447,41 @@ impl Loop<'_> {
         }
     }
 
+    /// Brings the status-request labels of WDS objects in line with what the policies request.
+    async fn sync_status_labels(&mut self) {
+        let wanted = self.resolutions.status_requests();
+        let mut changes: Vec<(ObjectIdentity, StatusRequest)> = wanted
+            .iter()
+            .filter(|(id, r)| self.labelled.get(*id) != Some(*r))
+            .map(|(id, r)| (id.clone(), *r))
+            .collect();
+        changes.extend(
+            self.labelled
+                .keys()
+                .filter(|id| !wanted.contains_key(*id))
+                .map(|id| (id.clone(), StatusRequest::default())),
+        );
+        for (id, request) in changes {
+            let result = writes::apply_status_request_labels(&self.wds, &id, request).await;
+            if let (false, Err(err)) = (is_gone(&result), &result) {
+                self.metrics.errors.inc();
+                tracing::warn!(object = %id.name, error = %err, "status-request labels; will retry on the next change");
+            } else if request == StatusRequest::default() {
+                // Applied, or the object is gone and needs no label.
+                self.labelled.remove(&id);
+            } else {
+                self.labelled.insert(id, request);
+            }
+        }
+    }
+
     /// Writes every dirty policy's Binding and status, each only if it differs.
     async fn flush(&mut self) {
-        for name in self.resolutions.take_dirty() {
+        let dirty = self.resolutions.take_dirty();
+        if !dirty.is_empty() {
+            self.sync_status_labels().await;
+        }
+        for name in dirty {
             self.metrics.reconciles.inc();
             let (Some(policy), Some(desired)) = (
                 self.caches.policies.get(&ObjectRef::new(&name)),

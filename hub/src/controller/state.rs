@@ -11,6 +11,13 @@ use crate::binding::{
     wec_selected,
 };
 
+/// The kinds of status return requested for an object.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StatusRequest {
+    pub singleton: bool,
+    pub multi_wec: bool,
+}
+
 /// One policy's resolution.
 pub struct PolicyState {
     pub compiled: CompiledPolicy,
@@ -140,6 +147,20 @@ impl Resolutions {
         }
     }
 
+    /// Which selected objects have singleton or multi-WEC status return requested, by any policy.
+    pub fn status_requests(&self) -> BTreeMap<ObjectIdentity, StatusRequest> {
+        let mut requests: BTreeMap<ObjectIdentity, StatusRequest> = BTreeMap::new();
+        for policy in self.policies.values() {
+            for (id, (_, m)) in &policy.selected {
+                let request = requests.entry(id.clone()).or_default();
+                request.singleton |= m.want_singleton_reported_state;
+                request.multi_wec |= m.want_multi_wec_reported_state;
+            }
+        }
+        requests.retain(|_, r| r.singleton || r.multi_wec);
+        requests
+    }
+
     /// The Binding spec a policy's resolution calls for.
     pub fn desired_spec(&self, name: &str) -> Option<BindingSpec> {
         let policy = self.policies.get(name)?;
@@ -266,6 +287,25 @@ mod tests {
         assert!(!r.has_dirty());
         r.set_wecs(&[wec("cluster1"), wec("cluster2")]);
         assert_eq!(r.desired_spec("p").unwrap().destinations.len(), 2);
+    }
+
+    #[test]
+    fn status_requests_are_united_across_policies() {
+        let mut r = Resolutions::default();
+        let a = object("a", &[("app", "web")]);
+        r.set_policy("plain", &policy("web", false), [(&a, None)], &[]);
+        assert!(r.status_requests().is_empty());
+        r.set_policy("singleton", &policy("web", true), [(&a, None)], &[]);
+        let requests = r.status_requests();
+        assert_eq!(
+            requests[&a.identity],
+            StatusRequest {
+                singleton: true,
+                multi_wec: false
+            }
+        );
+        r.remove_policy("singleton");
+        assert!(r.status_requests().is_empty());
     }
 
     #[test]

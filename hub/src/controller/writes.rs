@@ -175,3 +175,53 @@ pub fn error_message(err: &kube::Error) -> String {
         other => other.to_string(),
     }
 }
+
+/// Sets the status-request labels of a WDS object to `request` with server-side apply: labels
+/// we no longer apply are removed, and labels someone else set are never touched.
+pub async fn apply_status_request_labels(
+    wds: &kube::Client,
+    id: &crate::binding::ObjectIdentity,
+    request: super::state::StatusRequest,
+) -> kube::Result<()> {
+    use ks_shared::names::{LABEL_TRUE, MULTI_WEC_STATUS_LABEL, SINGLETON_STATUS_LABEL};
+    let resource = kube::discovery::ApiResource {
+        group: id.group.clone(),
+        version: id.version.clone(),
+        api_version: if id.group.is_empty() {
+            id.version.clone()
+        } else {
+            format!("{}/{}", id.group, id.version)
+        },
+        kind: id.kind.clone(),
+        plural: id.resource.clone(),
+    };
+    let mut labels = serde_json::Map::new();
+    if request.singleton {
+        labels.insert(SINGLETON_STATUS_LABEL.into(), LABEL_TRUE.into());
+    }
+    if request.multi_wec {
+        labels.insert(MULTI_WEC_STATUS_LABEL.into(), LABEL_TRUE.into());
+    }
+    let mut metadata = json!({"name": id.name});
+    if !labels.is_empty() {
+        metadata["labels"] = labels.into();
+    }
+    let api: Api<kube::api::DynamicObject> = if id.namespace.is_empty() {
+        Api::all_with(wds.clone(), &resource)
+    } else {
+        metadata["namespace"] = id.namespace.clone().into();
+        Api::namespaced_with(wds.clone(), &id.namespace, &resource)
+    };
+    let patch = json!({"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata});
+    api.patch(
+        &id.name,
+        &PatchParams::apply(STATUS_REQUEST_FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Our field manager for the status-request labels on workload objects, apart from everything
+/// else so that applying only these labels never releases other fields.
+const STATUS_REQUEST_FIELD_MANAGER: &str = "kubestellar-status-request";

@@ -1,0 +1,246 @@
+//! The agent's manifests for one WEC and the ManifestWork that delivers them.
+//!
+//! The agent gets only what it needs on the WEC: read-only access (get, list, watch) to every
+//! resource, so it can report on whatever KubeStellar delivers, and Leases in its own namespace
+//! for leader election. It never writes workloads (upstream binds cluster-admin, §10 item 16).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::ObjectMeta;
+use ks_shared::names::{
+    OCM_ADDON_NAME_LABEL, STATUS_ADDON_HUB_SECRET, STATUS_ADDON_MANIFESTWORK, STATUS_ADDON_NAME, STATUS_AGENT_DEPLOYMENT,
+    STATUS_AGENT_SERVICE_ACCOUNT,
+};
+use ks_shared::ocm::{FeedbackRule, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier};
+use serde_json::{Value, json};
+
+use crate::settings::AgentSettings;
+
+/// Where the hub kubeconfig Secret is mounted in the agent's Pod.
+pub const HUB_MOUNT_PATH: &str = "/var/run/hub";
+/// The WEC ClusterRole and ClusterRoleBinding giving the agent read-only access.
+pub const AGENT_CLUSTER_ROLE: &str = "open-cluster-management:addon-status:agent";
+/// The WEC Role and RoleBinding for the agent's leader-election Lease.
+pub const AGENT_LEASE_ROLE: &str = "open-cluster-management:addon-status:agent-lease";
+/// Annotation holding a digest of what we rendered, so unchanged content is never rewritten.
+pub const CONTENT_DIGEST_ANNOTATION: &str = "addon.kubestellar.io/content-digest";
+/// The work agent's well-known status feedback (ReadyReplicas, Replicas, AvailableReplicas).
+pub const WELL_KNOWN_STATUS: &str = "WellKnownStatus";
+
+/// The read-only verbs: the only ones the agent gets on workloads.
+const READ_ONLY: [&str; 3] = ["get", "list", "watch"];
+
+/// The agent's objects on the WEC, in apply order (namespace and identity before the Pod).
+pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
+    let namespace = settings.install_namespace.as_str();
+    let labels = json!({"app": STATUS_AGENT_DEPLOYMENT});
+    let service_account = json!({"kind": "ServiceAccount", "name": STATUS_AGENT_SERVICE_ACCOUNT, "namespace": namespace});
+    let mut pod_spec = json!({
+        "serviceAccountName": STATUS_AGENT_SERVICE_ACCOUNT,
+        "containers": [{
+            "name": STATUS_AGENT_DEPLOYMENT,
+            "image": settings.image,
+            "imagePullPolicy": "IfNotPresent",
+            "args": [
+                format!("--hub-kubeconfig={HUB_MOUNT_PATH}/kubeconfig"),
+                format!("--cluster-name={cluster}"),
+                "--leader-elect",
+                format!("--leader-elect-namespace={namespace}"),
+            ],
+            "ports": [{"name": "metrics", "containerPort": 8080}],
+            "volumeMounts": [{"name": "hub-config", "mountPath": HUB_MOUNT_PATH, "readOnly": true}],
+            "securityContext": {
+                "allowPrivilegeEscalation": false,
+                "readOnlyRootFilesystem": true,
+                "capabilities": {"drop": ["ALL"]},
+            },
+        }],
+        "volumes": [{"name": "hub-config", "secret": {"secretName": STATUS_ADDON_HUB_SECRET}}],
+    });
+    if !settings.node_selector.is_empty() {
+        pod_spec["nodeSelector"] = json!(settings.node_selector);
+    }
+    if !settings.tolerations.is_empty() {
+        pod_spec["tolerations"] = json!(settings.tolerations);
+    }
+    vec![
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": STATUS_AGENT_SERVICE_ACCOUNT, "namespace": namespace}}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+               "metadata": {"name": AGENT_CLUSTER_ROLE},
+               "rules": [
+                   {"apiGroups": ["*"], "resources": ["*"], "verbs": READ_ONLY},
+                   {"apiGroups": ["work.open-cluster-management.io"], "resources": ["appliedmanifestworks"], "verbs": READ_ONLY},
+               ]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": AGENT_CLUSTER_ROLE},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT_CLUSTER_ROLE},
+               "subjects": [service_account]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": AGENT_LEASE_ROLE, "namespace": namespace},
+               "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                          "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": AGENT_LEASE_ROLE, "namespace": namespace},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_LEASE_ROLE},
+               "subjects": [service_account]}),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": STATUS_AGENT_DEPLOYMENT, "namespace": namespace, "labels": labels},
+               "spec": {
+                   "replicas": 1,
+                   "selector": {"matchLabels": labels},
+                   "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+               }}),
+    ]
+}
+
+/// The ManifestWork delivering the agent to `cluster`, owned by its ManagedClusterAddOn so that
+/// the garbage collector removes it with the add-on. It carries no KubeStellar label, so the
+/// agent never reports on itself, and asks the work agent for the Deployment's status.
+pub fn manifest_work(cluster: &str, settings: &AgentSettings, owner: OwnerReference) -> ManifestWork {
+    let spec = ManifestWorkSpec {
+        workload: ManifestsTemplate {
+            manifests: agent_manifests(cluster, settings),
+        },
+        delete_option: None,
+        manifest_configs: vec![ManifestConfigOption {
+            resource_identifier: ResourceIdentifier {
+                group: "apps".into(),
+                resource: "deployments".into(),
+                name: STATUS_AGENT_DEPLOYMENT.into(),
+                namespace: settings.install_namespace.clone(),
+            },
+            update_strategy: None,
+            feedback_rules: vec![FeedbackRule {
+                type_: WELL_KNOWN_STATUS.into(),
+                json_paths: Vec::new(),
+            }],
+        }],
+    };
+    let digest = digest(&spec);
+    ManifestWork {
+        metadata: ObjectMeta {
+            name: Some(STATUS_ADDON_MANIFESTWORK.into()),
+            namespace: Some(cluster.into()),
+            labels: Some(BTreeMap::from([(OCM_ADDON_NAME_LABEL.into(), STATUS_ADDON_NAME.into())])),
+            annotations: Some(BTreeMap::from([(CONTENT_DIGEST_ANNOTATION.into(), digest)])),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        },
+        spec,
+        status: None,
+    }
+}
+
+/// A short hex SHA-256 of a value's JSON form (serde_json keeps map keys sorted).
+pub fn digest(value: &impl serde::Serialize) -> String {
+    let bytes = serde_json::to_vec(value).unwrap_or_default();
+    let hash = ring::digest::digest(&ring::digest::SHA256, &bytes);
+    hash.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The digest recorded on an object we wrote, if any.
+pub fn recorded_digest(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(CONTENT_DIGEST_ANNOTATION)
+        .map(String::as_str)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ks_shared::names::is_kubestellar_label;
+
+    fn settings() -> AgentSettings {
+        AgentSettings {
+            image: "example.io/ks-agent:dev".into(),
+            install_namespace: "open-cluster-management-agent-addon".into(),
+            ..Default::default()
+        }
+    }
+
+    fn by_kind<'a>(manifests: &'a [Value], kind: &str) -> Vec<&'a Value> {
+        manifests.iter().filter(|m| m["kind"] == kind).collect()
+    }
+
+    #[test]
+    fn deployment_runs_the_agent_for_the_cluster_with_the_hub_secret() {
+        let manifests = agent_manifests("cluster1", &settings());
+        let deployment = by_kind(&manifests, "Deployment")[0];
+        assert_eq!(deployment["metadata"]["name"], STATUS_AGENT_DEPLOYMENT);
+        let pod = &deployment["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        assert_eq!(container["image"], "example.io/ks-agent:dev");
+        let args: Vec<&str> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(args.contains(&"--hub-kubeconfig=/var/run/hub/kubeconfig"));
+        assert!(args.contains(&"--cluster-name=cluster1"));
+        assert_eq!(container["volumeMounts"][0]["mountPath"], HUB_MOUNT_PATH);
+        assert_eq!(pod["volumes"][0]["secret"]["secretName"], STATUS_ADDON_HUB_SECRET);
+        assert_eq!(pod["serviceAccountName"], STATUS_AGENT_SERVICE_ACCOUNT);
+        assert!(pod.get("nodeSelector").is_none());
+    }
+
+    #[test]
+    fn agent_rbac_on_the_wec_is_read_only_except_its_lease() {
+        let manifests = agent_manifests("cluster1", &settings());
+        let cluster_role = by_kind(&manifests, "ClusterRole")[0];
+        for rule in cluster_role["rules"].as_array().unwrap() {
+            let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            assert_eq!(verbs, READ_ONLY, "{rule}");
+        }
+        let role = by_kind(&manifests, "Role")[0];
+        assert_eq!(role["metadata"]["namespace"], settings().install_namespace);
+        assert_eq!(role["rules"][0]["resources"], json!(["leases"]));
+        for binding in by_kind(&manifests, "ClusterRoleBinding")
+            .into_iter()
+            .chain(by_kind(&manifests, "RoleBinding"))
+        {
+            assert_eq!(binding["subjects"][0]["name"], STATUS_AGENT_SERVICE_ACCOUNT);
+        }
+    }
+
+    #[test]
+    fn node_placement_reaches_the_pod() {
+        let mut settings = settings();
+        settings.node_selector.insert("role".into(), "infra".into());
+        settings.tolerations.push(Default::default());
+        let manifests = agent_manifests("c", &settings);
+        let pod = &by_kind(&manifests, "Deployment")[0]["spec"]["template"]["spec"];
+        assert_eq!(pod["nodeSelector"]["role"], "infra");
+        assert_eq!(pod["tolerations"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn manifest_work_is_owned_unlabelled_by_kubestellar_and_asks_for_feedback() {
+        let owner = OwnerReference {
+            api_version: "addon.open-cluster-management.io/v1alpha1".into(),
+            kind: "ManagedClusterAddOn".into(),
+            name: STATUS_ADDON_NAME.into(),
+            uid: "u1".into(),
+            ..Default::default()
+        };
+        let work = manifest_work("cluster2", &settings(), owner.clone());
+        assert_eq!(work.metadata.name.as_deref(), Some(STATUS_ADDON_MANIFESTWORK));
+        assert_eq!(work.metadata.namespace.as_deref(), Some("cluster2"));
+        assert_eq!(work.metadata.owner_references, Some(vec![owner.clone()]));
+        assert!(!work.metadata.labels.iter().flatten().any(|(k, _)| is_kubestellar_label(k)));
+        let config = &work.spec.manifest_configs[0];
+        assert_eq!(config.resource_identifier.name, STATUS_AGENT_DEPLOYMENT);
+        assert_eq!(config.feedback_rules[0].type_, WELL_KNOWN_STATUS);
+        // The digest follows the content and nothing else.
+        let again = manifest_work("cluster2", &settings(), owner.clone());
+        assert_eq!(recorded_digest(&work.metadata), recorded_digest(&again.metadata));
+        let mut other = settings();
+        other.image = "example.io/ks-agent:v2".into();
+        let changed = manifest_work("cluster2", &other, owner);
+        assert_ne!(recorded_digest(&work.metadata), recorded_digest(&changed.metadata));
+    }
+}

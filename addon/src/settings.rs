@@ -1,0 +1,204 @@
+//! How the agent is installed on one WEC: the controller's defaults, overridden by the
+//! AddOnDeploymentConfig that the cluster's ManagedClusterAddOn references.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Toleration;
+use ks_shared::ocm::{AddOnConfig, AddOnDeploymentConfigSpec, ManagedClusterAddOn};
+
+/// API group and resource of an AddOnDeploymentConfig reference in `spec.configs`.
+pub const CONFIG_GROUP: &str = "addon.open-cluster-management.io";
+pub const CONFIG_RESOURCE: &str = "addondeploymentconfigs";
+
+/// The customized variable that overrides the agent image (`customizedVariables[].name`).
+pub const IMAGE_VARIABLE: &str = "IMAGE";
+
+/// What the controller uses when no AddOnDeploymentConfig says otherwise.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Defaults {
+    pub image: String,
+    pub install_namespace: String,
+}
+
+/// Everything that varies in the rendered agent manifests.
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct AgentSettings {
+    pub image: String,
+    pub install_namespace: String,
+    pub node_selector: BTreeMap<String, String>,
+    pub tolerations: Vec<Toleration>,
+}
+
+/// An AddOnDeploymentConfig that cannot be honoured. Reported on the ManagedClusterAddOn.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum SettingsError {
+    #[error("agentInstallNamespace {0:?} is not a valid namespace name")]
+    InstallNamespace(String),
+    #[error("customized variable {IMAGE_VARIABLE} is empty")]
+    EmptyImage,
+}
+
+/// The AddOnDeploymentConfig a ManagedClusterAddOn references, if any (namespace defaults to the
+/// add-on's own namespace, as in OCM).
+pub fn deployment_config_ref(addon: &ManagedClusterAddOn) -> Option<AddOnConfig> {
+    let own_namespace = addon.metadata.namespace.clone().unwrap_or_default();
+    addon
+        .spec
+        .configs
+        .iter()
+        .find(|c| c.group == CONFIG_GROUP && c.resource == CONFIG_RESOURCE)
+        .map(|c| AddOnConfig {
+            namespace: if c.namespace.is_empty() {
+                own_namespace
+            } else {
+                c.namespace.clone()
+            },
+            ..c.clone()
+        })
+}
+
+/// The settings for one WEC: `defaults` overridden by `config`. Image registry mirrors apply
+/// last, to whichever image was chosen.
+pub fn resolve(defaults: &Defaults, config: Option<&AddOnDeploymentConfigSpec>) -> Result<AgentSettings, SettingsError> {
+    let mut settings = AgentSettings {
+        image: defaults.image.clone(),
+        install_namespace: defaults.install_namespace.clone(),
+        ..Default::default()
+    };
+    let Some(config) = config else {
+        return Ok(settings);
+    };
+    if let Some(variable) = config.customized_variables.iter().find(|v| v.name == IMAGE_VARIABLE) {
+        if variable.value.trim().is_empty() {
+            return Err(SettingsError::EmptyImage);
+        }
+        settings.image = variable.value.trim().to_string();
+    }
+    if let Some(namespace) = config.agent_install_namespace.as_deref().filter(|n| !n.is_empty()) {
+        if !is_dns_label(namespace) {
+            return Err(SettingsError::InstallNamespace(namespace.to_string()));
+        }
+        settings.install_namespace = namespace.to_string();
+    }
+    if let Some(placement) = &config.node_placement {
+        settings.node_selector = placement.node_selector.clone();
+        settings.tolerations = placement.tolerations.clone();
+    }
+    if let Some(mirror) = config
+        .registries
+        .iter()
+        .find(|m| !m.source.is_empty() && settings.image.starts_with(&m.source))
+    {
+        settings.image = format!("{}{}", mirror.mirror, &settings.image[mirror.source.len()..]);
+    }
+    Ok(settings)
+}
+
+/// RFC 1123 label: what a namespace name must be.
+fn is_dns_label(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ks_shared::ocm::{CustomizedVariable, ImageMirror, ManagedClusterAddOnSpec, NodePlacement};
+
+    fn defaults() -> Defaults {
+        Defaults {
+            image: "ghcr.io/kubestellar-rs/ks-agent:0.1.0".into(),
+            install_namespace: "open-cluster-management-agent-addon".into(),
+        }
+    }
+
+    #[test]
+    fn without_config_the_defaults_hold() {
+        let settings = resolve(&defaults(), None).unwrap();
+        assert_eq!(settings.image, defaults().image);
+        assert_eq!(settings.install_namespace, defaults().install_namespace);
+        assert!(settings.node_selector.is_empty() && settings.tolerations.is_empty());
+    }
+
+    #[test]
+    fn config_overrides_image_namespace_and_placement() {
+        let config = AddOnDeploymentConfigSpec {
+            customized_variables: vec![CustomizedVariable {
+                name: IMAGE_VARIABLE.into(),
+                value: "example.io/ks-agent:dev".into(),
+            }],
+            agent_install_namespace: Some("status".into()),
+            node_placement: Some(NodePlacement {
+                node_selector: BTreeMap::from([("role".into(), "infra".into())]),
+                tolerations: vec![Toleration {
+                    key: Some("infra".into()),
+                    operator: Some("Exists".into()),
+                    ..Default::default()
+                }],
+            }),
+            registries: vec![ImageMirror {
+                source: "example.io".into(),
+                mirror: "mirror.local:5000".into(),
+            }],
+        };
+        let settings = resolve(&defaults(), Some(&config)).unwrap();
+        assert_eq!(settings.image, "mirror.local:5000/ks-agent:dev");
+        assert_eq!(settings.install_namespace, "status");
+        assert_eq!(settings.node_selector["role"], "infra");
+        assert_eq!(settings.tolerations.len(), 1);
+    }
+
+    #[test]
+    fn bad_config_is_an_error_not_a_panic() {
+        let namespace = AddOnDeploymentConfigSpec {
+            agent_install_namespace: Some("Not_A/Namespace".into()),
+            ..Default::default()
+        };
+        assert!(matches!(
+            resolve(&defaults(), Some(&namespace)),
+            Err(SettingsError::InstallNamespace(_))
+        ));
+        let image = AddOnDeploymentConfigSpec {
+            customized_variables: vec![CustomizedVariable {
+                name: IMAGE_VARIABLE.into(),
+                value: " ".into(),
+            }],
+            ..Default::default()
+        };
+        assert_eq!(resolve(&defaults(), Some(&image)), Err(SettingsError::EmptyImage));
+    }
+
+    #[test]
+    fn config_reference_defaults_to_the_addon_namespace() {
+        let mut addon = ManagedClusterAddOn::new(
+            "addon-status",
+            ManagedClusterAddOnSpec {
+                configs: vec![
+                    AddOnConfig {
+                        group: "other.io".into(),
+                        resource: "things".into(),
+                        namespace: String::new(),
+                        name: "x".into(),
+                    },
+                    AddOnConfig {
+                        group: CONFIG_GROUP.into(),
+                        resource: CONFIG_RESOURCE.into(),
+                        namespace: String::new(),
+                        name: "settings".into(),
+                    },
+                ],
+                ..Default::default()
+            },
+        );
+        addon.metadata.namespace = Some("cluster1".into());
+        let found = deployment_config_ref(&addon).unwrap();
+        assert_eq!((found.namespace.as_str(), found.name.as_str()), ("cluster1", "settings"));
+        addon.spec.configs.pop();
+        assert_eq!(deployment_config_ref(&addon), None);
+    }
+}
