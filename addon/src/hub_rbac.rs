@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::ObjectMeta;
 use ks_shared::names::STATUS_ADDON_HUB_ROLE;
+use kube::api::ObjectMeta;
 
 use crate::manifests::{CONTENT_DIGEST_ANNOTATION, digest};
 use crate::registration::cluster_addon_group;

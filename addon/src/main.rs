@@ -1,20 +1,68 @@
 //! ks-addon: KubeStellar status add-on controller: installs the status agent on every WEC through OCM
 
-use std::net::SocketAddr;
+mod approver;
+mod controller;
+mod health;
+mod hub_rbac;
+mod install;
+mod manifests;
+mod metrics;
+mod registration;
+mod settings;
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
 use clap::Parser;
-use ks_shared::cli::{CommonArgs, Process};
+use ks_shared::cli::{CommonArgs, Process, retry_until_done};
+use ks_shared::names::AGENT_INSTALL_NAMESPACE;
+
+use crate::metrics::Metrics;
+use crate::settings::Defaults;
+
+/// The agent image this build installs unless told otherwise.
+const DEFAULT_AGENT_IMAGE: &str = concat!("ghcr.io/kubestellar-rs/ks-agent:", env!("CARGO_PKG_VERSION"));
 
 #[derive(Parser, Debug)]
 #[command(
     name = "ks-addon",
     version,
     about = "KubeStellar status add-on controller: installs the status agent on every WEC through OCM",
-    long_about = "KubeStellar status add-on controller: installs the status agent on every WEC through OCM\n\nRuns on an Inventory and Transport Space (ITS), an OCM hub: registers the addon-status add-on, delivers the agent and its RBAC to each WEC in a ManifestWork, grants hub permissions and approves the agent's certificate requests. This build provides the process plumbing (logging, OpenTelemetry export when OTEL_EXPORTER_OTLP_ENDPOINT is set, /metrics, /healthz, /readyz, leader election flags); the add-on duties are being added."
+    long_about = "KubeStellar status add-on controller: installs the status agent on every WEC through OCM.\n\n\
+Runs on an Inventory and Transport Space (ITS), an OCM hub, doing for the addon-status add-on what \
+OCM's add-on framework does: registers the ClusterManagementAddOn addon-status; for each \
+ManagedClusterAddOn addon-status (one per cluster namespace, created for every ManagedCluster with \
+--install-all) delivers the agent in the ManifestWork addon-addon-status-deploy-0 (namespace, \
+ServiceAccount, read-only RBAC, Deployment status-agent), grants the agent a Role in that cluster's \
+namespace only, declares the agent's certificate registration, approves exactly the matching CSRs \
+from the cluster's registration agent, and sets the add-on's Available condition from the agent \
+Deployment's ready replicas.\n\n\
+An AddOnDeploymentConfig referenced by a ManagedClusterAddOn (spec.configs) overrides, for that \
+cluster: the image (customizedVariables IMAGE), the agent's --http-address (HTTP_ADDRESS), \
+nodePlacement, agentInstallNamespace, and registry \
+mirrors (registries)."
 )]
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+
+    /// Kubeconfig of the ITS (default: in-cluster, $KUBECONFIG or ~/.kube/config).
+    #[arg(long, env = "KS_KUBECONFIG", value_name = "PATH")]
+    kubeconfig: Option<PathBuf>,
+    /// Context of the ITS in its kubeconfig (default: the current context).
+    #[arg(long, env = "KS_CONTEXT", value_name = "NAME")]
+    context: Option<String>,
+    /// Enable the add-on on every ManagedCluster (create a ManagedClusterAddOn addon-status in
+    /// each cluster namespace); without it, enable it per cluster by creating that object.
+    #[arg(long, env = "KS_INSTALL_ALL")]
+    install_all: bool,
+    /// Image of the status agent, unless a cluster's AddOnDeploymentConfig says otherwise.
+    #[arg(long, env = "KS_AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE, value_name = "IMAGE")]
+    agent_image: String,
+    /// Namespace of the agent on each WEC, unless a cluster's AddOnDeploymentConfig says otherwise.
+    #[arg(long, env = "KS_AGENT_INSTALL_NAMESPACE", default_value = AGENT_INSTALL_NAMESPACE, value_name = "NAMESPACE")]
+    agent_install_namespace: String,
 }
 
 /// Where /metrics, /healthz and /readyz are served unless --http-address says otherwise.
@@ -23,9 +71,59 @@ const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(st
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let process = Process::start("ks-addon", &args.common)?;
-    process
-        .serve_until_shutdown(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
+    let defaults = Defaults {
+        image: args.agent_image.clone(),
+        install_namespace: args.agent_install_namespace.clone(),
+    };
+    settings::resolve(&defaults, None).context("--agent-image / --agent-install-namespace")?;
+    let mut process = Process::start("ks-addon", &args.common)?;
+    let metrics = Metrics::register(&mut process.registry);
+    let ready = process.readiness.gate("addon-controller");
+    let serving = process
+        .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
         .await?;
+
+    let its = ks_shared::client::client(args.kubeconfig.as_deref(), args.context.as_deref())
+        .await
+        .context("ITS client")?;
+    let shutdown = process.shutdown.clone();
+    // Alive but not ready while the ITS is unreachable: no crash loop, /readyz says why.
+    let register = || install::register_addon(&its, &metrics);
+    if retry_until_done("registering the ClusterManagementAddOn", &shutdown, register)
+        .await
+        .is_none()
+    {
+        return Ok(serving.stopped().await?);
+    }
+    tracing::info!(image = %defaults.image, namespace = %defaults.install_namespace, "add-on registered");
+
+    let work = |token: tokio_util::sync::CancellationToken| {
+        let (its, metrics) = (its.clone(), metrics.clone());
+        async move {
+            let mut tasks = vec![tokio::spawn(approver::run(its.clone(), metrics.clone(), token.clone()))];
+            if args.install_all {
+                tasks.push(tokio::spawn(install::install_on_every_cluster(
+                    its.clone(),
+                    metrics.clone(),
+                    token.clone(),
+                )));
+            }
+            if let Err(err) = controller::run(its, defaults, metrics, ready, token.clone()).await {
+                tracing::error!(error = format!("{err:#}"), "add-on controller stopped");
+            }
+            token.cancel();
+            for task in tasks {
+                let _ = task.await;
+            }
+        }
+    };
+    if args.common.leader_elect {
+        let lease = args.common.lease("ks-addon");
+        ks_shared::leader::run_as_leader(its.clone(), &lease, shutdown.clone(), work).await?;
+    } else {
+        work(shutdown.clone()).await;
+    }
+    shutdown.cancel();
+    serving.stopped().await?;
     Ok(())
 }

@@ -7,12 +7,14 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
-use kube::api::ObjectMeta;
 use ks_shared::names::{
-    OCM_ADDON_NAME_LABEL, STATUS_ADDON_HUB_SECRET, STATUS_ADDON_MANIFESTWORK, STATUS_ADDON_NAME, STATUS_AGENT_DEPLOYMENT,
-    STATUS_AGENT_SERVICE_ACCOUNT,
+    OCM_ADDON_NAME_LABEL, STATUS_ADDON_HUB_SECRET, STATUS_ADDON_MANIFESTWORK, STATUS_ADDON_NAME,
+    STATUS_AGENT_DEPLOYMENT, STATUS_AGENT_SERVICE_ACCOUNT,
 };
-use ks_shared::ocm::{FeedbackRule, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier};
+use ks_shared::ocm::{
+    FeedbackRule, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
+};
+use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
 use crate::settings::AgentSettings;
@@ -35,19 +37,24 @@ const READ_ONLY: [&str; 3] = ["get", "list", "watch"];
 pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
     let namespace = settings.install_namespace.as_str();
     let labels = json!({"app": STATUS_AGENT_DEPLOYMENT});
-    let service_account = json!({"kind": "ServiceAccount", "name": STATUS_AGENT_SERVICE_ACCOUNT, "namespace": namespace});
+    let service_account =
+        json!({"kind": "ServiceAccount", "name": STATUS_AGENT_SERVICE_ACCOUNT, "namespace": namespace});
+    let mut args = vec![
+        format!("--hub-kubeconfig={HUB_MOUNT_PATH}/kubeconfig"),
+        format!("--cluster-name={cluster}"),
+        "--leader-elect".to_string(),
+        format!("--leader-elect-namespace={namespace}"),
+    ];
+    if let Some(address) = &settings.http_address {
+        args.push(format!("--http-address={address}"));
+    }
     let mut pod_spec = json!({
         "serviceAccountName": STATUS_AGENT_SERVICE_ACCOUNT,
         "containers": [{
             "name": STATUS_AGENT_DEPLOYMENT,
             "image": settings.image,
             "imagePullPolicy": "IfNotPresent",
-            "args": [
-                format!("--hub-kubeconfig={HUB_MOUNT_PATH}/kubeconfig"),
-                format!("--cluster-name={cluster}"),
-                "--leader-elect",
-                format!("--leader-elect-namespace={namespace}"),
-            ],
+            "args": args,
             "ports": [{"name": "metrics", "containerPort": 8080}],
             "volumeMounts": [{"name": "hub-config", "mountPath": HUB_MOUNT_PATH, "readOnly": true}],
             "securityContext": {
@@ -69,11 +76,11 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
                "metadata": {"name": STATUS_AGENT_SERVICE_ACCOUNT, "namespace": namespace}}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-               "metadata": {"name": AGENT_CLUSTER_ROLE},
-               "rules": [
-                   {"apiGroups": ["*"], "resources": ["*"], "verbs": READ_ONLY},
-                   {"apiGroups": ["work.open-cluster-management.io"], "resources": ["appliedmanifestworks"], "verbs": READ_ONLY},
-               ]}),
+        "metadata": {"name": AGENT_CLUSTER_ROLE},
+        "rules": [
+            {"apiGroups": ["*"], "resources": ["*"], "verbs": READ_ONLY},
+            {"apiGroups": ["work.open-cluster-management.io"], "resources": ["appliedmanifestworks"], "verbs": READ_ONLY},
+        ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": AGENT_CLUSTER_ROLE},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": AGENT_CLUSTER_ROLE},
@@ -87,12 +94,12 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_LEASE_ROLE},
                "subjects": [service_account]}),
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
-               "metadata": {"name": STATUS_AGENT_DEPLOYMENT, "namespace": namespace, "labels": labels},
-               "spec": {
-                   "replicas": 1,
-                   "selector": {"matchLabels": labels},
-                   "template": {"metadata": {"labels": labels}, "spec": pod_spec},
-               }}),
+        "metadata": {"name": STATUS_AGENT_DEPLOYMENT, "namespace": namespace, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        }}),
     ]
 }
 
@@ -124,7 +131,10 @@ pub fn manifest_work(cluster: &str, settings: &AgentSettings, owner: OwnerRefere
         metadata: ObjectMeta {
             name: Some(STATUS_ADDON_MANIFESTWORK.into()),
             namespace: Some(cluster.into()),
-            labels: Some(BTreeMap::from([(OCM_ADDON_NAME_LABEL.into(), STATUS_ADDON_NAME.into())])),
+            labels: Some(BTreeMap::from([(
+                OCM_ADDON_NAME_LABEL.into(),
+                STATUS_ADDON_NAME.into(),
+            )])),
             annotations: Some(BTreeMap::from([(CONTENT_DIGEST_ANNOTATION.into(), digest)])),
             owner_references: Some(vec![owner]),
             ..Default::default()
@@ -186,6 +196,7 @@ mod tests {
         assert_eq!(pod["volumes"][0]["secret"]["secretName"], STATUS_ADDON_HUB_SECRET);
         assert_eq!(pod["serviceAccountName"], STATUS_AGENT_SERVICE_ACCOUNT);
         assert!(pod.get("nodeSelector").is_none());
+        assert!(!args.iter().any(|a| a.starts_with("--http-address")));
     }
 
     #[test]
@@ -193,7 +204,12 @@ mod tests {
         let manifests = agent_manifests("cluster1", &settings());
         let cluster_role = by_kind(&manifests, "ClusterRole")[0];
         for rule in cluster_role["rules"].as_array().unwrap() {
-            let verbs: Vec<&str> = rule["verbs"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
+            let verbs: Vec<&str> = rule["verbs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter_map(Value::as_str)
+                .collect();
             assert_eq!(verbs, READ_ONLY, "{rule}");
         }
         let role = by_kind(&manifests, "Role")[0];
@@ -212,8 +228,10 @@ mod tests {
         let mut settings = settings();
         settings.node_selector.insert("role".into(), "infra".into());
         settings.tolerations.push(Default::default());
+        settings.http_address = Some("127.0.0.1:0".into());
         let manifests = agent_manifests("c", &settings);
         let pod = &by_kind(&manifests, "Deployment")[0]["spec"]["template"]["spec"];
+        assert!(pod["containers"][0]["args"].as_array().unwrap().contains(&json!("--http-address=127.0.0.1:0")));
         assert_eq!(pod["nodeSelector"]["role"], "infra");
         assert_eq!(pod["tolerations"].as_array().unwrap().len(), 1);
     }
@@ -231,7 +249,14 @@ mod tests {
         assert_eq!(work.metadata.name.as_deref(), Some(STATUS_ADDON_MANIFESTWORK));
         assert_eq!(work.metadata.namespace.as_deref(), Some("cluster2"));
         assert_eq!(work.metadata.owner_references, Some(vec![owner.clone()]));
-        assert!(!work.metadata.labels.iter().flatten().any(|(k, _)| is_kubestellar_label(k)));
+        assert!(
+            !work
+                .metadata
+                .labels
+                .iter()
+                .flatten()
+                .any(|(k, _)| is_kubestellar_label(k))
+        );
         let config = &work.spec.manifest_configs[0];
         assert_eq!(config.resource_identifier.name, STATUS_AGENT_DEPLOYMENT);
         assert_eq!(config.feedback_rules[0].type_, WELL_KNOWN_STATUS);

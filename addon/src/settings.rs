@@ -12,6 +12,9 @@ pub const CONFIG_RESOURCE: &str = "addondeploymentconfigs";
 
 /// The customized variable that overrides the agent image (`customizedVariables[].name`).
 pub const IMAGE_VARIABLE: &str = "IMAGE";
+/// The customized variable that sets the agent's `--http-address` (metrics and health), e.g.
+/// `127.0.0.1:0` where several agents share one host, as on the local stack.
+pub const HTTP_ADDRESS_VARIABLE: &str = "HTTP_ADDRESS";
 
 /// What the controller uses when no AddOnDeploymentConfig says otherwise.
 #[derive(Clone, Debug, PartialEq)]
@@ -27,6 +30,8 @@ pub struct AgentSettings {
     pub install_namespace: String,
     pub node_selector: BTreeMap<String, String>,
     pub tolerations: Vec<Toleration>,
+    /// The agent's `--http-address`, when not its default.
+    pub http_address: Option<String>,
 }
 
 /// An AddOnDeploymentConfig that cannot be honoured. Reported on the ManagedClusterAddOn.
@@ -36,6 +41,8 @@ pub enum SettingsError {
     InstallNamespace(String),
     #[error("customized variable {IMAGE_VARIABLE} is empty")]
     EmptyImage,
+    #[error("customized variable {HTTP_ADDRESS_VARIABLE} {0:?} is not IP:PORT")]
+    HttpAddress(String),
 }
 
 /// The AddOnDeploymentConfig a ManagedClusterAddOn references, if any (namespace defaults to the
@@ -59,7 +66,10 @@ pub fn deployment_config_ref(addon: &ManagedClusterAddOn) -> Option<AddOnConfig>
 
 /// The settings for one WEC: `defaults` overridden by `config`. Image registry mirrors apply
 /// last, to whichever image was chosen.
-pub fn resolve(defaults: &Defaults, config: Option<&AddOnDeploymentConfigSpec>) -> Result<AgentSettings, SettingsError> {
+pub fn resolve(
+    defaults: &Defaults,
+    config: Option<&AddOnDeploymentConfigSpec>,
+) -> Result<AgentSettings, SettingsError> {
     let mut settings = AgentSettings {
         image: defaults.image.clone(),
         install_namespace: defaults.install_namespace.clone(),
@@ -73,6 +83,13 @@ pub fn resolve(defaults: &Defaults, config: Option<&AddOnDeploymentConfigSpec>) 
             return Err(SettingsError::EmptyImage);
         }
         settings.image = variable.value.trim().to_string();
+    }
+    if let Some(variable) = config.customized_variables.iter().find(|v| v.name == HTTP_ADDRESS_VARIABLE) {
+        let address = variable.value.trim();
+        if address.parse::<std::net::SocketAddr>().is_err() {
+            return Err(SettingsError::HttpAddress(address.to_string()));
+        }
+        settings.http_address = Some(address.to_string());
     }
     if let Some(namespace) = config.agent_install_namespace.as_deref().filter(|n| !n.is_empty()) {
         if !is_dns_label(namespace) {
@@ -128,10 +145,16 @@ mod tests {
     #[test]
     fn config_overrides_image_namespace_and_placement() {
         let config = AddOnDeploymentConfigSpec {
-            customized_variables: vec![CustomizedVariable {
-                name: IMAGE_VARIABLE.into(),
-                value: "example.io/ks-agent:dev".into(),
-            }],
+            customized_variables: vec![
+                CustomizedVariable {
+                    name: IMAGE_VARIABLE.into(),
+                    value: "example.io/ks-agent:dev".into(),
+                },
+                CustomizedVariable {
+                    name: HTTP_ADDRESS_VARIABLE.into(),
+                    value: "127.0.0.1:0".into(),
+                },
+            ],
             agent_install_namespace: Some("status".into()),
             node_placement: Some(NodePlacement {
                 node_selector: BTreeMap::from([("role".into(), "infra".into())]),
@@ -151,6 +174,7 @@ mod tests {
         assert_eq!(settings.install_namespace, "status");
         assert_eq!(settings.node_selector["role"], "infra");
         assert_eq!(settings.tolerations.len(), 1);
+        assert_eq!(settings.http_address.as_deref(), Some("127.0.0.1:0"));
     }
 
     #[test]
@@ -171,6 +195,17 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(resolve(&defaults(), Some(&image)), Err(SettingsError::EmptyImage));
+        let address = AddOnDeploymentConfigSpec {
+            customized_variables: vec![CustomizedVariable {
+                name: HTTP_ADDRESS_VARIABLE.into(),
+                value: "everywhere".into(),
+            }],
+            ..Default::default()
+        };
+        assert!(matches!(
+            resolve(&defaults(), Some(&address)),
+            Err(SettingsError::HttpAddress(_))
+        ));
     }
 
     #[test]
@@ -197,7 +232,10 @@ mod tests {
         );
         addon.metadata.namespace = Some("cluster1".into());
         let found = deployment_config_ref(&addon).unwrap();
-        assert_eq!((found.namespace.as_str(), found.name.as_str()), ("cluster1", "settings"));
+        assert_eq!(
+            (found.namespace.as_str(), found.name.as_str()),
+            ("cluster1", "settings")
+        );
         addon.spec.configs.pop();
         assert_eq!(deployment_config_ref(&addon), None);
     }

@@ -1,6 +1,9 @@
-//! The binary answers --help and --version, serves its endpoint and stops on SIGTERM.
+//! The binary answers --help and --version, serves its endpoint (alive but not ready while the
+//! ITS is unreachable) and stops on SIGTERM.
 
 #[test]
 fn behaves_as_a_process() {
-    ks_tests::process::check_binary(env!("CARGO_BIN_EXE_ks-addon"), "ks-addon", &[], true);
+    let kubeconfig = ks_tests::process::unreachable_kubeconfig();
+    let kubeconfig = format!("--kubeconfig={}", kubeconfig.display());
+    ks_tests::process::check_binary(env!("CARGO_BIN_EXE_ks-addon"), "ks-addon", &[&kubeconfig], false);
 }

@@ -7,21 +7,17 @@ mod metrics;
 mod naming;
 mod own_writes;
 mod queue;
-mod ratelimit;
 mod report;
 mod tracker;
 mod watch;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Parser;
 use ks_shared::cli::{CommonArgs, Process};
-use kube::Client;
-use kube::client::ClientBuilder;
-
-use crate::ratelimit::RateLimitLayer;
+use ks_shared::client::limited_client;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -102,7 +98,7 @@ async fn main() -> anyhow::Result<()> {
         .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
         .await?;
 
-    let wec = client(
+    let wec = limited_client(
         args.kubeconfig.as_deref(),
         args.context.as_deref(),
         args.local_qps,
@@ -110,7 +106,7 @@ async fn main() -> anyhow::Result<()> {
     )
     .await
     .context("the WEC")?;
-    let hub = client(
+    let hub = limited_client(
         Some(&args.hub_kubeconfig),
         args.hub_context.as_deref(),
         args.hub_qps,
@@ -135,12 +131,4 @@ async fn main() -> anyhow::Result<()> {
     }
     serving.stopped().await?;
     Ok(())
-}
-
-/// A client for `context` in `kubeconfig`, limited to `qps`/`burst`.
-async fn client(kubeconfig: Option<&Path>, context: Option<&str>, qps: f32, burst: u32) -> anyhow::Result<Client> {
-    let config = ks_shared::client::config(kubeconfig, context).await?;
-    Ok(ClientBuilder::try_from(config)?
-        .with_layer(&RateLimitLayer::new(qps, burst))
-        .build())
 }

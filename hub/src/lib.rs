@@ -5,3 +5,4 @@
 pub mod binding;
 pub mod controller;
 pub mod informers;
+pub mod kubeflex;

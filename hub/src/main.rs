@@ -8,9 +8,13 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use ks_hub::controller::{self, Metrics, Settings};
 use ks_hub::informers::ResourceFilter;
+use ks_hub::kubeflex;
 use ks_shared::cli::{CommonArgs, Process, retry_until_done};
+use ks_shared::client::{limited_client, limited_client_from_text};
 use ks_shared::crds::{self, Space};
 use ks_shared::names::field_manager;
+use ks_shared::names::{CP_TYPE_ITS, CP_TYPE_WDS};
+use kube::Client;
 
 const ABOUT: &str = "KubeStellar hub: the binding, transport and status controllers for one WDS";
 
@@ -42,9 +46,23 @@ struct Args {
     /// Context of the ITS in its kubeconfig.
     #[arg(long, env = "KS_ITS_CONTEXT", value_name = "NAME")]
     its_context: Option<String>,
-    /// Name of this WDS; it labels what this process writes into the ITS.
+    /// Name of this WDS; it labels what this process writes into the ITS. In KubeFlex mode,
+    /// the name of its ControlPlane.
     #[arg(long, env = "KS_WDS_NAME", value_name = "NAME")]
     wds_name: String,
+    /// KubeFlex mode: find the WDS and ITS through KubeFlex ControlPlanes (label
+    /// kflex.kubestellar.io/cptype=wds|its) and their kubeconfig Secrets in the hosting cluster.
+    #[arg(long, env = "KS_KUBEFLEX", conflicts_with_all = ["wds_kubeconfig", "wds_context", "its_kubeconfig", "its_context"])]
+    kubeflex: bool,
+    /// Kubeconfig of the KubeFlex hosting cluster (default: in-cluster, $KUBECONFIG or ~/.kube/config).
+    #[arg(long, env = "KS_KUBEFLEX_KUBECONFIG", value_name = "PATH", requires = "kubeflex")]
+    kubeflex_kubeconfig: Option<PathBuf>,
+    /// Context of the hosting cluster in its kubeconfig.
+    #[arg(long, env = "KS_KUBEFLEX_CONTEXT", value_name = "NAME", requires = "kubeflex")]
+    kubeflex_context: Option<String>,
+    /// In KubeFlex mode, the ITS ControlPlane's name (needed when there are several).
+    #[arg(long, env = "KS_ITS_NAME", value_name = "NAME", requires = "kubeflex")]
+    its_name: Option<String>,
     /// Controllers to run, comma-separated. This build has `binding`.
     #[arg(long, env = "KS_CONTROLLERS", default_value = "binding", value_delimiter = ',')]
     controllers: Vec<String>,
@@ -52,6 +70,18 @@ struct Args {
     /// empty watches every group.
     #[arg(long, env = "KS_API_GROUPS", default_value = "", value_name = "GROUPS")]
     api_groups: String,
+    /// Average requests per second to the WDS (0: unlimited).
+    #[arg(long, env = "KS_WDS_QPS", default_value_t = 50.0, value_name = "QPS")]
+    wds_qps: f32,
+    /// Requests to the WDS allowed at once above --wds-qps.
+    #[arg(long, env = "KS_WDS_BURST", default_value_t = 100, value_name = "N")]
+    wds_burst: u32,
+    /// Average requests per second to the ITS (0: unlimited).
+    #[arg(long, env = "KS_ITS_QPS", default_value_t = 20.0, value_name = "QPS")]
+    its_qps: f32,
+    /// Requests to the ITS allowed at once above --its-qps.
+    #[arg(long, env = "KS_ITS_BURST", default_value_t = 40, value_name = "N")]
+    its_burst: u32,
     /// Milliseconds to gather changes before writing Bindings (bursts become one write).
     #[arg(long, env = "KS_BINDING_DEBOUNCE_MS", default_value_t = 50, value_name = "MS")]
     binding_debounce_ms: u64,
@@ -63,6 +93,10 @@ const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(st
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    anyhow::ensure!(
+        [args.wds_qps, args.its_qps].iter().all(|q| q.is_finite() && *q >= 0.0),
+        "--wds-qps and --its-qps must be numbers of at least 0"
+    );
     if let Some(unknown) = args.controllers.iter().find(|c| c.as_str() != "binding") {
         bail!("--controllers: {unknown:?} is not available in this build (available: binding)");
     }
@@ -74,13 +108,10 @@ async fn main() -> anyhow::Result<()> {
         .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
         .await?;
 
-    let wds = ks_shared::client::client(args.wds_kubeconfig.as_deref(), args.wds_context.as_deref())
-        .await
-        .context("WDS client")?;
-    let its = ks_shared::client::client(args.its_kubeconfig.as_deref(), args.its_context.as_deref())
-        .await
-        .context("ITS client")?;
     let shutdown = process.shutdown.clone();
+    let Some((wds, its)) = spaces(&args, &shutdown).await? else {
+        return Ok(serving.stopped().await?);
+    };
     let install = || crds::install(&wds, Space::Wds, field_manager::BINDING);
     if retry_until_done("installing CRDs into the WDS", &shutdown, install)
         .await
@@ -110,4 +141,46 @@ async fn main() -> anyhow::Result<()> {
     shutdown.cancel();
     serving.stopped().await?;
     Ok(())
+}
+
+/// Clients for the WDS and the ITS, from kubeconfig flags or through KubeFlex. `None` on shutdown.
+async fn spaces(
+    args: &Args,
+    shutdown: &tokio_util::sync::CancellationToken,
+) -> anyhow::Result<Option<(Client, Client)>> {
+    if !args.kubeflex {
+        let wds = limited_client(
+            args.wds_kubeconfig.as_deref(),
+            args.wds_context.as_deref(),
+            args.wds_qps,
+            args.wds_burst,
+        )
+        .await
+        .context("WDS client")?;
+        let its = limited_client(
+            args.its_kubeconfig.as_deref(),
+            args.its_context.as_deref(),
+            args.its_qps,
+            args.its_burst,
+        )
+        .await
+        .context("ITS client")?;
+        return Ok(Some((wds, its)));
+    }
+    let hosting = ks_shared::client::client(args.kubeflex_kubeconfig.as_deref(), args.kubeflex_context.as_deref())
+        .await
+        .context("KubeFlex hosting cluster client")?;
+    let Some(wds) = kubeflex::kubeconfig(&hosting, CP_TYPE_WDS, Some(&args.wds_name), shutdown).await? else {
+        return Ok(None);
+    };
+    let Some(its) = kubeflex::kubeconfig(&hosting, CP_TYPE_ITS, args.its_name.as_deref(), shutdown).await? else {
+        return Ok(None);
+    };
+    let wds = limited_client_from_text(&wds, args.wds_qps, args.wds_burst)
+        .await
+        .context("WDS kubeconfig Secret")?;
+    let its = limited_client_from_text(&its, args.its_qps, args.its_burst)
+        .await
+        .context("ITS kubeconfig Secret")?;
+    Ok(Some((wds, its)))
 }

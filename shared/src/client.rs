@@ -55,6 +55,44 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<
     Client::try_from(config).map_err(|source| ClientError::Build { origin, source })
 }
 
+/// A client for `context` in `kubeconfig` making on average at most `qps` requests per second,
+/// up to `burst` at once (client-go's meaning; a `qps` of 0 means unlimited).
+pub async fn limited_client(
+    kubeconfig: Option<&Path>,
+    context: Option<&str>,
+    qps: f32,
+    burst: u32,
+) -> Result<Client, ClientError> {
+    let config = config(kubeconfig, context).await?;
+    let origin = config.cluster_url.to_string();
+    let builder =
+        kube::client::ClientBuilder::try_from(config).map_err(|source| ClientError::Build { origin, source })?;
+    Ok(builder
+        .with_layer(&crate::ratelimit::RateLimitLayer::new(qps, burst))
+        .build())
+}
+
+/// Like [`limited_client`], from the text of a kubeconfig (e.g. read from a Secret), using its
+/// current context.
+pub async fn limited_client_from_text(kubeconfig: &str, qps: f32, burst: u32) -> Result<Client, ClientError> {
+    let origin = "kubeconfig from a Secret".to_string();
+    let file = Kubeconfig::from_yaml(kubeconfig).map_err(|source| ClientError::Config {
+        origin: origin.clone(),
+        source,
+    })?;
+    let config = Config::from_custom_kubeconfig(file, &KubeConfigOptions::default())
+        .await
+        .map_err(|source| ClientError::Config {
+            origin: origin.clone(),
+            source,
+        })?;
+    let builder =
+        kube::client::ClientBuilder::try_from(config).map_err(|source| ClientError::Build { origin, source })?;
+    Ok(builder
+        .with_layer(&crate::ratelimit::RateLimitLayer::new(qps, burst))
+        .build())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

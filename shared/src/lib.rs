@@ -9,6 +9,7 @@ pub mod crds;
 pub mod leader;
 pub mod names;
 pub mod ocm;
+pub mod ratelimit;
 pub mod selector;
 pub mod serve;
 pub mod shutdown;

@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(invalid_policy_reports_and_others_work, HUB),
             stack_test!(status_request_labels_follow_policies, HUB),
             stack_test!(crd_created_at_runtime_is_watched, HUB),
+            stack_test!(kubeflex_mode_finds_the_spaces, &["apiserver-kubeflex"]),
         ],
     )
 }
@@ -515,4 +516,68 @@ async fn status_request_labels_follow_policies(ctx: Ctx) -> anyhow::Result<()> {
         "a label set by someone else stays"
     );
     cleanup(&ctx, &policies, &[&name], &ns).await
+}
+
+/// In KubeFlex mode the hub finds the WDS and ITS through ControlPlanes in the hosting cluster
+/// and the kubeconfig Secrets their status names, then serves as usual.
+async fn kubeflex_mode_finds_the_spaces(ctx: Ctx) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::Secret;
+    let hosting = ctx.client("kubeflex").await?;
+    let ns = ctx.namespace("kubeflex").await?;
+    let id = std::process::id();
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("tenancy.kflex.kubestellar.org", "v1alpha1", "ControlPlane"),
+        "controlplanes",
+    );
+    let control_planes: Api<DynamicObject> = Api::all_with(hosting.clone(), &resource);
+    let secrets: Api<Secret> = Api::namespaced(hosting.clone(), &ns);
+    for (cp_type, space) in [("wds", "wds1"), ("its", "its1")] {
+        let kubeconfig =
+            std::fs::read_to_string(ctx.stack.state.join("kubeconfigs").join(format!("{space}.kubeconfig")))?;
+        let secret = format!("{space}-kubeconfig");
+        apply(
+            &secrets,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
+                               "stringData": {"kubeconfig": kubeconfig}}),
+        )
+        .await?;
+        let name = format!("kf{cp_type}-{id}");
+        apply(
+            &control_planes,
+            json!({"apiVersion": "tenancy.kflex.kubestellar.org/v1alpha1", "kind": "ControlPlane",
+            "metadata": {"name": name, "labels": {"kflex.kubestellar.io/cptype": cp_type}},
+            "spec": {"type": "external"}}),
+        )
+        .await?;
+        let status = json!({"apiVersion": "tenancy.kflex.kubestellar.org/v1alpha1", "kind": "ControlPlane",
+            "metadata": {"name": name},
+            "status": {"conditions": [], "observedGeneration": 1, "secretRef": {"namespace": ns, "name": secret, "key": "kubeconfig", "inClusterKey": "kubeconfig"}}});
+        control_planes
+            .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&status))
+            .await?;
+    }
+    let hub = ks_tests::binaries::beside(std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack")), "ks-hub")?;
+    let kubeconfig = ctx.stack.state.join("kubeconfigs/kubeflex.kubeconfig");
+    let args = [
+        "--kubeflex".to_string(),
+        format!("--kubeflex-kubeconfig={}", kubeconfig.display()),
+        format!("--wds-name=kfwds-{id}"),
+        format!("--its-name=kfits-{id}"),
+        "--http-address=127.0.0.1:0".to_string(),
+    ];
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut running = ks_tests::process::Running::start(hub.to_str().unwrap_or_default(), &args);
+    let address = ks_tests::process::address_in(&running.wait_for_line("serving /metrics", DEADLINE));
+    running.wait_for_line("found the space through KubeFlex cp_type=\"its\"", DEADLINE);
+    ks_tests::stack::wait_for("the KubeFlex-mode hub to be ready", DEADLINE, || async {
+        Ok(ks_tests::process::http_get(address, "/readyz").0 == 200)
+    })
+    .await?;
+    anyhow::ensure!(running.terminate(Duration::from_secs(15)).success(), "exits cleanly");
+    for cp_type in ["wds", "its"] {
+        control_planes
+            .delete(&format!("kf{cp_type}-{id}"), &DeleteParams::default())
+            .await?;
+    }
+    ctx.delete_namespace("kubeflex", &ns).await
 }

@@ -1,0 +1,286 @@
+//! The add-on controller: for each `addon-status` ManagedClusterAddOn, delivers the agent in a
+//! ManifestWork, grants its hub Role, declares its registration and reports its health.
+//!
+//! Everything it writes into a cluster namespace is owned by the ManagedClusterAddOn, so the
+//! garbage collector cleans up when the add-on (or the cluster's namespace) goes away.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use ks_shared::names::{OCM_ADDON_NAME_LABEL, STATUS_ADDON_NAME, field_manager};
+use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
+use ks_shared::serve::ReadyGate;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::health::{self, AVAILABLE, Health, REASON_INVALID_CONFIG};
+use crate::manifests::{self, recorded_digest};
+use crate::metrics::{Metrics, Object};
+use crate::registration;
+use crate::settings::{self, AgentSettings, Defaults};
+
+/// Health comes back through ManifestWork status events; this is only a safety net.
+const RESYNC: Duration = Duration::from_secs(300);
+const RETRY: Duration = Duration::from_secs(5);
+
+/// A reconcile that failed; retried after [`RETRY`].
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error("ManagedClusterAddOn without a namespace")]
+    NoNamespace,
+    #[error("ManagedClusterAddOn without a uid (not read from the API server)")]
+    NoUid,
+    #[error("{what}: {source}")]
+    Api { what: String, source: kube::Error },
+}
+
+fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
+    let what = what.into();
+    move |source| ReconcileError::Api { what, source }
+}
+
+struct Context {
+    client: Client,
+    defaults: Defaults,
+    metrics: Metrics,
+    /// Digest of the status part we last applied per add-on, because the typed add-on does not
+    /// show every field we set (`healthCheck`): without it we would not know it was written.
+    applied_status: Mutex<HashMap<String, String>>,
+}
+
+/// Runs until `shutdown`; opens `ready` once the add-ons have been listed.
+pub async fn run(
+    client: Client,
+    defaults: Defaults,
+    metrics: Metrics,
+    ready: ReadyGate,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let addons: Api<ManagedClusterAddOn> = Api::all(client.clone());
+    let ours = watcher::Config::default().fields(&format!("metadata.name={STATUS_ADDON_NAME}"));
+    let works: Api<ManifestWork> = Api::all(client.clone());
+    let our_works = watcher::Config::default().labels(&format!("{OCM_ADDON_NAME_LABEL}={STATUS_ADDON_NAME}"));
+    let configs: Api<AddOnDeploymentConfig> = Api::all(client.clone());
+
+    let controller = Controller::new(addons, ours).owns(works, our_works);
+    let store = controller.store();
+    let ready_store = store.clone();
+    tokio::spawn(async move {
+        if ready_store.wait_until_ready().await.is_ok() {
+            ready.open();
+        }
+    });
+    // A changed AddOnDeploymentConfig re-renders every add-on that references it.
+    let referencing = move |config: AddOnDeploymentConfig| {
+        let (namespace, name) = (config.namespace().unwrap_or_default(), config.name_any());
+        store
+            .state()
+            .into_iter()
+            .filter(|addon| {
+                settings::deployment_config_ref(addon).is_some_and(|r| r.namespace == namespace && r.name == name)
+            })
+            .map(|addon| ObjectRef::from_obj(addon.as_ref()))
+            .collect::<Vec<_>>()
+    };
+    let context = Arc::new(Context {
+        client,
+        defaults,
+        metrics,
+        applied_status: Mutex::new(HashMap::new()),
+    });
+    controller
+        .watches(configs, watcher::Config::default(), referencing)
+        .graceful_shutdown_on(shutdown.cancelled_owned())
+        .run(reconcile, error_policy, context)
+        .for_each(|_| async {})
+        .await;
+    Ok(())
+}
+
+fn error_policy(addon: Arc<ManagedClusterAddOn>, error: &ReconcileError, context: Arc<Context>) -> Action {
+    context.metrics.errors.inc();
+    tracing::warn!(cluster = addon.namespace().unwrap_or_default(), error = %error, "reconcile failed");
+    Action::requeue(RETRY)
+}
+
+async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Result<Action, ReconcileError> {
+    context.metrics.reconciles.inc();
+    if addon.metadata.deletion_timestamp.is_some() {
+        // The garbage collector removes what we wrote once the add-on is gone.
+        return Ok(Action::await_change());
+    }
+    let cluster = addon.namespace().ok_or(ReconcileError::NoNamespace)?;
+    let owner = owner_reference(&addon)?;
+    let settings = match agent_settings(&context, &addon).await? {
+        Ok(settings) => settings,
+        Err(message) => {
+            let health = Health {
+                status: "False",
+                reason: REASON_INVALID_CONFIG,
+                message,
+            };
+            write_status(&context, &addon, &cluster, None, health).await?;
+            return Ok(Action::requeue(RESYNC));
+        }
+    };
+    let work = apply_manifest_work(&context, &cluster, &settings, owner.clone()).await?;
+    apply_hub_rbac(&context, &cluster, owner).await?;
+    let health = health::health(work.status.as_ref(), &settings.install_namespace);
+    write_status(&context, &addon, &cluster, Some(&settings.install_namespace), health).await?;
+    Ok(Action::requeue(RESYNC))
+}
+
+/// A controller owner reference to the add-on, blocking its deletion until dependents are gone.
+fn owner_reference(addon: &ManagedClusterAddOn) -> Result<OwnerReference, ReconcileError> {
+    addon.controller_owner_ref(&()).ok_or(ReconcileError::NoUid)
+}
+
+/// The settings for the add-on's cluster, or a message saying why its configuration is unusable.
+async fn agent_settings(
+    context: &Context,
+    addon: &ManagedClusterAddOn,
+) -> Result<Result<AgentSettings, String>, ReconcileError> {
+    let Some(reference) = settings::deployment_config_ref(addon) else {
+        return Ok(settings::resolve(&context.defaults, None).map_err(|e| e.to_string()));
+    };
+    let configs: Api<AddOnDeploymentConfig> = Api::namespaced(context.client.clone(), &reference.namespace);
+    let what = format!("AddOnDeploymentConfig {}/{}", reference.namespace, reference.name);
+    let Some(config) = configs.get_opt(&reference.name).await.map_err(api_error(&what))? else {
+        return Ok(Err(format!("{what} not found")));
+    };
+    Ok(settings::resolve(&context.defaults, Some(&config.spec)).map_err(|e| format!("{what}: {e}")))
+}
+
+fn apply_params() -> PatchParams {
+    PatchParams::apply(field_manager::ADDON).force()
+}
+
+/// Applies the ManifestWork when its content changed; returns what is on the hub now.
+async fn apply_manifest_work(
+    context: &Context,
+    cluster: &str,
+    settings: &AgentSettings,
+    owner: OwnerReference,
+) -> Result<ManifestWork, ReconcileError> {
+    let desired = manifests::manifest_work(cluster, settings, owner);
+    let name = desired.name_any();
+    let works: Api<ManifestWork> = Api::namespaced(context.client.clone(), cluster);
+    let what = format!("ManifestWork {cluster}/{name}");
+    let current = works.get_opt(&name).await.map_err(api_error(&what))?;
+    if let Some(current) = current.filter(|c| same_meta(&c.metadata, &desired.metadata)) {
+        return Ok(current);
+    }
+    let written = works
+        .patch(&name, &apply_params(), &Patch::Apply(&desired))
+        .await
+        .map_err(api_error(&what))?;
+    context.metrics.wrote(Object::ManifestWork);
+    tracing::info!(cluster, image = %settings.image, namespace = %settings.install_namespace, "agent ManifestWork applied");
+    Ok(written)
+}
+
+/// True when `current` carries the content digest and owner of `desired`.
+fn same_meta(current: &kube::api::ObjectMeta, desired: &kube::api::ObjectMeta) -> bool {
+    recorded_digest(current) == recorded_digest(desired)
+        && desired
+            .owner_references
+            .iter()
+            .flatten()
+            .all(|o| current.owner_references.iter().flatten().any(|c| c.uid == o.uid))
+}
+
+async fn apply_hub_rbac(context: &Context, cluster: &str, owner: OwnerReference) -> Result<(), ReconcileError> {
+    let role = crate::hub_rbac::role(cluster, owner.clone());
+    let roles: Api<Role> = Api::namespaced(context.client.clone(), cluster);
+    apply_if_changed(context, &roles, &role, Object::HubRole).await?;
+    let binding = crate::hub_rbac::role_binding(cluster, owner);
+    let bindings: Api<RoleBinding> = Api::namespaced(context.client.clone(), cluster);
+    apply_if_changed(context, &bindings, &binding, Object::HubRoleBinding).await
+}
+
+async fn apply_if_changed<K>(context: &Context, api: &Api<K>, desired: &K, object: Object) -> Result<(), ReconcileError>
+where
+    K: Resource + Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let name = desired.meta().name.clone().unwrap_or_default();
+    let what = format!("{object:?} {name}");
+    let current = api.get_opt(&name).await.map_err(api_error(&what))?;
+    if current.is_some_and(|c| same_meta(c.meta(), desired.meta())) {
+        return Ok(());
+    }
+    api.patch(&name, &apply_params(), &Patch::Apply(desired))
+        .await
+        .map_err(api_error(&what))?;
+    context.metrics.wrote(object);
+    Ok(())
+}
+
+/// Applies the add-on's status (registration, install namespace, health mode, Available)
+/// when any of it differs from what is there.
+async fn write_status(
+    context: &Context,
+    addon: &ManagedClusterAddOn,
+    cluster: &str,
+    install_namespace: Option<&str>,
+    health: Health,
+) -> Result<(), ReconcileError> {
+    let current = addon.status.clone().unwrap_or_default();
+    let previous = current.conditions.iter().find(|c| c.type_ == AVAILABLE);
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let available = health::available_condition(health, previous, now, addon.metadata.generation);
+    let registrations = vec![registration::registration(cluster)];
+    let namespace = install_namespace.map(str::to_string).or(current.namespace.clone());
+    // Customized: our work-based probe decides Available, not the registration agent's Lease check.
+    let status = json!({
+        "registrations": registrations,
+        "namespace": namespace,
+        "healthCheck": {"mode": "Customized"},
+        "conditions": [available],
+    });
+    let key = format!("{cluster}/{}", addon.uid().unwrap_or_default());
+    let digest = manifests::digest(&(&registrations, &namespace, condition_content(&available)));
+    let unchanged = current.registrations == registrations
+        && current.namespace == namespace
+        && previous.is_some_and(|p| health::same_condition(p, &available))
+        && context
+            .applied_status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&key)
+            == Some(&digest);
+    if unchanged {
+        return Ok(());
+    }
+    let patch = json!({
+        "apiVersion": ManagedClusterAddOn::api_version(&()),
+        "kind": ManagedClusterAddOn::kind(&()),
+        "metadata": {"name": addon.name_any(), "namespace": cluster},
+        "status": status,
+    });
+    let addons: Api<ManagedClusterAddOn> = Api::namespaced(context.client.clone(), cluster);
+    addons
+        .patch_status(&addon.name_any(), &apply_params(), &Patch::Apply(&patch))
+        .await
+        .map_err(api_error(format!("ManagedClusterAddOn {cluster} status")))?;
+    context
+        .applied_status
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key, digest);
+    context.metrics.wrote(Object::AddOnStatus);
+    tracing::info!(cluster, available = %available.status, reason = %available.reason, "add-on status applied");
+    Ok(())
+}
+
+fn condition_content(c: &Condition) -> (&str, &str, &str, &str) {
+    (&c.type_, &c.status, &c.reason, &c.message)
+}
