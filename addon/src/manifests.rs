@@ -231,7 +231,12 @@ mod tests {
         settings.http_address = Some("127.0.0.1:0".into());
         let manifests = agent_manifests("c", &settings);
         let pod = &by_kind(&manifests, "Deployment")[0]["spec"]["template"]["spec"];
-        assert!(pod["containers"][0]["args"].as_array().unwrap().contains(&json!("--http-address=127.0.0.1:0")));
+        assert!(
+            pod["containers"][0]["args"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("--http-address=127.0.0.1:0"))
+        );
         assert_eq!(pod["nodeSelector"]["role"], "infra");
         assert_eq!(pod["tolerations"].as_array().unwrap().len(), 1);
     }

@@ -84,7 +84,11 @@ pub fn resolve(
         }
         settings.image = variable.value.trim().to_string();
     }
-    if let Some(variable) = config.customized_variables.iter().find(|v| v.name == HTTP_ADDRESS_VARIABLE) {
+    if let Some(variable) = config
+        .customized_variables
+        .iter()
+        .find(|v| v.name == HTTP_ADDRESS_VARIABLE)
+    {
         let address = variable.value.trim();
         if address.parse::<std::net::SocketAddr>().is_err() {
             return Err(SettingsError::HttpAddress(address.to_string()));

@@ -361,6 +361,47 @@ async fn invalid_policy_reports_and_others_work(ctx: Ctx) -> anyhow::Result<()> 
     .await?;
     apply(&cms, config_map("ok", json!({}))).await?;
     expect_binding(&bindings, &good, &[format!("configmaps {ns}/ok")], &["cluster1"]).await?;
+
+    // A StatusCollector that does not exist (yet) is an error until it is created.
+    let collector = format!("{ns}-collector");
+    let with_collector = json!([{"namespaces": [ns], "objectNames": ["ok"], "statusCollectors": [collector]}]);
+    apply(
+        &policies,
+        policy(&good, json!([{"matchLabels": {"name": "cluster1"}}]), with_collector),
+    )
+    .await?;
+    let missing = format!("names StatusCollector {collector:?}, which does not exist");
+    let reports = |present: bool| {
+        let missing = missing.clone();
+        move |p: Option<&BindingPolicy>| {
+            p.and_then(|p| p.status.as_ref())
+                .is_some_and(|s| s.errors.iter().any(|e| e.contains(&missing)) == present)
+        }
+    };
+    wait_until(
+        policies.clone(),
+        &good,
+        "reporting the missing collector",
+        DEADLINE,
+        reports(true),
+    )
+    .await?;
+    let collectors: Api<ks_shared::api::StatusCollector> = Api::all(wds.clone());
+    apply(
+        &collectors,
+        json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "StatusCollector",
+        "metadata": {"name": collector}, "spec": {"limit": 5}}),
+    )
+    .await?;
+    wait_until(
+        policies.clone(),
+        &good,
+        "no longer reporting it",
+        DEADLINE,
+        reports(false),
+    )
+    .await?;
+    collectors.delete(&collector, &DeleteParams::default()).await?;
     cleanup(&ctx, &policies, &[&bad, &good], &ns).await
 }
 

@@ -40,6 +40,19 @@ pub fn policy_matches(
     )
 }
 
+/// The indexes of the clauses of `policy` that `object` matches, in spec order.
+pub fn matching_clauses(
+    policy: &CompiledPolicy,
+    object: &WorkloadObject,
+    namespace_labels: Option<&Labels>,
+) -> Vec<usize> {
+    let clauses = policy.clauses().iter().enumerate();
+    clauses
+        .filter(|(_, clause)| clause_matches(clause, object, namespace_labels))
+        .map(|(i, _)| i)
+        .collect()
+}
+
 /// Combines the modulations of several matching clauses: the flags are ORed and the
 /// StatusCollector names united (sorted, without duplicates). `None` when there are none.
 pub fn fold_modulations<'a>(

@@ -11,7 +11,7 @@ use std::time::Duration;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use ks_shared::api::{Binding, BindingPolicy};
+use ks_shared::api::{Binding, BindingPolicy, StatusCollector};
 use ks_shared::cli::retry_until_done;
 use ks_shared::names::BINDING_POLICY_FINALIZER;
 use ks_shared::ocm::ManagedCluster;
@@ -45,6 +45,7 @@ enum Input {
     Namespace(String),
     Wecs,
     Crds,
+    Collectors,
 }
 
 /// Feeds a watcher into a cache and turns its events into inputs.
@@ -79,6 +80,7 @@ struct Caches {
     namespaces: Store<Namespace>,
     clusters: Store<ManagedCluster>,
     crds: Store<CustomResourceDefinition>,
+    collectors: Store<StatusCollector>,
 }
 
 impl Caches {
@@ -161,12 +163,16 @@ pub async fn run(
     let (crds, crd_stream) = cache(Api::all(wds.clone()), inputs.clone(), |_: &CustomResourceDefinition| {
         Input::Crds
     });
+    let (collectors, collector_stream) = cache(Api::all(wds.clone()), inputs.clone(), |_: &StatusCollector| {
+        Input::Collectors
+    });
     let streams = futures::stream::select_all([
         policy_stream.boxed(),
         binding_stream.boxed(),
         namespace_stream.boxed(),
         cluster_stream.boxed(),
         crd_stream.boxed(),
+        collector_stream.boxed(),
     ]);
     let drive = shutdown.clone();
     tokio::spawn(async move {
@@ -180,6 +186,7 @@ pub async fn run(
     });
 
     let caches = Caches {
+        collectors,
         informers,
         policies,
         bindings,
@@ -194,6 +201,7 @@ pub async fn run(
             caches.namespaces.wait_until_ready(),
             caches.clusters.wait_until_ready(),
             caches.crds.wait_until_ready(),
+            caches.collectors.wait_until_ready(),
         );
         let discovered = retry_until_done("discovering WDS resources", &shutdown, || {
             let (informers, crds) = (caches.informers.clone(), caches.crds.state());
@@ -244,6 +252,8 @@ pub async fn run(
                 Input::Binding(name) => looper.resolutions.touch(&name),
                 Input::Namespace(name) => looper.namespace_changed(&name),
                 Input::Wecs => looper.resolutions.set_wecs(&looper.caches.wecs()),
+                // Only the policies' errors can change: re-check every policy's status.
+                Input::Collectors => looper.resolutions.policy_names().iter().for_each(|n| looper.resolutions.touch(n)),
                 // CRD events come in bursts (create, established); look once they settle.
                 Input::Crds => discovery_due = discovery_due.or(Some(tokio::time::Instant::now() + Duration::from_millis(100))),
             },
@@ -510,7 +520,9 @@ impl Loop<'_> {
                     }
                 }
             }
-            let status = writes::desired_status(&policy, self.resolutions.errors(&name), write_error, selected);
+            let collector_exists = |c: &str| self.caches.collectors.get(&ObjectRef::new(c)).is_some();
+            let errors = self.resolutions.errors(&name, collector_exists);
+            let status = writes::desired_status(&policy, errors, write_error, selected);
             if writes::status_differs(&policy, &status) {
                 self.write_result(writes::apply_status(&self.policy_api, &name, &status).await, &name);
             }

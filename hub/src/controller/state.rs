@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use ks_shared::api::{BindingPolicySpec, BindingSpec, DownsyncModulation};
 
 use crate::binding::{
-    CompiledPolicy, Labels, ObjectIdentity, Wec, WorkloadObject, desired_binding_spec, policy_matches, singleton_error,
-    wec_selected,
+    CompiledPolicy, Labels, ObjectIdentity, Wec, WorkloadObject, desired_binding_spec, fold_modulations,
+    matching_clauses, singleton_error, wec_selected,
 };
 
 /// The kinds of status return requested for an object.
@@ -18,10 +18,29 @@ pub struct StatusRequest {
     pub multi_wec: bool,
 }
 
+/// A selected object: what it is, its folded modulation, and which clauses matched it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Selection {
+    pub object: WorkloadObject,
+    pub modulation: DownsyncModulation,
+    pub clauses: Vec<usize>,
+}
+
+/// How `policy` selects `object`, if it does.
+fn select(policy: &CompiledPolicy, object: &WorkloadObject, namespace_labels: Option<&Labels>) -> Option<Selection> {
+    let clauses = matching_clauses(policy, object, namespace_labels);
+    let modulation = fold_modulations(clauses.iter().map(|i| &policy.clauses()[*i].modulation))?;
+    Some(Selection {
+        object: object.clone(),
+        modulation,
+        clauses,
+    })
+}
+
 /// One policy's resolution.
 pub struct PolicyState {
     pub compiled: CompiledPolicy,
-    pub selected: BTreeMap<ObjectIdentity, (WorkloadObject, DownsyncModulation)>,
+    pub selected: BTreeMap<ObjectIdentity, Selection>,
     pub wecs: BTreeSet<String>,
 }
 
@@ -71,7 +90,7 @@ impl Resolutions {
         let compiled = CompiledPolicy::new(spec);
         let selected = objects
             .into_iter()
-            .filter_map(|(o, ns)| Some((o.identity.clone(), (o.clone(), policy_matches(&compiled, o, ns)?))))
+            .filter_map(|(o, ns)| Some((o.identity.clone(), select(&compiled, o, ns)?)))
             .collect();
         let wecs = wecs
             .iter()
@@ -103,7 +122,7 @@ impl Resolutions {
                 .iter()
                 .find(|(k, _)| same_object(k, identity))
                 .map(|(k, v)| (k.clone(), v.clone()));
-            let after = object.and_then(|(o, ns)| Some((o.clone(), policy_matches(&policy.compiled, o, ns)?)));
+            let after = object.and_then(|(o, ns)| select(&policy.compiled, o, ns));
             let changed = match (&before, &after) {
                 (Some((_, old)), Some(new)) => old != new,
                 (None, None) => false,
@@ -114,7 +133,7 @@ impl Resolutions {
                     policy.selected.remove(&key);
                 }
                 if let Some(new) = after {
-                    policy.selected.insert(new.0.identity.clone(), new);
+                    policy.selected.insert(new.object.identity.clone(), new);
                 }
                 self.dirty.insert(name.clone());
             }
@@ -151,10 +170,10 @@ impl Resolutions {
     pub fn status_requests(&self) -> BTreeMap<ObjectIdentity, StatusRequest> {
         let mut requests: BTreeMap<ObjectIdentity, StatusRequest> = BTreeMap::new();
         for policy in self.policies.values() {
-            for (id, (_, m)) in &policy.selected {
+            for (id, selection) in &policy.selected {
                 let request = requests.entry(id.clone()).or_default();
-                request.singleton |= m.want_singleton_reported_state;
-                request.multi_wec |= m.want_multi_wec_reported_state;
+                request.singleton |= selection.modulation.want_singleton_reported_state;
+                request.multi_wec |= selection.modulation.want_multi_wec_reported_state;
             }
         }
         requests.retain(|_, r| r.singleton || r.multi_wec);
@@ -165,19 +184,39 @@ impl Resolutions {
     pub fn desired_spec(&self, name: &str) -> Option<BindingSpec> {
         let policy = self.policies.get(name)?;
         Some(desired_binding_spec(
-            policy.selected.values().map(|(o, m)| (o, m)),
+            policy.selected.values().map(|s| (&s.object, &s.modulation)),
             policy.wecs.iter().map(String::as_str),
         ))
     }
 
-    /// The policy's status errors: invalid selectors, then the singleton check (reference §3.8):
+    /// The policy's status errors: invalid selectors, clauses that select nothing, then the
+    /// singleton check (reference §3.8):
     /// objects of this policy whose singleton status return is requested by any policy but whose
     /// qualified singleton WECs are not exactly one.
-    pub fn errors(&self, name: &str) -> Vec<String> {
+    /// `collector_exists` tells whether a StatusCollector of that name exists.
+    pub fn errors(&self, name: &str, collector_exists: impl Fn(&str) -> bool) -> Vec<String> {
         let Some(policy) = self.policies.get(name) else {
             return Vec::new();
         };
         let mut errors: Vec<String> = policy.compiled.errors().iter().map(ToString::to_string).collect();
+        for (i, clause) in policy.compiled.clauses().iter().enumerate() {
+            for missing in clause
+                .modulation
+                .status_collectors
+                .iter()
+                .filter(|c| !collector_exists(c))
+            {
+                errors.push(format!(
+                    "spec.downsync[{i}] names StatusCollector {missing:?}, which does not exist"
+                ));
+            }
+        }
+        // A clause that selects nothing is most likely a mistake in it.
+        errors.extend(
+            (0..policy.compiled.clauses().len())
+                .filter(|i| !policy.selected.values().any(|s| s.clauses.contains(i)))
+                .map(|i| format!("spec.downsync[{i}] selects no object in the WDS")),
+        );
         let wrong: Vec<(&ObjectIdentity, usize)> = policy
             .selected
             .keys()
@@ -185,8 +224,12 @@ impl Resolutions {
                 let mut requested = false;
                 let mut wecs = BTreeSet::new();
                 for other in self.policies.values() {
-                    if let Some((_, m)) = other.selected.get(id).filter(|(_, m)| m.want_singleton_reported_state) {
-                        requested |= m.want_singleton_reported_state;
+                    if other
+                        .selected
+                        .get(id)
+                        .is_some_and(|s| s.modulation.want_singleton_reported_state)
+                    {
+                        requested = true;
                         wecs.extend(other.wecs.iter());
                     }
                 }
@@ -290,6 +333,24 @@ mod tests {
     }
 
     #[test]
+    fn clauses_selecting_nothing_and_unknown_collectors_are_errors() {
+        let mut r = Resolutions::default();
+        let mut spec = policy("web", false);
+        spec.downsync[0].modulation.status_collectors = vec!["replicas".into()];
+        r.set_policy("p", &spec, [], &[]);
+        assert_eq!(
+            r.errors("p", |c| c == "other"),
+            [
+                "spec.downsync[0] names StatusCollector \"replicas\", which does not exist",
+                "spec.downsync[0] selects no object in the WDS"
+            ]
+        );
+        let a = object("a", &[("app", "web")]);
+        r.set_object(&a.identity, Some((&a, None)));
+        assert!(r.errors("p", |c| c == "replicas").is_empty());
+    }
+
+    #[test]
     fn status_requests_are_united_across_policies() {
         let mut r = Resolutions::default();
         let a = object("a", &[("app", "web")]);
@@ -313,9 +374,9 @@ mod tests {
         let mut r = Resolutions::default();
         let a = object("a", &[("app", "web")]);
         r.set_policy("one", &policy("web", true), [(&a, None)], &[wec("cluster1")]);
-        assert!(r.errors("one").is_empty());
+        assert!(r.errors("one", |_| true).is_empty());
         r.set_policy("two", &policy("web", true), [(&a, None)], &[wec("cluster2")]);
-        let errors = r.errors("one");
+        let errors = r.errors("one", |_| true);
         assert_eq!(errors.len(), 1);
         assert!(
             errors[0].starts_with("Singleton reported status return is requested"),
@@ -323,6 +384,6 @@ mod tests {
         );
         // A policy without the flag does not count its WECs.
         r.set_policy("two", &policy("web", false), [(&a, None)], &[wec("cluster2")]);
-        assert!(r.errors("one").is_empty());
+        assert!(r.errors("one", |_| true).is_empty());
     }
 }

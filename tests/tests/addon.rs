@@ -1,0 +1,530 @@
+//! End-to-end test of the status add-on controller (`ks-addon`) on the local stack: started here
+//! as a child process against its1 with `--install-all`, it must enable the add-on on every
+//! WEC, deliver the agent (which the stack's stand-in kubelet then runs from target/debug),
+//! get the agent a hub credential through a CSR it approves, report the add-on Available, keep
+//! the agent's credentials confined, and leave nothing behind once the add-ons are deleted.
+//!
+//! Its log goes to `.stack/logs/ks-addon-e2e.log`. Every WEC gets an AddOnDeploymentConfig
+//! giving its agent `--http-address=127.0.0.1:0`: the stand-in kubelet runs all agents on one
+//! host, where they would otherwise compete for port 8080.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use ks_shared::api::WorkStatus;
+use ks_shared::crds::Space;
+use ks_shared::names::{self, is_kubestellar_label};
+use ks_shared::ocm::{AddOnDeploymentConfig, ManagedCluster, ManagedClusterAddOn, ManifestWork};
+use ks_tests::harness::{Ctx, StackTest, run, wait_until};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::runtime::wait::conditions;
+use kube::{Client, ResourceExt};
+use serde_json::json;
+
+const MANAGER: &str = "ks-tests";
+const ADDON_LOG: &str = "ks-addon-e2e";
+/// The AddOnDeploymentConfig this test gives every WEC's add-on.
+const CONFIG: &str = "ks-addon-e2e";
+const AGENT_IMAGE: &str = "example.io/ks-agent:dev";
+const NAMESPACE: &str = names::AGENT_INSTALL_NAMESPACE;
+/// Delivery, CSR signing and the agent start go through several upstream controllers.
+const DELIVERY: Duration = Duration::from_secs(120);
+const PROMPTLY: Duration = Duration::from_secs(30);
+const WECS: [&str; 2] = ["cluster1", "cluster2"];
+
+fn main() -> std::process::ExitCode {
+    let ks_stack = Path::new(env!("CARGO_BIN_EXE_ks-stack"));
+    for binary in ["ks-agent", "ks-addon"] {
+        if let Err(err) = ks_tests::binaries::build(binary) {
+            eprintln!("{err:#}");
+            return std::process::ExitCode::FAILURE;
+        }
+    }
+    run(
+        ks_stack.parent().expect("binaries live in a directory"),
+        vec![StackTest {
+            name: "addon_installs_registers_confines_and_cleans_up",
+            components: &[
+                ADDON_LOG,
+                "ocm-agent-cluster1",
+                "ocm-agent-cluster2",
+                "pod-cluster1-open-cluster-management-agent-addon-status-agent",
+                "pod-cluster2-open-cluster-management-agent-addon-status-agent",
+            ],
+            body: |ctx| Box::pin(addon_lifecycle(ctx)),
+        }],
+    )
+}
+
+/// One sequential scenario: each step needs the state the previous one reached.
+async fn addon_lifecycle(ctx: Ctx) -> anyhow::Result<()> {
+    let hub = ctx.client("its1").await?;
+    ks_shared::crds::install(&hub, Space::Its, MANAGER).await?;
+    remove_addons(&hub)
+        .await
+        .context("removing add-ons left by an earlier run")?;
+    let clusters: Vec<String> = Api::<ManagedCluster>::all(hub.clone())
+        .list(&ListParams::default())
+        .await?
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    for wec in WECS {
+        ensure!(clusters.iter().any(|c| c == wec), "no ManagedCluster {wec}");
+    }
+    for cluster in &clusters {
+        create_deployment_config(&hub, cluster).await?;
+    }
+
+    let mut addon = AddonProcess::start(&ctx)?;
+    addon.wait_ready(&ctx).await?;
+    for cluster in &clusters {
+        let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), cluster);
+        let created = wait_until(
+            addons.clone(),
+            names::STATUS_ADDON_NAME,
+            "created",
+            PROMPTLY,
+            |a: Option<&ManagedClusterAddOn>| a.is_some(),
+        )
+        .await
+        .with_context(|| format!("--install-all on {cluster}"))?
+        .context("add-on")?;
+        ensure!(
+            created
+                .managed_fields()
+                .iter()
+                .any(|f| f.manager.as_deref() == Some(names::field_manager::ADDON)),
+            "{cluster}: the add-on was not created by ks-addon"
+        );
+        let patch = json!({"spec": {"configs": [{"group": "addon.open-cluster-management.io",
+            "resource": "addondeploymentconfigs", "namespace": cluster, "name": CONFIG}]}});
+        addons
+            .patch(names::STATUS_ADDON_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+
+    for wec in WECS {
+        agent_is_delivered(&ctx, &hub, wec)
+            .await
+            .with_context(|| format!("on {wec}"))?;
+    }
+    for (wec, other) in [(WECS[0], WECS[1]), (WECS[1], WECS[0])] {
+        hub_credential_is_confined(&ctx, wec, other)
+            .await
+            .with_context(|| format!("{wec}'s hub credential"))?;
+    }
+    agent_cannot_write_workloads(&ctx, WECS[0]).await?;
+
+    let status = addon.stop().context("ks-addon did not stop on SIGTERM")?;
+    ensure!(status.success(), "ks-addon exited with {status} on SIGTERM");
+    for wec in WECS {
+        cleaned_up(&ctx, &hub, wec)
+            .await
+            .with_context(|| format!("cleaning up {wec}"))?;
+    }
+    remove_addons(&hub).await
+}
+
+/// The agent reaches the WEC through the ManifestWork, gets its hub credential through a CSR
+/// that ks-addon approved, runs, and the add-on becomes Available.
+async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str) -> anyhow::Result<()> {
+    let works: Api<ManifestWork> = Api::namespaced(hub.clone(), wec);
+    let configured = |w: Option<&ManifestWork>| {
+        w.is_some_and(|w| {
+            let applied = w
+                .status
+                .iter()
+                .flat_map(|s| &s.conditions)
+                .any(|c| c.type_ == "Applied" && c.status == "True");
+            // The AddOnDeploymentConfig's variable reached the agent's arguments.
+            applied && serde_json::to_string(&w.spec).is_ok_and(|s| s.contains("--http-address=127.0.0.1:0"))
+        })
+    };
+    let work = wait_until(
+        works,
+        names::STATUS_ADDON_MANIFESTWORK,
+        "applied with the config",
+        DELIVERY,
+        configured,
+    )
+    .await?
+    .context("ManifestWork")?;
+    ensure!(
+        !work.labels().keys().any(|k| is_kubestellar_label(k)),
+        "the agent's ManifestWork carries KubeStellar labels: {:?}",
+        work.labels()
+    );
+    ensure!(
+        serde_json::to_string(&work.spec)?.contains(AGENT_IMAGE),
+        "the ManifestWork does not run {AGENT_IMAGE}"
+    );
+
+    let local = ctx.client(wec).await?;
+    let deployments: Api<Deployment> = Api::namespaced(local.clone(), NAMESPACE);
+    wait_until(
+        deployments,
+        names::STATUS_AGENT_DEPLOYMENT,
+        "delivered",
+        DELIVERY,
+        |d: Option<&Deployment>| d.is_some(),
+    )
+    .await?;
+    let secrets: Api<Secret> = Api::namespaced(local, NAMESPACE);
+    wait_until(
+        secrets,
+        names::STATUS_ADDON_HUB_SECRET,
+        "written",
+        DELIVERY,
+        |s: Option<&Secret>| s.is_some_and(|s| s.data.as_ref().is_some_and(|d| d.contains_key("tls.crt"))),
+    )
+    .await?;
+
+    let csrs: Api<CertificateSigningRequest> = Api::all(hub.clone());
+    let ours = ListParams::default().labels(&format!(
+        "{}={wec},{}={}",
+        names::OCM_CLUSTER_NAME_LABEL,
+        names::OCM_ADDON_NAME_LABEL,
+        names::STATUS_ADDON_NAME
+    ));
+    let approved_by_us = csrs.list(&ours).await?.iter().any(|csr| {
+        csr.status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .any(|c| c.type_ == "Approved" && c.reason.as_deref() == Some(names::STATUS_ADDON_CSR_APPROVAL_REASON))
+    });
+    ensure!(approved_by_us, "no addon-status CSR for {wec} approved by ks-addon");
+
+    let pod = format!("pod-{wec}-{NAMESPACE}-{}", names::STATUS_AGENT_DEPLOYMENT);
+    ks_tests::stack::wait_for(&format!("{pod} to run"), DELIVERY, || async {
+        Ok(ctx.stack.procs.running(&pod).is_some())
+    })
+    .await?;
+
+    let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), wec);
+    let available = |a: Option<&ManagedClusterAddOn>| {
+        a.and_then(|a| a.status.as_ref()).is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Available" && c.status == "True")
+        })
+    };
+    let addon = wait_until(addons, names::STATUS_ADDON_NAME, "Available", DELIVERY, available)
+        .await?
+        .context("add-on")?;
+    let status = addon.status.unwrap_or_default();
+    ensure!(
+        status.namespace.as_deref() == Some(NAMESPACE),
+        "status.namespace {:?}",
+        status.namespace
+    );
+    let registration = status.registrations.first().context("no registration declared")?;
+    ensure!(
+        registration.subject.user
+            == format!("system:open-cluster-management:cluster:{wec}:addon:addon-status:agent:addon-status-agent"),
+        "registration user {}",
+        registration.subject.user
+    );
+    Ok(())
+}
+
+/// With the certificate the registration agent got for `wec`'s agent, WorkStatuses can be
+/// written in `wec`'s mailbox namespace and not in `other`'s.
+async fn hub_credential_is_confined(ctx: &Ctx, wec: &str, other: &str) -> anyhow::Result<()> {
+    let agent = agent_hub_client(ctx, wec).await?;
+    let name = format!("ks-addon-e2e-{}", std::process::id());
+    let own: Api<WorkStatus> = Api::namespaced(agent.clone(), wec);
+    own.create(&PostParams::default(), &work_status(&name, wec)?)
+        .await
+        .context("creating a WorkStatus in its own mailbox")?;
+    own.delete(&name, &DeleteParams::default())
+        .await
+        .context("deleting it again")?;
+    let foreign: Api<WorkStatus> = Api::namespaced(agent.clone(), other);
+    match foreign
+        .create(&PostParams::default(), &work_status(&name, other)?)
+        .await
+    {
+        Err(kube::Error::Api(status)) if status.code == 403 => {}
+        Err(err) => bail!("creating a WorkStatus in {other}'s mailbox: want 403, got {err}"),
+        Ok(_) => {
+            foreign.delete(&name, &DeleteParams::default()).await?;
+            bail!("created a WorkStatus in {other}'s mailbox")
+        }
+    }
+    let works: Api<ManifestWork> = Api::namespaced(agent, other);
+    ensure!(
+        works.list(&ListParams::default()).await.is_err(),
+        "listed ManifestWorks in {other}'s mailbox"
+    );
+    Ok(())
+}
+
+fn work_status(name: &str, namespace: &str) -> anyhow::Result<WorkStatus> {
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"sourceRef": {"group": "apps", "version": "v1", "resource": "deployments",
+                               "kind": "Deployment", "name": "probe", "namespace": "default"}},
+    }))?)
+}
+
+/// A hub client with the agent's credential: the Secret's files in a directory of their own,
+/// and its kubeconfig pointed at them (in the Pod they are under /var/run/hub).
+async fn agent_hub_client(ctx: &Ctx, wec: &str) -> anyhow::Result<Client> {
+    let secrets: Api<Secret> = Api::namespaced(ctx.client(wec).await?, NAMESPACE);
+    let secret = secrets.get(names::STATUS_ADDON_HUB_SECRET).await?;
+    let data = secret.data.unwrap_or_default();
+    let dir = ctx
+        .stack
+        .state
+        .join("tmp")
+        .join(format!("ks-addon-e2e-{}-{wec}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    for (key, value) in &data {
+        std::fs::write(dir.join(key), &value.0)?;
+    }
+    let mut kubeconfig = Kubeconfig::read_from(dir.join("kubeconfig")).context("the Secret's kubeconfig")?;
+    let file = |key: &str| -> anyhow::Result<String> {
+        ensure!(data.contains_key(key), "the Secret has no {key}");
+        Ok(path_string(&dir.join(key)))
+    };
+    for named in &mut kubeconfig.auth_infos {
+        if let Some(auth) = named.auth_info.as_mut() {
+            auth.client_certificate = Some(file("tls.crt")?);
+            auth.client_key = Some(file("tls.key")?);
+        }
+    }
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
+    let client = Client::try_from(config)?;
+    std::fs::remove_dir_all(&dir)?;
+    Ok(client)
+}
+
+fn path_string(path: &Path) -> String {
+    path.display().to_string()
+}
+
+/// On the WEC, the agent's ServiceAccount may read workloads but never write them.
+async fn agent_cannot_write_workloads(ctx: &Ctx, wec: &str) -> anyhow::Result<()> {
+    let reviews: Api<SubjectAccessReview> = Api::all(ctx.client(wec).await?);
+    let service_account = format!(
+        "system:serviceaccount:{NAMESPACE}:{}",
+        names::STATUS_AGENT_SERVICE_ACCOUNT
+    );
+    let can = |verb: &'static str, group: &'static str, resource: &'static str| {
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(service_account.clone()),
+                groups: Some(vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{NAMESPACE}"),
+                    "system:authenticated".into(),
+                ]),
+                resource_attributes: Some(ResourceAttributes {
+                    verb: Some(verb.into()),
+                    group: Some(group.into()),
+                    resource: Some(resource.into()),
+                    namespace: Some("default".into()),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let reviews = reviews.clone();
+        async move {
+            let answer = reviews.create(&PostParams::default(), &review).await?;
+            anyhow::Ok(answer.status.is_some_and(|s| s.allowed))
+        }
+    };
+    for (verb, group, resource) in [("get", "apps", "deployments"), ("watch", "", "configmaps")] {
+        ensure!(can(verb, group, resource).await?, "the agent cannot {verb} {resource}");
+    }
+    for (verb, group, resource) in [
+        ("create", "apps", "deployments"),
+        ("update", "apps", "deployments"),
+        ("patch", "apps", "deployments"),
+        ("delete", "apps", "deployments"),
+        ("create", "", "secrets"),
+    ] {
+        ensure!(
+            !can(verb, group, resource).await?,
+            "the agent may {verb} {resource} on {wec}"
+        );
+    }
+    Ok(())
+}
+
+/// Deleting the add-on removes its ManifestWork, hub Role and RoleBinding (garbage collection
+/// through owner references), and so the agent on the WEC.
+async fn cleaned_up(ctx: &Ctx, hub: &Client, wec: &str) -> anyhow::Result<()> {
+    let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), wec);
+    let work = Api::<ManifestWork>::namespaced(hub.clone(), wec)
+        .get(names::STATUS_ADDON_MANIFESTWORK)
+        .await?;
+    let role = Api::<Role>::namespaced(hub.clone(), wec)
+        .get(names::STATUS_ADDON_HUB_ROLE)
+        .await?;
+    let binding = Api::<RoleBinding>::namespaced(hub.clone(), wec)
+        .get(names::STATUS_ADDON_HUB_ROLE)
+        .await?;
+    addons
+        .delete(names::STATUS_ADDON_NAME, &DeleteParams::default())
+        .await?;
+    deleted(Api::<ManifestWork>::namespaced(hub.clone(), wec), &work).await?;
+    deleted(Api::<Role>::namespaced(hub.clone(), wec), &role).await?;
+    deleted(Api::<RoleBinding>::namespaced(hub.clone(), wec), &binding).await?;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client(wec).await?, NAMESPACE);
+    wait_until(
+        deployments,
+        names::STATUS_AGENT_DEPLOYMENT,
+        "removed from the WEC",
+        DELIVERY,
+        |d: Option<&Deployment>| d.is_none(),
+    )
+    .await?;
+    let pod = format!("pod-{wec}-{NAMESPACE}-{}", names::STATUS_AGENT_DEPLOYMENT);
+    ks_tests::stack::wait_for(&format!("{pod} to stop"), DELIVERY, || async {
+        Ok(ctx.stack.procs.running(&pod).is_none())
+    })
+    .await
+}
+
+/// Waits until `object` is deleted (a new object of the same name would not count).
+async fn deleted<K>(api: Api<K>, object: &K) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+    K::DynamicType: Default,
+{
+    let uid = object.uid().unwrap_or_default();
+    let name = object.name_any();
+    wait_until(api, &name, "deleted", DELIVERY, conditions::is_deleted(&uid))
+        .await
+        .with_context(|| format!("{} {name} of the deleted add-on", K::kind(&Default::default())))?;
+    Ok(())
+}
+
+/// An AddOnDeploymentConfig for `cluster`'s add-on: this image and a free port for the agent.
+async fn create_deployment_config(hub: &Client, cluster: &str) -> anyhow::Result<()> {
+    let configs: Api<AddOnDeploymentConfig> = Api::namespaced(hub.clone(), cluster);
+    let config = json!({
+        "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "AddOnDeploymentConfig",
+        "metadata": {"name": CONFIG, "namespace": cluster},
+        "spec": {"customizedVariables": [
+            {"name": "IMAGE", "value": AGENT_IMAGE},
+            {"name": "HTTP_ADDRESS", "value": "127.0.0.1:0"},
+        ]},
+    });
+    configs
+        .patch(CONFIG, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&config))
+        .await?;
+    Ok(())
+}
+
+/// Deletes every `addon-status` ManagedClusterAddOn and this test's AddOnDeploymentConfigs, and
+/// waits until the add-ons are gone.
+async fn remove_addons(hub: &Client) -> anyhow::Result<()> {
+    let all: Api<ManagedClusterAddOn> = Api::all(hub.clone());
+    let ours = ListParams::default().fields(&format!("metadata.name={}", names::STATUS_ADDON_NAME));
+    for addon in all.list(&ours).await? {
+        let namespace = addon.namespace().unwrap_or_default();
+        let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), &namespace);
+        let _ = addons.delete(names::STATUS_ADDON_NAME, &DeleteParams::default()).await;
+        let uid = addon.uid().unwrap_or_default();
+        wait_until(
+            addons,
+            names::STATUS_ADDON_NAME,
+            "deleted",
+            DELIVERY,
+            conditions::is_deleted(&uid),
+        )
+        .await?;
+        let configs: Api<AddOnDeploymentConfig> = Api::namespaced(hub.clone(), &namespace);
+        if configs.get_opt(CONFIG).await?.is_some() {
+            configs.delete(CONFIG, &DeleteParams::default()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// The `ks-addon` under test, stopped when dropped.
+struct AddonProcess {
+    child: Option<Child>,
+    log: PathBuf,
+}
+
+impl AddonProcess {
+    fn start(ctx: &Ctx) -> anyhow::Result<AddonProcess> {
+        let binary = ks_tests::binaries::beside(Path::new(env!("CARGO_BIN_EXE_ks-stack")), "ks-addon")?;
+        let kubeconfig = ctx.stack.state.join("kubeconfigs").join("its1.kubeconfig");
+        let log = ctx.stack.state.join("logs").join(format!("{ADDON_LOG}.log"));
+        let child = Command::new(binary)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--install-all", "--http-address", "127.0.0.1:0"])
+            .arg(format!("--agent-image={AGENT_IMAGE}"))
+            .env("RUST_LOG", "info,ks_addon=debug")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()
+            .context("starting ks-addon")?;
+        Ok(AddonProcess {
+            child: Some(child),
+            log,
+        })
+    }
+
+    /// Waits until /readyz answers 200: the add-ons have been listed.
+    async fn wait_ready(&mut self, _ctx: &Ctx) -> anyhow::Result<()> {
+        let log = self.log.clone();
+        let child = std::sync::Mutex::new(self.child.take());
+        let result = ks_tests::stack::wait_for("ks-addon to be ready", PROMPTLY, || async {
+            let mut guard = child.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+            if let Some(status) = guard.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                bail!("ks-addon exited: {status}");
+            }
+            drop(guard);
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            let Some(line) = text.lines().find(|l| l.contains("serving /metrics")) else {
+                return Ok(false);
+            };
+            let address = ks_tests::process::address_in(line);
+            Ok(ks_tests::process::http_get(address, "/readyz").0 == 200)
+        })
+        .await;
+        self.child = child.into_inner().map_err(|_| anyhow::anyhow!("poisoned"))?;
+        result
+    }
+
+    /// SIGTERM, then the exit status (`None` if it had to be killed after a grace period).
+    fn stop(&mut self) -> Option<std::process::ExitStatus> {
+        let mut child = self.child.take()?;
+        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
+        let until = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < until {
+            if let Ok(Some(status)) = child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
+impl Drop for AddonProcess {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
