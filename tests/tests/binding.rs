@@ -171,6 +171,22 @@ async fn selects_by_each_criterion(ctx: Ctx) -> anyhow::Result<()> {
             .map_err(|e| e.context(name.clone()))?;
         names.push(name);
     }
+    // namespaceSelectors read the Namespace's labels from the cache, and follow their changes.
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(wds.clone());
+    let team = |value: Value| json!({"metadata": {"labels": {"team": value}}});
+    namespaces
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(&team(json!(ns))))
+        .await?;
+    let by_namespace = format!("{ns}-nsselector");
+    let downsync = json!([{"resources": ["configmaps"], "objectNames": ["web"], "namespaceSelectors": [{"matchLabels": {"team": ns}}]}]);
+    apply(&policies, policy(&by_namespace, edge.clone(), downsync)).await?;
+    expect_binding(&bindings, &by_namespace, &[cm("web")], &["cluster1", "cluster2"]).await?;
+    namespaces
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(&team(Value::Null)))
+        .await?;
+    expect_binding(&bindings, &by_namespace, &[], &["cluster1", "cluster2"]).await?;
+    names.push(by_namespace);
+
     // The Binding belongs to its policy; the policy carries our finalizer and a Ready condition.
     let binding = bindings.get(&names[0]).await?;
     let owner = &binding.metadata.owner_references.as_ref().expect("owner")[0];
