@@ -1,7 +1,7 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test crds deps up down bench-binding
+.PHONY: help build lint test crds deps up down bench-binding bench-agent
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
@@ -32,3 +32,6 @@ down: ## Stop every process of the local stack
 
 bench-binding: build ## Time BindingPolicy change -> Binding write on the running stack (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- binding-latency --changes 20
+
+bench-agent: build ## Time WEC status change -> WorkStatus and agent memory at 1,000 objects (make up first)
+	$(CARGO) run -q -p ks-tests --bin ks-bench -- agent-latency --changes 50 --objects 1000

@@ -11,10 +11,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+use ks_shared::cli::retry_until_done;
 use ks_shared::names::{OCM_ADDON_NAME_LABEL, STATUS_ADDON_NAME, field_manager};
 use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
 use ks_shared::serve::ReadyGate;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -57,7 +58,7 @@ struct Context {
     applied_status: Mutex<HashMap<String, String>>,
 }
 
-/// Runs until `shutdown`; opens `ready` once the add-ons have been listed.
+/// Runs until `shutdown`; opens `ready` once the add-ons can be listed.
 pub async fn run(
     client: Client,
     defaults: Defaults,
@@ -66,19 +67,25 @@ pub async fn run(
     shutdown: CancellationToken,
 ) -> anyhow::Result<()> {
     let addons: Api<ManagedClusterAddOn> = Api::all(client.clone());
-    let ours = watcher::Config::default().fields(&format!("metadata.name={STATUS_ADDON_NAME}"));
+    let addons_api = addons.clone();
+    let by_name = format!("metadata.name={STATUS_ADDON_NAME}");
+    let ours = watcher::Config::default().fields(&by_name);
     let works: Api<ManifestWork> = Api::all(client.clone());
     let our_works = watcher::Config::default().labels(&format!("{OCM_ADDON_NAME_LABEL}={STATUS_ADDON_NAME}"));
     let configs: Api<AddOnDeploymentConfig> = Api::all(client.clone());
 
     let controller = Controller::new(addons, ours).owns(works, our_works);
     let store = controller.store();
-    let ready_store = store.clone();
-    tokio::spawn(async move {
-        if ready_store.wait_until_ready().await.is_ok() {
-            ready.open();
-        }
-    });
+    // Ready once the add-ons can be listed: the ITS answers and our objects are readable.
+    let list_ours = ListParams::default().fields(&by_name);
+    let listing = || addons_api.list(&list_ours);
+    if retry_until_done("listing ManagedClusterAddOns", &shutdown, listing)
+        .await
+        .is_none()
+    {
+        return Ok(());
+    }
+    ready.open();
     // A changed AddOnDeploymentConfig re-renders every add-on that references it.
     let referencing = move |config: AddOnDeploymentConfig| {
         let (namespace, name) = (config.namespace().unwrap_or_default(), config.name_any());

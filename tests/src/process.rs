@@ -16,8 +16,14 @@ pub struct Running {
 impl Running {
     /// Starts `binary` with `args`, plain-text logs at info level.
     pub fn start(binary: &str, args: &[&str]) -> Running {
+        Running::start_with_env(binary, args, &[])
+    }
+
+    /// Like [`Running::start`], with extra environment variables.
+    pub fn start_with_env(binary: &str, args: &[&str], env: &[(&str, &str)]) -> Running {
         let mut child = Command::new(binary)
             .args(args)
+            .envs(env.iter().copied())
             .env("RUST_LOG", "info")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
             .stdout(Stdio::null())
@@ -77,6 +83,13 @@ impl Running {
                 panic!("did not exit within {deadline:?} of SIGTERM");
             }
         }
+    }
+}
+
+impl Running {
+    /// The process id, e.g. to read its memory use from /proc.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 }
 

@@ -26,16 +26,45 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         changes: usize,
     },
+    /// Start a ks-agent for cluster1; time WEC status change → WorkStatus update, count
+    /// WorkStatus writes per change, then measure the agent's memory at many tracked objects.
+    AgentLatency {
+        /// How many status changes to time.
+        #[arg(long, default_value_t = 50)]
+        changes: usize,
+        /// How many ConfigMaps to deliver for the memory measurement (in ManifestWorks of 100).
+        #[arg(long, default_value_t = 1000)]
+        objects: usize,
+    },
 }
 
 const MANAGER: &str = "ks-bench";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let Command::BindingLatency { changes } = Args::parse().command;
     let exe = std::env::current_exe()?;
     let stack = Stack::new(&repo_root(), 2, exe.parent().expect("binary directory"))?;
     anyhow::ensure!(stack.is_running(), "the stack is not running: run `make up` first");
+    match Args::parse().command {
+        Command::BindingLatency { changes } => binding_latency(&stack, changes).await,
+        Command::AgentLatency { changes, objects } => agent::latency(&stack, changes, objects).await,
+    }
+}
+
+/// p50/p90/p99/max of some durations.
+fn summary(mut latencies: Vec<Duration>) -> String {
+    latencies.sort();
+    let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
+    format!(
+        "p50 {:?}  p90 {:?}  p99 {:?}  max {:?}",
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        latencies.last().copied().unwrap_or_default()
+    )
+}
+
+async fn binding_latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {
     let wds = stack.client("wds1").await?;
     let ns = format!("bench-{}", std::process::id());
     let namespaces: Api<Namespace> = Api::all(wds.clone());
@@ -87,17 +116,213 @@ async fn main() -> anyhow::Result<()> {
             writes.push(binding.and_then(|b| b.metadata.generation).unwrap_or(0) - generation_before);
         }
     }
-    latencies.sort();
-    let at = |q: f64| latencies[((latencies.len() as f64 - 1.0) * q).round() as usize];
     println!(
-        "binding latency over {} policy changes: p50 {:?}  p90 {:?}  max {:?}  (Binding writes per change: {:?})",
+        "binding latency over {} policy changes: {}  (Binding writes per change: {:?})",
         latencies.len(),
-        at(0.5),
-        at(0.9),
-        latencies.last().copied().unwrap_or_default(),
+        summary(latencies),
         writes
     );
     policies.delete(&ns, &DeleteParams::default()).await?;
     namespaces.delete(&ns, &DeleteParams::default()).await?;
     Ok(())
+}
+
+mod agent {
+    //! The agent measurements: a Gauge custom resource whose `.status` the bench writes on the
+    //! WEC stands for "a status change", so nothing but the agent sits between the two clocks.
+
+    use std::time::{Duration, Instant};
+
+    use futures::StreamExt;
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use ks_shared::api::WorkStatus;
+    use ks_tests::harness::wait_until;
+    use ks_tests::process::{Running, address_in, http_get};
+    use ks_tests::stack::Stack;
+    use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+    use kube::core::{ApiResource, GroupVersionKind};
+    use kube::runtime::wait::conditions;
+    use kube::runtime::{WatchStreamExt, watcher};
+    use serde_json::json;
+
+    use super::{MANAGER, summary};
+
+    const WEC: &str = "cluster1";
+    const DEADLINE: Duration = Duration::from_secs(120);
+
+    pub async fn latency(stack: &Stack, changes: usize, objects: usize) -> anyhow::Result<()> {
+        let wec = stack.client(WEC).await?;
+        let hub = stack.client("its1").await?;
+        let id = std::process::id();
+        let apply = PatchParams::apply(MANAGER).force();
+
+        let crds: Api<CustomResourceDefinition> = Api::all(wec.clone());
+        let crd = json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gauges.bench.kubestellar.io"},
+            "spec": {"group": "bench.kubestellar.io", "scope": "Namespaced",
+                     "names": {"plural": "gauges", "singular": "gauge", "kind": "Gauge"},
+                     "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+        });
+        crds.patch("gauges.bench.kubestellar.io", &apply, &Patch::Apply(crd))
+            .await?;
+        wait_until(
+            crds,
+            "gauges.bench.kubestellar.io",
+            "established",
+            DEADLINE,
+            conditions::is_crd_established(),
+        )
+        .await?;
+
+        let kubeconfigs = stack.state.join("kubeconfigs");
+        let agent_binary = stack.our_binaries.join("ks-agent");
+        let hub_kubeconfig = format!("--hub-kubeconfig={}", kubeconfigs.join("its1.kubeconfig").display());
+        let wec_kubeconfig = kubeconfigs.join(format!("{WEC}.kubeconfig")).display().to_string();
+        let args = ["--cluster-name", WEC, "--http-address", "127.0.0.1:0", &hub_kubeconfig];
+        let mut agent = Running::start_with_env(
+            agent_binary.to_str().unwrap_or_default(),
+            &args,
+            &[("KUBECONFIG", &wec_kubeconfig)],
+        );
+        let address = address_in(&agent.wait_for_line("serving /metrics", DEADLINE));
+        ks_tests::stack::wait_for("the agent to be ready", DEADLINE, || async {
+            Ok(http_get(address, "/readyz").0 == 200)
+        })
+        .await?;
+
+        let ns = format!("bench-agent-{id}");
+        let works: Api<ks_shared::ocm::ManifestWork> = Api::namespaced(hub.clone(), WEC);
+        let labels =
+            json!({"transport.kubestellar.io/originWdsName": "bench", "bench.kubestellar.io/run": id.to_string()});
+        let work = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+        "metadata": {"name": ns, "labels": labels},
+        "spec": {"workload": {"manifests": [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
+            {"apiVersion": "bench.kubestellar.io/v1", "kind": "Gauge", "metadata": {"name": "g", "namespace": ns}, "spec": {}}
+        ]}}});
+        works.patch(&ns, &apply, &Patch::Apply(work)).await?;
+
+        let gauges: Api<DynamicObject> = Api::namespaced_with(
+            wec.clone(),
+            &ns,
+            &ApiResource::from_gvk(&GroupVersionKind::gvk("bench.kubestellar.io", "v1", "Gauge")),
+        );
+        let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), WEC);
+        let run_label = format!("bench.kubestellar.io/run={id}");
+        let find = || async {
+            let list = statuses.list(&ListParams::default().labels(&run_label)).await?;
+            anyhow::Ok(
+                list.items
+                    .into_iter()
+                    .find(|w| w.spec.spec.source_ref.kind == "Gauge")
+                    .map(|w| w.metadata.name.unwrap_or_default()),
+            )
+        };
+        ks_tests::stack::wait_for("the Gauge's WorkStatus", DEADLINE, || async {
+            Ok(find().await?.is_some())
+        })
+        .await?;
+        let name = find().await?.unwrap_or_default();
+
+        // Every write to the WorkStatus is an event on this watch.
+        let fields = format!("metadata.name={name}");
+        let events = watcher(statuses.clone(), watcher::Config::default().fields(&fields)).applied_objects();
+        let counter = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let count = counter.clone();
+        let watching = tokio::spawn(async move {
+            tokio::pin!(events);
+            while events.next().await.is_some() {
+                count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        });
+        ks_tests::stack::wait_for("the watch to start", DEADLINE, || async {
+            Ok(counter.load(std::sync::atomic::Ordering::Relaxed) > 0)
+        })
+        .await?;
+        let before = counter.load(std::sync::atomic::Ordering::Relaxed);
+
+        let mut latencies = Vec::new();
+        for value in 1..=changes {
+            let status = json!({"apiVersion": "bench.kubestellar.io/v1", "kind": "Gauge", "metadata": {"name": "g"},
+                                "status": {"value": value}});
+            let started = Instant::now();
+            gauges.patch_status("g", &apply, &Patch::Apply(status)).await?;
+            let shows = move |w: Option<&WorkStatus>| {
+                w.and_then(|w| w.status.as_ref())
+                    .is_some_and(|s| s.0.get("value") == Some(&json!(value)))
+            };
+            wait_until(statuses.clone(), &name, "showing the new status", DEADLINE, shows).await?;
+            latencies.push(started.elapsed());
+        }
+        // Writes that were still on their way show up on the watch shortly after.
+        let writes = counter.load(std::sync::atomic::Ordering::Relaxed) - before;
+        watching.abort();
+        println!(
+            "agent: WEC status change -> WorkStatus over {} changes: {}; WorkStatus writes: {writes} for {changes} changes",
+            latencies.len(),
+            summary(latencies)
+        );
+
+        // Memory with many tracked objects: ConfigMaps in ManifestWorks of 100.
+        let rss = |pid: u32| -> u64 {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .ok()
+                .and_then(|s| {
+                    s.lines().find_map(|l| {
+                        l.strip_prefix("VmRSS:")
+                            .map(|v| v.trim().trim_end_matches(" kB").parse().ok())
+                    })
+                })
+                .flatten()
+                .unwrap_or(0)
+        };
+        let pid = agent.pid().unwrap_or_default();
+        let idle = rss(pid);
+        let batches = objects.div_ceil(100);
+        for batch in 0..batches {
+            let manifests: Vec<_> = (0..100.min(objects - batch * 100))
+                .map(|i| {
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                "metadata": {"name": format!("cm-{batch}-{i}"), "namespace": ns}, "data": {"k": "v"}})
+                })
+                .collect();
+            let work = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+                "metadata": {"name": format!("{ns}-cms-{batch}"), "labels": labels}, "spec": {"workload": {"manifests": manifests}}});
+            works
+                .patch(&format!("{ns}-cms-{batch}"), &apply, &Patch::Apply(work))
+                .await?;
+        }
+        let started = Instant::now();
+        ks_tests::stack::wait_for(
+            "a WorkStatus for every delivered object",
+            Duration::from_secs(600),
+            || async {
+                Ok(statuses
+                    .list(&ListParams::default().labels(&run_label))
+                    .await?
+                    .items
+                    .len()
+                    > objects)
+            },
+        )
+        .await?;
+        println!(
+            "agent: {objects} ConfigMaps reported in {:?}; agent RSS {} MiB idle, {} MiB while tracking {} objects",
+            started.elapsed(),
+            idle / 1024,
+            rss(pid) / 1024,
+            objects + 2
+        );
+
+        for batch in 0..batches {
+            works
+                .delete(&format!("{ns}-cms-{batch}"), &DeleteParams::default())
+                .await?;
+        }
+        works.delete(&ns, &DeleteParams::default()).await?;
+        agent.terminate(Duration::from_secs(15));
+        Ok(())
+    }
 }
