@@ -33,5 +33,6 @@ down: ## Stop every process of the local stack
 bench-binding: build ## Time BindingPolicy change -> Binding write on the running stack (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- binding-latency --changes 20
 
-bench-agent: build ## Time WEC status change -> WorkStatus and agent memory at 1,000 objects (make up first)
+bench-agent: build ## WEC status change -> WorkStatus latency, agent memory at 1,000 objects and over churn (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- agent-latency --changes 50 --objects 1000
+	$(CARGO) run -q -p ks-tests --bin ks-bench -- agent-churn --rounds 5 --works 20

@@ -711,7 +711,7 @@ async fn churn_ends_with_one_work_status_per_object(ctx: Ctx) -> anyhow::Result<
                "metadata": {"name": format!("pod-{i}"), "namespace": ns},
                "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}})
     };
-    for round in 0..3 {
+    for round in 0..5 {
         if round > 0 {
             // Delete all, then recreate as soon as each is gone (the work agent's finalizer
             // keeps a ManifestWork until it has removed what it delivered).

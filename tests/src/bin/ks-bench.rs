@@ -36,6 +36,14 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         objects: usize,
     },
+    /// Start a ks-agent for cluster1; delete and recreate ManifestWorks of one Pod each, round
+    /// after round, and print the agent's memory after each round.
+    AgentChurn {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        #[arg(long, default_value_t = 20)]
+        works: usize,
+    },
 }
 
 const MANAGER: &str = "ks-bench";
@@ -48,6 +56,7 @@ async fn main() -> anyhow::Result<()> {
     match Args::parse().command {
         Command::BindingLatency { changes } => binding_latency(&stack, changes).await,
         Command::AgentLatency { changes, objects } => agent::latency(&stack, changes, objects).await,
+        Command::AgentChurn { rounds, works } => agent::churn(&stack, rounds, works).await,
     }
 }
 
@@ -150,6 +159,92 @@ mod agent {
     const WEC: &str = "cluster1";
     const DEADLINE: Duration = Duration::from_secs(120);
 
+    /// Resident memory of a process, in KiB.
+    fn rss(pid: u32) -> u64 {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines().find_map(|l| {
+                    l.strip_prefix("VmRSS:")
+                        .map(|v| v.trim().trim_end_matches(" kB").parse().ok())
+                })
+            })
+            .flatten()
+            .unwrap_or(0)
+    }
+
+    /// A ks-agent for the WEC, ready (it has listed the AppliedManifestWorks).
+    async fn start_agent(stack: &Stack) -> anyhow::Result<Running> {
+        let kubeconfigs = stack.state.join("kubeconfigs");
+        let agent_binary = stack.our_binaries.join("ks-agent");
+        let hub_kubeconfig = format!("--hub-kubeconfig={}", kubeconfigs.join("its1.kubeconfig").display());
+        let wec_kubeconfig = kubeconfigs.join(format!("{WEC}.kubeconfig")).display().to_string();
+        let args = ["--cluster-name", WEC, "--http-address", "127.0.0.1:0", &hub_kubeconfig];
+        let mut agent = Running::start_with_env(
+            agent_binary.to_str().unwrap_or_default(),
+            &args,
+            &[("KUBECONFIG", &wec_kubeconfig)],
+        );
+        let address = address_in(&agent.wait_for_line("serving /metrics", DEADLINE));
+        ks_tests::stack::wait_for("the agent to be ready", DEADLINE, || async {
+            Ok(http_get(address, "/readyz").0 == 200)
+        })
+        .await?;
+        Ok(agent)
+    }
+
+    pub async fn churn(stack: &Stack, rounds: usize, count: usize) -> anyhow::Result<()> {
+        let hub = stack.client("its1").await?;
+        let id = std::process::id();
+        let agent = start_agent(stack).await?;
+        let pid = agent.pid().unwrap_or_default();
+        let works: Api<ks_shared::ocm::ManifestWork> = Api::namespaced(hub.clone(), WEC);
+        let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), WEC);
+        let ns = format!("bench-churn-{id}");
+        let run_label = format!("bench.kubestellar.io/run={id}");
+        let labels =
+            json!({"transport.kubestellar.io/originWdsName": "bench", "bench.kubestellar.io/run": id.to_string()});
+        let apply = PatchParams::apply(MANAGER).force();
+        let namespace_work = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": ns}, "spec": {"workload": {"manifests": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}]}}});
+        works.patch(&ns, &apply, &Patch::Apply(namespace_work)).await?;
+        let names: Vec<String> = (0..count).map(|i| format!("{ns}-{i}")).collect();
+        let mut memory = Vec::new();
+        for _ in 0..rounds {
+            for (i, name) in names.iter().enumerate() {
+                let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("pod-{i}"), "namespace": ns},
+                                 "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}});
+                let work = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+                    "metadata": {"name": name, "labels": labels}, "spec": {"workload": {"manifests": [pod]}}});
+                works.patch(name, &apply, &Patch::Apply(work)).await?;
+            }
+            ks_tests::stack::wait_for("one WorkStatus per ManifestWork", DEADLINE, || async {
+                Ok(statuses
+                    .list(&ListParams::default().labels(&run_label))
+                    .await?
+                    .items
+                    .len()
+                    == count)
+            })
+            .await?;
+            memory.push(rss(pid));
+            for name in &names {
+                let uid = works.get(name).await?.metadata.uid.unwrap_or_default();
+                works.delete(name, &DeleteParams::default()).await?;
+                wait_until(works.clone(), name, "deleted", DEADLINE, conditions::is_deleted(&uid)).await?;
+            }
+        }
+        let first = memory[0] as f64;
+        let last = *memory.last().unwrap_or(&0) as f64;
+        println!(
+            "agent churn: {rounds} rounds of {count} ManifestWorks (one Pod each); RSS after each round (KiB): {memory:?}; last/first = {:.3}",
+            last / first
+        );
+        works.delete(&ns, &DeleteParams::default()).await?;
+        drop(agent);
+        Ok(())
+    }
+
     pub async fn latency(stack: &Stack, changes: usize, objects: usize) -> anyhow::Result<()> {
         let wec = stack.client(WEC).await?;
         let hub = stack.client("its1").await?;
@@ -176,21 +271,7 @@ mod agent {
         )
         .await?;
 
-        let kubeconfigs = stack.state.join("kubeconfigs");
-        let agent_binary = stack.our_binaries.join("ks-agent");
-        let hub_kubeconfig = format!("--hub-kubeconfig={}", kubeconfigs.join("its1.kubeconfig").display());
-        let wec_kubeconfig = kubeconfigs.join(format!("{WEC}.kubeconfig")).display().to_string();
-        let args = ["--cluster-name", WEC, "--http-address", "127.0.0.1:0", &hub_kubeconfig];
-        let mut agent = Running::start_with_env(
-            agent_binary.to_str().unwrap_or_default(),
-            &args,
-            &[("KUBECONFIG", &wec_kubeconfig)],
-        );
-        let address = address_in(&agent.wait_for_line("serving /metrics", DEADLINE));
-        ks_tests::stack::wait_for("the agent to be ready", DEADLINE, || async {
-            Ok(http_get(address, "/readyz").0 == 200)
-        })
-        .await?;
+        let agent = start_agent(stack).await?;
 
         let ns = format!("bench-agent-{id}");
         let works: Api<ks_shared::ocm::ManifestWork> = Api::namespaced(hub.clone(), WEC);
