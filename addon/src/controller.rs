@@ -53,9 +53,8 @@ struct Context {
     client: Client,
     defaults: Defaults,
     metrics: Metrics,
-    /// Digest of the status part we last applied per add-on, because the typed add-on does not
-    /// show every field we set (`healthCheck`): without it we would not know it was written.
-    applied_status: Mutex<HashMap<String, String>>,
+    /// What we last applied to each add-on's status; see [`status_is_current`].
+    applied_status: Mutex<HashMap<String, AppliedStatus>>,
 }
 
 /// Runs until `shutdown`; opens `ready` once the add-ons can be listed.
@@ -255,16 +254,17 @@ async fn write_status(
     });
     let key = format!("{cluster}/{}", addon.uid().unwrap_or_default());
     let digest = manifests::digest(&(&registrations, &namespace, condition_content(&available)));
-    let unchanged = current.registrations == registrations
+    let cache_matches = current.registrations == registrations
         && current.namespace == namespace
-        && previous.is_some_and(|p| health::same_condition(p, &available))
-        && context
-            .applied_status
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&key)
-            == Some(&digest);
-    if unchanged {
+        && previous.is_some_and(|p| health::same_condition(p, &available));
+    let cached_version = resource_version(addon);
+    let applied = context
+        .applied_status
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+        .cloned();
+    if status_is_current(cache_matches, cached_version, applied.as_ref(), &digest) {
         return Ok(());
     }
     let patch = json!({
@@ -274,20 +274,76 @@ async fn write_status(
         "status": status,
     });
     let addons: Api<ManagedClusterAddOn> = Api::namespaced(context.client.clone(), cluster);
-    addons
+    let written = addons
         .patch_status(&addon.name_any(), &apply_params(), &Patch::Apply(&patch))
         .await
         .map_err(api_error(format!("ManagedClusterAddOn {cluster} status")))?;
+    let applied = AppliedStatus {
+        digest,
+        resource_version: resource_version(&written),
+    };
     context
         .applied_status
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .insert(key, digest);
+        .insert(key, applied);
     context.metrics.wrote(Object::AddOnStatus);
     tracing::info!(cluster, available = %available.status, reason = %available.reason, "add-on status applied");
     Ok(())
 }
 
+/// What this process last wrote to an add-on's status.
+#[derive(Clone, Debug, PartialEq)]
+struct AppliedStatus {
+    digest: String,
+    resource_version: Option<u64>,
+}
+
+fn resource_version(addon: &ManagedClusterAddOn) -> Option<u64> {
+    addon.metadata.resource_version.as_deref()?.parse().ok()
+}
+
+/// True when the add-on's status need not be written: we wrote exactly this content (`digest`)
+/// in this process, and either the cached add-on shows it, or the cache has not yet caught up
+/// with our write (an older resourceVersion; they are etcd revisions, so they grow). The
+/// typed add-on does not show every field we set (`healthCheck`), hence the record.
+fn status_is_current(
+    cache_matches: bool,
+    cached_version: Option<u64>,
+    applied: Option<&AppliedStatus>,
+    digest: &str,
+) -> bool {
+    let Some(applied) = applied.filter(|a| a.digest == digest) else {
+        return false;
+    };
+    cache_matches
+        || matches!((cached_version, applied.resource_version), (Some(cached), Some(written)) if cached < written)
+}
+
 fn condition_content(c: &Condition) -> (&str, &str, &str, &str) {
     (&c.type_, &c.status, &c.reason, &c.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_is_written_once_per_content_and_not_for_a_stale_cache() {
+        let applied = AppliedStatus {
+            digest: "d1".into(),
+            resource_version: Some(100),
+        };
+        // Never written by this process: write, whatever the cache shows.
+        assert!(!status_is_current(true, Some(100), None, "d1"));
+        // New content: write.
+        assert!(!status_is_current(true, Some(100), Some(&applied), "d2"));
+        // Written, and the cache shows it.
+        assert!(status_is_current(true, Some(100), Some(&applied), "d1"));
+        // Written, the cache is older than our write: wait for it rather than write again.
+        assert!(status_is_current(false, Some(99), Some(&applied), "d1"));
+        // Written, but someone changed it since: write again.
+        assert!(!status_is_current(false, Some(101), Some(&applied), "d1"));
+        assert!(!status_is_current(false, None, Some(&applied), "d1"));
+    }
 }

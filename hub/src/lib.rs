@@ -6,3 +6,4 @@ pub mod binding;
 pub mod controller;
 pub mod informers;
 pub mod kubeflex;
+pub mod transport;

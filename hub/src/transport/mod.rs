@@ -1,0 +1,5 @@
+//! The transport's pure parts: what every delivered object goes through before it is wrapped
+//! for a WEC (reference §4.5) and the CustomTransform removals (§4.6).
+
+pub mod jsonpath;
+pub mod transforms;
