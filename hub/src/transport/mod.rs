@@ -2,4 +2,5 @@
 //! for a WEC (reference §4.5) and the CustomTransform removals (§4.6).
 
 pub mod jsonpath;
+pub mod sharding;
 pub mod transforms;

@@ -1,0 +1,174 @@
+//! Packing a Binding's objects into wrapped objects (ManifestWorks) of bounded size and count,
+//! with stable assignment: an object stays in the shard it was in as long as that shard can hold
+//! it, so adding or removing one object never moves the others (upstream packs by position,
+//! which moves them and makes WECs delete and re-create objects).
+
+use std::collections::BTreeMap;
+
+/// Limits of one wrapped object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes: the sum of the objects' JSON lengths must stay below this.
+    pub max_size: usize,
+    /// Objects per wrapped object.
+    pub max_count: usize,
+}
+
+/// Upstream's defaults (`--max-size-wrapped`, `--max-num-wrapped`).
+pub const DEFAULT_LIMITS: Limits = Limits {
+    max_size: 512_000,
+    max_count: 512_000,
+};
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShardError {
+    #[error("failed to wrap object that is larger than max size: {key} is {size} bytes, the limit is {max_size}")]
+    TooLarge { key: String, size: usize, max_size: usize },
+}
+
+#[derive(Default, Clone, Copy)]
+struct Fill {
+    bytes: usize,
+    count: usize,
+}
+
+impl Fill {
+    fn takes(&self, size: usize, limits: Limits) -> bool {
+        self.bytes + size < limits.max_size && self.count < limits.max_count
+    }
+}
+
+/// Assigns each `(key, size)` object a shard index. `previous` is the assignment the current
+/// wrapped objects show; objects keep their shard while it has room (in key order), the rest go
+/// to the lowest shard with room, opening new ones as needed.
+pub fn assign(
+    objects: &BTreeMap<String, usize>,
+    previous: &BTreeMap<String, usize>,
+    limits: Limits,
+) -> Result<BTreeMap<String, usize>, ShardError> {
+    if let Some((key, size)) = objects.iter().find(|(_, size)| **size >= limits.max_size) {
+        return Err(ShardError::TooLarge {
+            key: key.clone(),
+            size: *size,
+            max_size: limits.max_size,
+        });
+    }
+    let mut fills: BTreeMap<usize, Fill> = BTreeMap::new();
+    let mut assigned = BTreeMap::new();
+    let mut homeless = Vec::new();
+    for (key, size) in objects {
+        match previous.get(key) {
+            Some(shard) if fills.get(shard).copied().unwrap_or_default().takes(*size, limits) => {
+                let fill = fills.entry(*shard).or_default();
+                fill.bytes += size;
+                fill.count += 1;
+                assigned.insert(key.clone(), *shard);
+            }
+            _ => homeless.push((key, *size)),
+        }
+    }
+    for (key, size) in homeless {
+        let shard = (0..)
+            .find(|s| fills.get(s).copied().unwrap_or_default().takes(size, limits))
+            .unwrap_or(0);
+        let fill = fills.entry(shard).or_default();
+        fill.bytes += size;
+        fill.count += 1;
+        assigned.insert(key.clone(), shard);
+    }
+    Ok(assigned)
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    const SMALL: Limits = Limits {
+        max_size: 100,
+        max_count: 3,
+    };
+
+    fn objects(entries: &[(&str, usize)]) -> BTreeMap<String, usize> {
+        entries.iter().map(|(k, s)| (k.to_string(), *s)).collect()
+    }
+
+    #[test]
+    fn packs_by_count_and_size() {
+        let by_count = assign(
+            &objects(&[("a", 1), ("b", 1), ("c", 1), ("d", 1)]),
+            &BTreeMap::new(),
+            SMALL,
+        )
+        .unwrap();
+        assert_eq!(by_count.values().filter(|s| **s == 0).count(), 3);
+        assert_eq!(by_count["d"], 1);
+        let by_size = assign(&objects(&[("a", 60), ("b", 60)]), &BTreeMap::new(), SMALL).unwrap();
+        assert_ne!(by_size["a"], by_size["b"], "60 + 60 does not fit under 100");
+    }
+
+    #[test]
+    fn an_object_alone_over_the_limit_is_an_error() {
+        let err = assign(&objects(&[("big", 100)]), &BTreeMap::new(), SMALL).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("failed to wrap object that is larger than max size")
+        );
+    }
+
+    #[test]
+    fn adding_an_object_moves_no_other() {
+        let before = assign(
+            &objects(&[("b", 1), ("c", 1), ("d", 1), ("e", 1)]),
+            &BTreeMap::new(),
+            SMALL,
+        )
+        .unwrap();
+        // "a" sorts first: positional packing would shift everything after it.
+        let after = assign(
+            &objects(&[("a", 1), ("b", 1), ("c", 1), ("d", 1), ("e", 1)]),
+            &before,
+            SMALL,
+        )
+        .unwrap();
+        for (key, shard) in &before {
+            assert_eq!(after[key], *shard, "{key} stayed");
+        }
+    }
+
+    fn sizes() -> impl Strategy<Value = BTreeMap<String, usize>> {
+        prop::collection::btree_map("[a-h]{1,2}", 1usize..60, 0..20)
+    }
+
+    proptest! {
+        #[test]
+        fn every_shard_is_within_limits(objects in sizes(), max_count in 1usize..5) {
+            let limits = Limits { max_size: 100, max_count };
+            let assigned = assign(&objects, &BTreeMap::new(), limits).unwrap();
+            prop_assert_eq!(assigned.len(), objects.len());
+            let mut fills: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+            for (key, shard) in &assigned {
+                let fill = fills.entry(*shard).or_default();
+                fill.0 += objects[key];
+                fill.1 += 1;
+            }
+            for (bytes, count) in fills.values() {
+                prop_assert!(*bytes < limits.max_size && *count <= limits.max_count);
+            }
+        }
+
+        #[test]
+        fn unchanged_objects_keep_their_shard(objects in sizes(), change in sizes(), max_count in 1usize..5) {
+            let limits = Limits { max_size: 100, max_count };
+            let before = assign(&objects, &BTreeMap::new(), limits).unwrap();
+            // Add and remove some objects; the ones present in both keep their shard.
+            let mut next: BTreeMap<String, usize> = objects.iter().filter(|(k, _)| !change.contains_key(*k)).map(|(k, s)| (k.clone(), *s)).collect();
+            next.extend(change.iter().filter(|(k, _)| !objects.contains_key(*k)).map(|(k, s)| (k.clone(), *s)));
+            let after = assign(&next, &before, limits).unwrap();
+            for key in next.keys().filter(|k| objects.contains_key(*k)) {
+                prop_assert_eq!(after[key], before[key]);
+            }
+        }
+    }
+}
