@@ -4,3 +4,4 @@
 pub mod jsonpath;
 pub mod sharding;
 pub mod transforms;
+pub mod wrap;
