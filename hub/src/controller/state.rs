@@ -40,13 +40,29 @@ fn select(policy: &CompiledPolicy, object: &WorkloadObject, namespace_labels: Op
 /// One policy's resolution.
 pub struct PolicyState {
     pub compiled: CompiledPolicy,
-    pub selected: BTreeMap<ObjectIdentity, Selection>,
+    pub selected: BTreeMap<ObjectKey, Selection>,
     pub wecs: BTreeSet<String>,
 }
 
-/// The identity of an object regardless of the version it is served at.
-fn same_object(a: &ObjectIdentity, b: &ObjectIdentity) -> bool {
-    a.group == b.group && a.resource == b.resource && a.namespace == b.namespace && a.name == b.name
+/// An object's identity regardless of the version it is served at: events for a deleted object
+/// may not know the version, and lookups must not scan.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct ObjectKey {
+    group: String,
+    resource: String,
+    namespace: String,
+    name: String,
+}
+
+impl From<&ObjectIdentity> for ObjectKey {
+    fn from(id: &ObjectIdentity) -> Self {
+        ObjectKey {
+            group: id.group.clone(),
+            resource: id.resource.clone(),
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+        }
+    }
 }
 
 /// Every policy's resolution, and which Bindings need writing.
@@ -90,7 +106,7 @@ impl Resolutions {
         let compiled = CompiledPolicy::new(spec);
         let selected = objects
             .into_iter()
-            .filter_map(|(o, ns)| Some((o.identity.clone(), select(&compiled, o, ns)?)))
+            .filter_map(|(o, ns)| Some((ObjectKey::from(&o.identity), select(&compiled, o, ns)?)))
             .collect();
         let wecs = wecs
             .iter()
@@ -117,24 +133,13 @@ impl Resolutions {
     /// Re-evaluates one object (present, or gone when `object` is `None`) against every policy.
     pub fn set_object(&mut self, identity: &ObjectIdentity, object: Option<(&WorkloadObject, Option<&Labels>)>) {
         for (name, policy) in &mut self.policies {
-            let before = policy
-                .selected
-                .iter()
-                .find(|(k, _)| same_object(k, identity))
-                .map(|(k, v)| (k.clone(), v.clone()));
+            let key = ObjectKey::from(identity);
             let after = object.and_then(|(o, ns)| select(&policy.compiled, o, ns));
-            let changed = match (&before, &after) {
-                (Some((_, old)), Some(new)) => old != new,
-                (None, None) => false,
-                _ => true,
-            };
-            if changed {
-                if let Some((key, _)) = before {
-                    policy.selected.remove(&key);
-                }
-                if let Some(new) = after {
-                    policy.selected.insert(new.object.identity.clone(), new);
-                }
+            if policy.selected.get(&key) != after.as_ref() {
+                match after {
+                    Some(new) => policy.selected.insert(key, new),
+                    None => policy.selected.remove(&key),
+                };
                 self.dirty.insert(name.clone());
             }
         }
@@ -144,7 +149,7 @@ impl Resolutions {
     pub fn retain_objects(&mut self, mut keep: impl FnMut(&ObjectIdentity) -> bool) {
         for (name, policy) in &mut self.policies {
             let before = policy.selected.len();
-            policy.selected.retain(|k, _| keep(k));
+            policy.selected.retain(|_, s| keep(&s.object.identity));
             if policy.selected.len() != before {
                 self.dirty.insert(name.clone());
             }
@@ -170,8 +175,8 @@ impl Resolutions {
     pub fn status_requests(&self) -> BTreeMap<ObjectIdentity, StatusRequest> {
         let mut requests: BTreeMap<ObjectIdentity, StatusRequest> = BTreeMap::new();
         for policy in self.policies.values() {
-            for (id, selection) in &policy.selected {
-                let request = requests.entry(id.clone()).or_default();
+            for selection in policy.selected.values() {
+                let request = requests.entry(selection.object.identity.clone()).or_default();
                 request.singleton |= selection.modulation.want_singleton_reported_state;
                 request.multi_wec |= selection.modulation.want_multi_wec_reported_state;
             }
@@ -219,21 +224,21 @@ impl Resolutions {
         );
         let wrong: Vec<(&ObjectIdentity, usize)> = policy
             .selected
-            .keys()
-            .filter_map(|id| {
+            .iter()
+            .filter_map(|(key, selection)| {
                 let mut requested = false;
                 let mut wecs = BTreeSet::new();
                 for other in self.policies.values() {
                     if other
                         .selected
-                        .get(id)
+                        .get(key)
                         .is_some_and(|s| s.modulation.want_singleton_reported_state)
                     {
                         requested = true;
                         wecs.extend(other.wecs.iter());
                     }
                 }
-                (requested && wecs.len() != 1).then_some((id, wecs.len()))
+                (requested && wecs.len() != 1).then_some((&selection.object.identity, wecs.len()))
             })
             .collect();
         errors.extend(singleton_error(wrong));
