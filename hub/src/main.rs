@@ -63,9 +63,23 @@ struct Args {
     /// In KubeFlex mode, the ITS ControlPlane's name (needed when there are several).
     #[arg(long, env = "KS_ITS_NAME", value_name = "NAME", requires = "kubeflex")]
     its_name: Option<String>,
-    /// Controllers to run, comma-separated. This build has `binding`.
-    #[arg(long, env = "KS_CONTROLLERS", default_value = "binding", value_delimiter = ',')]
+    /// Controllers to run, comma-separated: `binding`, `transport` (which needs `binding`: it
+    /// reads the objects from the binding controller's caches).
+    #[arg(
+        long,
+        env = "KS_CONTROLLERS",
+        default_value = "binding,transport",
+        value_delimiter = ','
+    )]
     controllers: Vec<String>,
+    /// Most bytes of objects in one ManifestWork (upstream's --max-size-wrapped).
+    #[arg(long, env = "KS_MAX_SIZE_WRAPPED", default_value_t = 512_000, value_name = "BYTES")]
+    max_size_wrapped: usize,
+    /// Most objects in one ManifestWork (upstream's --max-num-wrapped); 1 names each
+    /// ManifestWork after its object's UID, as upstream's chart does.
+    #[arg(long, env = "KS_MAX_NUM_WRAPPED", default_value_t = 512_000, value_name = "N",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    max_num_wrapped: u64,
     /// Only watch these API groups, comma-separated (`""` is the core group, e.g. `,apps`);
     /// empty watches every group.
     #[arg(long, env = "KS_API_GROUPS", default_value = "", value_name = "GROUPS")]
@@ -97,8 +111,16 @@ async fn main() -> anyhow::Result<()> {
         [args.wds_qps, args.its_qps].iter().all(|q| q.is_finite() && *q >= 0.0),
         "--wds-qps and --its-qps must be numbers of at least 0"
     );
-    if let Some(unknown) = args.controllers.iter().find(|c| c.as_str() != "binding") {
-        bail!("--controllers: {unknown:?} is not available in this build (available: binding)");
+    if let Some(unknown) = args
+        .controllers
+        .iter()
+        .find(|c| !["binding", "transport"].contains(&c.as_str()))
+    {
+        bail!("--controllers: {unknown:?} is not available in this build (available: binding, transport)");
+    }
+    let with_transport = args.controllers.iter().any(|c| c == "transport");
+    if !args.controllers.iter().any(|c| c == "binding") {
+        bail!("--controllers must include binding (transport reads the binding controller's caches)");
     }
     let mut process = Process::start("ks-hub", &args.common)?;
     let metrics = Metrics::default();
@@ -124,6 +146,13 @@ async fn main() -> anyhow::Result<()> {
     let settings = Settings {
         filter: ResourceFilter::from_api_groups(&args.api_groups),
         debounce: Duration::from_millis(args.binding_debounce_ms),
+        transport: with_transport.then(|| ks_hub::transport::controller::Settings {
+            wds_name: args.wds_name.clone(),
+            limits: ks_hub::transport::sharding::Limits {
+                max_size: args.max_size_wrapped,
+                max_count: usize::try_from(args.max_num_wrapped).unwrap_or(usize::MAX),
+            },
+        }),
     };
     let work = |token| controller::run(wds.clone(), its, settings, metrics, ready, token);
     if args.common.leader_elect {

@@ -8,11 +8,14 @@
 //! giving its agent `--http-address=127.0.0.1:0`: the stand-in kubelet runs all agents on one
 //! host, where they would otherwise compete for port 8080.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
+use base64::Engine;
+use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
@@ -117,6 +120,7 @@ async fn addon_lifecycle(ctx: Ctx) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("on {wec}"))?;
     }
+    impostor_is_not_approved(&hub, &addon.log).await?;
     for (wec, other) in [(WECS[0], WECS[1]), (WECS[1], WECS[0])] {
         hub_credential_is_confined(&ctx, wec, other)
             .await
@@ -236,6 +240,58 @@ async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str) -> anyhow::Resul
     Ok(())
 }
 
+/// A CSR asking for cluster1's agent identity, labelled like the registration agent's, but
+/// requested by someone else (the stack's admin).
+async fn create_impostor_csr(hub: &Client) -> anyhow::Result<String> {
+    let name = format!("ks-addon-e2e-impostor-{}", std::process::id());
+    let request = include_bytes!("../../addon/src/testdata/agent-cluster1.csr.pem");
+    let csr: CertificateSigningRequest = serde_json::from_value(json!({
+        "apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name, "labels": {
+            names::OCM_CLUSTER_NAME_LABEL: WECS[0],
+            names::OCM_ADDON_NAME_LABEL: names::STATUS_ADDON_NAME,
+        }},
+        "spec": {
+            "request": base64::engine::general_purpose::STANDARD.encode(request),
+            "signerName": "kubernetes.io/kube-apiserver-client",
+            "usages": ["digital signature", "key encipherment", "client auth"],
+        },
+    }))?;
+    Api::<CertificateSigningRequest>::all(hub.clone())
+        .create(&PostParams::default(), &csr)
+        .await
+        .context("creating the impostor CSR")?;
+    Ok(name)
+}
+
+/// With the add-on enabled on cluster1, ks-addon considers the impostor's CSR (it logs its
+/// verdict) and leaves it undecided, because of who asked.
+async fn impostor_is_not_approved(hub: &Client, log: &Path) -> anyhow::Result<()> {
+    let name = create_impostor_csr(hub).await?;
+    let considered = format!("csr={name} ");
+    let mut verdict = String::new();
+    ks_tests::stack::wait_for("ks-addon to consider the impostor CSR", PROMPTLY, || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        verdict = text
+            .lines()
+            .find(|l| l.contains(&considered))
+            .unwrap_or_default()
+            .to_string();
+        std::future::ready(Ok(!verdict.is_empty()))
+    })
+    .await?;
+    let csrs: Api<CertificateSigningRequest> = Api::all(hub.clone());
+    let csr = csrs.get(&name).await?;
+    csrs.delete(&name, &DeleteParams::default()).await?;
+    let conditions = csr.status.and_then(|s| s.conditions).unwrap_or_default();
+    ensure!(conditions.is_empty(), "the impostor CSR was decided: {conditions:?}");
+    ensure!(
+        verdict.contains("not approved") && verdict.contains("requester"),
+        "not turned down for its requester: {verdict}"
+    );
+    Ok(())
+}
+
 /// With the certificate the registration agent got for `wec`'s agent, WorkStatuses can be
 /// written in `wec`'s mailbox namespace and not in `other`'s.
 async fn hub_credential_is_confined(ctx: &Ctx, wec: &str, other: &str) -> anyhow::Result<()> {
@@ -289,7 +345,14 @@ async fn agent_hub_client(ctx: &Ctx, wec: &str) -> anyhow::Result<Client> {
         .join("tmp")
         .join(format!("ks-addon-e2e-{}-{wec}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
-    for (key, value) in &data {
+    let client = client_from_files(&dir, &data).await;
+    // The directory holds the agent's private key: gone whatever happened.
+    std::fs::remove_dir_all(&dir)?;
+    client
+}
+
+async fn client_from_files(dir: &Path, data: &BTreeMap<String, ByteString>) -> anyhow::Result<Client> {
+    for (key, value) in data {
         std::fs::write(dir.join(key), &value.0)?;
     }
     let mut kubeconfig = Kubeconfig::read_from(dir.join("kubeconfig")).context("the Secret's kubeconfig")?;
@@ -304,9 +367,7 @@ async fn agent_hub_client(ctx: &Ctx, wec: &str) -> anyhow::Result<Client> {
         }
     }
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default()).await?;
-    let client = Client::try_from(config)?;
-    std::fs::remove_dir_all(&dir)?;
-    Ok(client)
+    Ok(Client::try_from(config)?)
 }
 
 fn path_string(path: &Path) -> String {

@@ -34,6 +34,8 @@ use crate::informers::{GroupResource, ResourceFilter, WorkloadEvent, WorkloadInf
 #[derive(Clone, Debug)]
 pub struct Settings {
     pub filter: ResourceFilter,
+    /// Run the transport controller too, on the same caches.
+    pub transport: Option<crate::transport::controller::Settings>,
     /// How long to gather changes before writing Bindings.
     pub debounce: Duration,
 }
@@ -214,6 +216,14 @@ pub async fn run(
     tokio::select! {
         _ = shutdown.cancelled() => return Ok(()),
         _ = filled => {}
+    }
+    if let Some(transport) = settings.transport.clone() {
+        let (wds, its, informers, shutdown) = (wds.clone(), its.clone(), caches.informers.clone(), shutdown.clone());
+        tokio::spawn(async move {
+            if let Err(err) = crate::transport::controller::run(wds, its, informers, transport, shutdown).await {
+                tracing::error!(error = format!("{err:#}"), "transport controller stopped");
+            }
+        });
     }
     metrics.informers.set(caches.informers.count() as i64);
     tracing::info!(informers = caches.informers.count(), "workload caches filled");

@@ -1,0 +1,413 @@
+//! The transport controller: each Binding becomes ManifestWorks in the mailbox namespaces of its
+//! WECs, holding its objects (read from the binding controller's caches, never fetched) after
+//! the built-in transforms and CustomTransforms, sharded stably, written only when they change,
+//! and removed from every mailbox (found by label) when no longer wanted.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use ks_shared::api::{Binding, CustomTransform};
+use ks_shared::names::{
+    ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER, field_manager,
+};
+use ks_shared::ocm::ManifestWork;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::jsonpath;
+use super::sharding::{self, Limits};
+use super::transforms::prepare_for_wec;
+use super::wrap::{Delivery, Origin, gloss, work_name, wrap};
+use crate::informers::{GroupResource, WorkloadInformers};
+
+/// Settings of the transport controller.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Goes into ManifestWork names and labels: unique per ITS.
+    pub wds_name: String,
+    pub limits: Limits,
+}
+
+/// What to reconcile.
+enum Input {
+    Binding(String),
+    /// CustomTransforms changed: every Binding may render differently.
+    All,
+}
+
+fn watch_into<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    inputs: mpsc::UnboundedSender<Input>,
+    to: fn(&K) -> Option<Input>,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector::reflector(writer, watcher(api, config).default_backoff());
+    tokio::spawn(async move {
+        tokio::pin!(stream);
+        while let Some(event) = stream.next().await {
+            let object = match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o)) => o,
+                _ => continue,
+            };
+            if let Some(input) = to(&object)
+                && inputs.send(input).is_err()
+            {
+                break;
+            }
+        }
+    });
+    store
+}
+
+/// Runs the transport until `shutdown`. `informers` are the binding controller's, already filled.
+pub async fn run(
+    wds: Client,
+    its: Client,
+    informers: WorkloadInformers,
+    settings: Settings,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let (inputs, mut received) = mpsc::unbounded_channel();
+    let bindings = watch_into(
+        Api::<Binding>::all(wds.clone()),
+        watcher::Config::default(),
+        inputs.clone(),
+        |b| Some(Input::Binding(b.name_any())),
+    );
+    let ours = format!("{ORIGIN_WDS_LABEL}={}", settings.wds_name);
+    let works = watch_into(
+        Api::<ManifestWork>::all(its.clone()),
+        watcher::Config::default().labels(&ours),
+        inputs.clone(),
+        |w| w.labels().get(ORIGIN_BINDING_LABEL).map(|b| Input::Binding(b.clone())),
+    );
+    let transforms = watch_into(
+        Api::<CustomTransform>::all(wds.clone()),
+        watcher::Config::default(),
+        inputs,
+        |_| Some(Input::All),
+    );
+    tokio::select! {
+        _ = shutdown.cancelled() => return Ok(()),
+        _ = async { let _ = futures::join!(bindings.wait_until_ready(), works.wait_until_ready(), transforms.wait_until_ready()); } => {}
+    }
+    let transport = Transport {
+        wds,
+        its,
+        informers,
+        settings,
+        bindings,
+        works,
+        transforms,
+    };
+    let mut pending: BTreeSet<String> = transport.bindings.state().iter().map(|b| b.name_any()).collect();
+    loop {
+        for name in std::mem::take(&mut pending) {
+            if let Err(err) = transport.reconcile(&name).await {
+                tracing::warn!(binding = %name, error = format!("{err:#}"), "transport failed; retrying");
+                pending.insert(name);
+            }
+        }
+        // A failed reconcile retries after a pause; new inputs are taken as they come.
+        let retry = !pending.is_empty();
+        tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            input = received.recv() => match input {
+                Some(Input::Binding(name)) => { pending.insert(name); }
+                Some(Input::All) => pending.extend(transport.bindings.state().iter().map(|b| b.name_any())),
+                None => return Ok(()),
+            },
+            _ = tokio::time::sleep(Duration::from_secs(1)), if retry => {}
+        }
+        // Gather what arrived meanwhile so a burst becomes one pass.
+        while let Ok(input) = received.try_recv() {
+            match input {
+                Input::Binding(name) => {
+                    pending.insert(name);
+                }
+                Input::All => pending.extend(transport.bindings.state().iter().map(|b| b.name_any())),
+            }
+        }
+    }
+}
+
+/// One object to deliver, with its WDS UID (which names its ManifestWork when there is one
+/// object per ManifestWork).
+struct Item {
+    delivery: Delivery,
+    uid: String,
+}
+
+struct Transport {
+    wds: Client,
+    its: Client,
+    informers: WorkloadInformers,
+    settings: Settings,
+    bindings: Store<Binding>,
+    works: Store<ManifestWork>,
+    transforms: Store<CustomTransform>,
+}
+
+impl Transport {
+    /// This Binding's ManifestWorks, in any mailbox.
+    fn current_works(&self, binding: &str) -> Vec<std::sync::Arc<ManifestWork>> {
+        self.works
+            .state()
+            .into_iter()
+            .filter(|w| w.labels().get(ORIGIN_BINDING_LABEL).map(String::as_str) == Some(binding))
+            .collect()
+    }
+
+    async fn reconcile(&self, name: &str) -> anyhow::Result<()> {
+        let api: Api<Binding> = Api::all(self.wds.clone());
+        let Some(binding) = self.bindings.get(&ObjectRef::new(name)) else {
+            // Gone: the finalizer made us clean up while it was being deleted.
+            return Ok(());
+        };
+        let has_finalizer = binding.finalizers().iter().any(|f| f == TRANSPORT_FINALIZER);
+        if binding.metadata.deletion_timestamp.is_some() {
+            self.apply_works(name, BTreeMap::new()).await?;
+            if has_finalizer {
+                set_finalizer(&api, &binding, false).await?;
+            }
+            return Ok(());
+        }
+        if !has_finalizer {
+            set_finalizer(&api, &binding, true).await?;
+        }
+        let (desired, errors) = self.desired_works(&binding);
+        if errors.is_empty() {
+            self.apply_works(name, desired).await?;
+        }
+        // Errors leave what the WECs have untouched; they are reported on the Binding.
+        let status = binding.status.clone().unwrap_or_default();
+        let generation = binding.metadata.generation.unwrap_or_default();
+        if status.errors != errors || status.observed_generation != generation {
+            let patch = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "Binding",
+                               "status": {"observedGeneration": generation, "errors": errors}});
+            api.patch_status(
+                name,
+                &PatchParams::apply(field_manager::TRANSPORT).force(),
+                &Patch::Apply(&patch),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// The ManifestWorks a Binding calls for, by (mailbox, name); or the errors preventing it.
+    fn desired_works(&self, binding: &Binding) -> (BTreeMap<(String, String), ManifestWork>, Vec<String>) {
+        let mut errors = Vec::new();
+        let mut removals: BTreeMap<GroupResource, Vec<Vec<String>>> = BTreeMap::new();
+        for transform in self.transforms.state() {
+            let (paths, _) = jsonpath::compile(&transform.spec.remove);
+            let gr = GroupResource {
+                group: transform.spec.api_group.clone(),
+                resource: transform.spec.resource.clone(),
+            };
+            removals.entry(gr).or_default().extend(paths);
+        }
+        let w = &binding.spec.workload;
+        let entries = w
+            .cluster_scope
+            .iter()
+            .map(|c| {
+                (
+                    &c.object.group,
+                    &c.object.resource,
+                    None,
+                    &c.object.name,
+                    c.modulation.create_only,
+                )
+            })
+            .chain(w.namespace_scope.iter().map(|n| {
+                (
+                    &n.object.group,
+                    &n.object.resource,
+                    Some(n.object.namespace.as_str()),
+                    &n.object.name,
+                    n.modulation.create_only,
+                )
+            }));
+        let mut deliveries: BTreeMap<String, Item> = BTreeMap::new();
+        for (group, resource, namespace, name, create_only) in entries {
+            let gr = GroupResource {
+                group: group.clone(),
+                resource: resource.clone(),
+            };
+            // Not cached yet: a later event brings it (the Binding changes with it).
+            let (Some(object), Some(served_as)) = (
+                self.informers.get(&gr, namespace, name),
+                self.informers.api_resource(&gr),
+            ) else {
+                continue;
+            };
+            let mut manifest = serde_json::to_value(&*object).unwrap_or(Value::Null);
+            // Listed items need not carry their type; the informer knows it.
+            manifest["apiVersion"] = json!(served_as.api_version);
+            manifest["kind"] = json!(served_as.kind);
+            prepare_for_wec(&mut manifest);
+            for path in removals.get(&gr).into_iter().flatten() {
+                jsonpath::remove(&mut manifest, path);
+            }
+            let key = format!("{group}/{resource}/{}/{name}", namespace.unwrap_or_default());
+            let uid = object.uid().unwrap_or_default();
+            deliveries.insert(
+                key,
+                Item {
+                    delivery: Delivery {
+                        manifest,
+                        resource: resource.clone(),
+                        create_only,
+                    },
+                    uid,
+                },
+            );
+        }
+        let sizes = deliveries
+            .iter()
+            .map(|(k, item)| (k.clone(), item.delivery.manifest.to_string().len()))
+            .collect();
+        let origin = Origin {
+            binding: &binding.name_any(),
+            binding_uid: &binding.uid().unwrap_or_default(),
+            binding_generation: binding.metadata.generation.unwrap_or_default(),
+            wds: &self.settings.wds_name,
+        };
+        let mut works = BTreeMap::new();
+        for destination in &binding.spec.destinations {
+            let mailbox = &destination.cluster_id;
+            let previous = self.previous_shards(&origin, mailbox, &deliveries);
+            let assigned = match sharding::assign(&sizes, &previous, self.settings.limits) {
+                Ok(assigned) => assigned,
+                Err(err) => {
+                    errors.push(err.to_string());
+                    continue;
+                }
+            };
+            let mut shards: BTreeMap<usize, Vec<&Item>> = BTreeMap::new();
+            for (key, shard) in &assigned {
+                shards.entry(*shard).or_default().push(&deliveries[key]);
+            }
+            for (shard, members) in shards {
+                let only_uid = (self.settings.limits.max_count == 1).then(|| members[0].uid.as_str());
+                let name = work_name(&origin, shard, only_uid);
+                let items: Vec<Delivery> = members.iter().map(|item| item.delivery.clone()).collect();
+                works.insert((mailbox.clone(), name.clone()), wrap(&origin, mailbox, &name, &items));
+            }
+        }
+        errors.sort();
+        errors.dedup();
+        (works, errors)
+    }
+
+    /// Which shard each object is in now, read from the existing ManifestWorks' contents.
+    fn previous_shards(
+        &self,
+        origin: &Origin<'_>,
+        mailbox: &str,
+        deliveries: &BTreeMap<String, Item>,
+    ) -> BTreeMap<String, usize> {
+        let mut previous = BTreeMap::new();
+        for work in self
+            .current_works(origin.binding)
+            .iter()
+            .filter(|w| w.namespace().as_deref() == Some(mailbox))
+        {
+            let name = work.name_any();
+            let Some(shard) = name.rsplit('-').next().and_then(|s| s.parse::<usize>().ok()) else {
+                continue;
+            };
+            let contents = gloss(work);
+            for (key, item) in deliveries {
+                let wanted = gloss(&wrap(origin, mailbox, &name, std::slice::from_ref(&item.delivery)));
+                if contents.contains(&wanted[0]) {
+                    previous.insert(key.clone(), shard);
+                }
+            }
+        }
+        previous
+    }
+
+    /// Writes the desired ManifestWorks that differ and deletes this Binding's others.
+    async fn apply_works(
+        &self,
+        binding: &str,
+        desired: BTreeMap<(String, String), ManifestWork>,
+    ) -> anyhow::Result<()> {
+        let current = self.current_works(binding);
+        for ((mailbox, name), work) in &desired {
+            let existing = current
+                .iter()
+                .find(|w| w.namespace().as_deref() == Some(mailbox) && w.name_any() == *name);
+            if existing.is_some_and(|e| same_content(e, work)) {
+                continue;
+            }
+            let api: Api<ManifestWork> = Api::namespaced(self.its.clone(), mailbox);
+            let mut body = serde_json::to_value(work)?;
+            body["apiVersion"] = json!("work.open-cluster-management.io/v1");
+            body["kind"] = json!("ManifestWork");
+            api.patch(
+                name,
+                &PatchParams::apply(field_manager::TRANSPORT).force(),
+                &Patch::Apply(&body),
+            )
+            .await?;
+        }
+        for stale in current
+            .iter()
+            .filter(|w| !desired.contains_key(&(w.namespace().unwrap_or_default(), w.name_any())))
+        {
+            let api: Api<ManifestWork> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
+            match api.delete(&stale.name_any(), &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Whether an existing ManifestWork already says what `desired` says (the generation annotation
+/// alone is no reason to write).
+fn same_content(existing: &ManifestWork, desired: &ManifestWork) -> bool {
+    let strip = |w: &ManifestWork| {
+        let mut labels = w.labels().clone();
+        labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
+        let mut annotations = w.annotations().clone();
+        annotations.remove(ORIGIN_BINDING_GENERATION_ANNOTATION);
+        (
+            labels,
+            serde_json::to_value(&w.spec.workload.manifests).ok(),
+            serde_json::to_value(&w.spec.manifest_configs).ok(),
+        )
+    };
+    strip(existing) == strip(desired)
+}
+
+async fn set_finalizer(api: &Api<Binding>, binding: &Binding, present: bool) -> kube::Result<()> {
+    let mut finalizers: Vec<String> = binding
+        .finalizers()
+        .iter()
+        .filter(|f| *f != TRANSPORT_FINALIZER)
+        .cloned()
+        .collect();
+    if present {
+        finalizers.push(TRANSPORT_FINALIZER.into());
+    }
+    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": binding.resource_version()}});
+    api.patch(&binding.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
