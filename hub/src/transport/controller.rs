@@ -9,7 +9,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use ks_shared::api::{Binding, CustomTransform};
 use ks_shared::names::{
-    ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER, field_manager,
+    ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER,
+    WDS_GENERATION_ANNOTATION, field_manager,
 };
 use ks_shared::ocm::ManifestWork;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -256,7 +257,12 @@ impl Transport {
             // Listed items need not carry their type; the informer knows it.
             manifest["apiVersion"] = json!(served_as.api_version);
             manifest["kind"] = json!(served_as.kind);
+            let generation = object.metadata.generation;
             prepare_for_wec(&mut manifest);
+            // Tells the status agent which WDS generation the WEC object is (statusDetails).
+            if let Some(generation) = generation {
+                manifest["metadata"]["annotations"][WDS_GENERATION_ANNOTATION] = json!(generation.to_string());
+            }
             for path in removals.get(&gr).into_iter().flatten() {
                 jsonpath::remove(&mut manifest, path);
             }
