@@ -492,8 +492,23 @@ async fn create_deployment_config(hub: &Client, cluster: &str) -> anyhow::Result
 }
 
 /// Deletes every `addon-status` ManagedClusterAddOn and this test's AddOnDeploymentConfigs, and
-/// waits until the add-ons are gone.
+/// waits until the add-ons are gone. Also deletes the add-on's decided CSRs: they are only
+/// records, and OCM's registration agent stops requesting certificates for an add-on while 10
+/// of its CSRs exist (the controller-manager deletes them only after an hour).
 async fn remove_addons(hub: &Client) -> anyhow::Result<()> {
+    let csrs: Api<CertificateSigningRequest> = Api::all(hub.clone());
+    let labelled =
+        ListParams::default().labels(&format!("{}={}", names::OCM_ADDON_NAME_LABEL, names::STATUS_ADDON_NAME));
+    for csr in csrs.list(&labelled).await? {
+        let decided = csr
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        if decided {
+            csrs.delete(&csr.name_any(), &DeleteParams::default()).await?;
+        }
+    }
     let all: Api<ManagedClusterAddOn> = Api::all(hub.clone());
     let ours = ListParams::default().fields(&format!("metadata.name={}", names::STATUS_ADDON_NAME));
     for addon in all.list(&ours).await? {

@@ -178,6 +178,32 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
     )
     .await?;
 
+    // A second one for the same group/resource with a bad path: both are reported.
+    let bad = format!("{ns}-bad");
+    apply(
+        &transforms,
+        json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "CustomTransform",
+        "metadata": {"name": bad}, "spec": {"apiGroup": "apps", "resource": "deployments", "remove": ["spec"]}}),
+    )
+    .await?;
+    let reported = |t: Option<&CustomTransform>| {
+        t.and_then(|t| t.status.as_ref()).is_some_and(|s| {
+            s.errors.iter().any(|e| e.starts_with("Error in spec.remove[0]"))
+                && s.warnings
+                    .iter()
+                    .any(|w| w.contains("multiple CustomTransform objects specify the same GroupResource"))
+        })
+    };
+    wait_until(
+        transforms.clone(),
+        &bad,
+        "reporting its error and the shared GroupResource",
+        DEADLINE,
+        reported,
+    )
+    .await?;
+    transforms.delete(&bad, &DeleteParams::default()).await?;
+
     let policies: Api<BindingPolicy> = Api::all(wds.clone());
     let name = format!("{ns}-create-only");
     let downsync = json!([{"objectSelectors": [{"matchLabels": selector}], "createOnly": true}]);

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use futures::StreamExt;
-use ks_shared::api::{Binding, CustomTransform};
+use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus};
 use ks_shared::names::{
     ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER,
     WDS_GENERATION_ANNOTATION, field_manager,
@@ -111,6 +111,7 @@ pub async fn run(
         works,
         transforms,
     };
+    transport.report_transforms().await;
     let mut pending: BTreeSet<String> = transport.bindings.state().iter().map(|b| b.name_any()).collect();
     loop {
         for name in std::mem::take(&mut pending) {
@@ -125,7 +126,10 @@ pub async fn run(
             _ = shutdown.cancelled() => return Ok(()),
             input = received.recv() => match input {
                 Some(Input::Binding(name)) => { pending.insert(name); }
-                Some(Input::All) => pending.extend(transport.bindings.state().iter().map(|b| b.name_any())),
+                Some(Input::All) => {
+                    transport.report_transforms().await;
+                    pending.extend(transport.bindings.state().iter().map(|b| b.name_any()));
+                }
                 None => return Ok(()),
             },
             _ = tokio::time::sleep(Duration::from_secs(1)), if retry => {}
@@ -159,7 +163,53 @@ struct Transport {
     transforms: Store<CustomTransform>,
 }
 
+/// What a CustomTransform's status should say: path errors, and a warning when several
+/// CustomTransforms name the same group and resource (their removals are all applied).
+pub fn transform_status(transform: &CustomTransform, all: &[std::sync::Arc<CustomTransform>]) -> CustomTransformStatus {
+    let (_, errors) = jsonpath::compile(&transform.spec.remove);
+    let same: BTreeSet<String> = all
+        .iter()
+        .filter(|t| t.spec.api_group == transform.spec.api_group && t.spec.resource == transform.spec.resource)
+        .map(|t| t.name_any())
+        .collect();
+    let warnings = if same.len() > 1 {
+        let names: Vec<&str> = same.iter().map(String::as_str).collect();
+        vec![format!(
+            "multiple CustomTransform objects specify the same GroupResource; their names are {}",
+            names.join(", ")
+        )]
+    } else {
+        Vec::new()
+    };
+    CustomTransformStatus {
+        observed_generation: transform.metadata.generation.unwrap_or_default(),
+        errors,
+        warnings,
+    }
+}
+
 impl Transport {
+    /// Writes each CustomTransform's status where it changed.
+    async fn report_transforms(&self) {
+        let all = self.transforms.state();
+        let api: Api<CustomTransform> = Api::all(self.wds.clone());
+        for transform in &all {
+            let status = transform_status(transform, &all);
+            if transform.status.as_ref() == Some(&status) {
+                continue;
+            }
+            let patch =
+                json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "CustomTransform", "status": status});
+            let params = PatchParams::apply(field_manager::TRANSPORT).force();
+            if let Err(err) = api
+                .patch_status(&transform.name_any(), &params, &Patch::Apply(&patch))
+                .await
+            {
+                tracing::warn!(transform = %transform.name_any(), error = %err, "writing CustomTransform status");
+            }
+        }
+    }
+
     /// This Binding's ManifestWorks, in any mailbox.
     fn current_works(&self, binding: &str) -> Vec<std::sync::Arc<ManifestWork>> {
         self.works
@@ -416,4 +466,43 @@ async fn set_finalizer(api: &Api<Binding>, binding: &Binding, present: bool) -> 
     api.patch(&binding.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn transform(name: &str, resource: &str, remove: &[&str]) -> Arc<CustomTransform> {
+        let mut t = CustomTransform::new(
+            name,
+            ks_shared::api::CustomTransformSpec {
+                api_group: "apps".into(),
+                resource: resource.into(),
+                remove: remove.iter().map(|r| r.to_string()).collect(),
+            },
+        );
+        t.metadata.generation = Some(3);
+        Arc::new(t)
+    }
+
+    #[test]
+    fn transform_status_has_errors_and_shared_group_resource_warnings() {
+        let a = transform("a", "deployments", &["$.spec.paused", "spec"]);
+        let b = transform("b", "deployments", &[]);
+        let c = transform("c", "statefulsets", &[]);
+        let all = [a.clone(), b, c.clone()];
+        let status = transform_status(&a, &all);
+        assert_eq!(status.observed_generation, 3);
+        assert_eq!(
+            status.errors,
+            ["Error in spec.remove[1]: syntax error at 0: the path must start with $"]
+        );
+        assert_eq!(
+            status.warnings,
+            ["multiple CustomTransform objects specify the same GroupResource; their names are a, b"]
+        );
+        assert!(transform_status(&c, &all).warnings.is_empty());
+    }
 }
