@@ -1,7 +1,7 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test crds deps up down bench-binding bench-agent
+.PHONY: help build lint test crds deps up down bench-binding bench-agent bench-delivery
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
@@ -36,3 +36,6 @@ bench-binding: build ## Time BindingPolicy change -> Binding write on the runnin
 bench-agent: build ## WEC status change -> WorkStatus latency, agent memory at 1,000 objects and over churn (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- agent-latency --changes 50 --objects 1000
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- agent-churn --rounds 5 --works 20
+
+bench-delivery: build ## Time WDS create -> present on every WEC for 50 Deployments (make up first)
+	$(CARGO) run -q -p ks-tests --bin ks-bench -- delivery-latency --objects 50

@@ -26,6 +26,12 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         changes: usize,
     },
+    /// Time from creating a Deployment in the WDS to it being present on every WEC, one
+    /// Deployment after another, and count ManifestWork writes.
+    DeliveryLatency {
+        #[arg(long, default_value_t = 50)]
+        objects: usize,
+    },
     /// Start a ks-agent for cluster1; time WEC status change → WorkStatus update, count
     /// WorkStatus writes per change, then measure the agent's memory at many tracked objects.
     AgentLatency {
@@ -56,6 +62,7 @@ async fn main() -> anyhow::Result<()> {
     match Args::parse().command {
         Command::BindingLatency { changes } => binding_latency(&stack, changes).await,
         Command::AgentLatency { changes, objects } => agent::latency(&stack, changes, objects).await,
+        Command::DeliveryLatency { objects } => delivery_latency(&stack, objects).await,
         Command::AgentChurn { rounds, works } => agent::churn(&stack, rounds, works).await,
     }
 }
@@ -71,6 +78,68 @@ fn summary(mut latencies: Vec<Duration>) -> String {
         at(0.99),
         latencies.last().copied().unwrap_or_default()
     )
+}
+
+async fn delivery_latency(stack: &Stack, objects: usize) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let wds = stack.client("wds1").await?;
+    let wecs = [stack.client("cluster1").await?, stack.client("cluster2").await?];
+    let its = stack.client("its1").await?;
+    let ns = format!("bench-delivery-{}", std::process::id());
+    let apply = PatchParams::apply(MANAGER).force();
+    let label = json!({"bench.kubestellar.io/delivery": ns});
+    let namespaces: Api<Namespace> = Api::all(wds.clone());
+    namespaces
+        .patch(
+            &ns,
+            &apply,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": label}})),
+        )
+        .await?;
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let policy = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": ns},
+        "spec": {"clusterSelectors": [{"matchLabels": {"location-group": "edge"}}],
+                 "downsync": [{"objectSelectors": [{"matchLabels": label}]}]}});
+    policies.patch(&ns, &apply, &Patch::Apply(policy)).await?;
+    let works: Api<ks_shared::ocm::ManifestWork> = Api::all(its);
+    let generations = |list: Vec<ks_shared::ocm::ManifestWork>| -> i64 {
+        list.iter()
+            .filter(|w| w.metadata.name.as_deref().is_some_and(|n| n.starts_with(&ns)))
+            .map(|w| w.metadata.generation.unwrap_or(0))
+            .sum()
+    };
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &ns);
+    let mut latencies = Vec::new();
+    let writes_before = generations(works.list(&Default::default()).await?.items);
+    for i in 0..objects {
+        let name = format!("web-{i}");
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "labels": label},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}});
+        let started = Instant::now();
+        deployments.patch(&name, &apply, &Patch::Apply(deployment)).await?;
+        for wec in &wecs {
+            let on_wec: Api<Deployment> = Api::namespaced(wec.clone(), &ns);
+            wait_until(
+                on_wec,
+                &name,
+                "present on the WEC",
+                Duration::from_secs(60),
+                |d: Option<&Deployment>| d.is_some(),
+            )
+            .await?;
+        }
+        latencies.push(started.elapsed());
+    }
+    let writes = generations(works.list(&Default::default()).await?.items) - writes_before;
+    println!(
+        "delivery: WDS create -> present on both WECs over {} Deployments: {}; ManifestWork generations added: {writes}",
+        latencies.len(),
+        summary(latencies)
+    );
+    policies.delete(&ns, &DeleteParams::default()).await?;
+    namespaces.delete(&ns, &DeleteParams::default()).await?;
+    Ok(())
 }
 
 async fn binding_latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {

@@ -187,7 +187,9 @@ async fn sync(
             std::fs::write(path, content)?;
         }
         let kubeconfig = stack.space_kubeconfig(space).display().to_string();
-        let mut env: Vec<(&str, &str)> = pod.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        // All local pods share one host: a free port for their endpoint unless the pod says otherwise.
+        let mut env: Vec<(&str, &str)> = vec![("KS_HTTP_ADDRESS", "127.0.0.1:0")];
+        env.extend(pod.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         env.push(("KUBECONFIG", &kubeconfig));
         stack
             .procs

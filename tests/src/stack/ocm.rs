@@ -8,6 +8,7 @@ use anyhow::Context;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
+use ks_shared::names;
 use ks_shared::ocm::{ManagedCluster, managed_cluster_condition};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
@@ -161,7 +162,9 @@ pub async fn join(
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| !c.is_empty());
-            if wecs.contains(&wec) && !decided {
+            // Add-on agents' CSRs are for their add-on controllers to decide, not the join.
+            let for_addon = csr.labels().contains_key(names::OCM_ADDON_NAME_LABEL);
+            if wecs.contains(&wec) && !decided && !for_addon {
                 approve(&csrs, csr).await?;
             }
         }
