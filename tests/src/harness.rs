@@ -98,6 +98,17 @@ where
     }
 }
 
+/// Server-side applies `object` (JSON with apiVersion, kind and metadata.name) as the tests'
+/// field manager, with strict field validation, and returns what the server stored.
+pub async fn apply<K>(api: &Api<K>, object: serde_json::Value) -> kube::Result<K>
+where
+    K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+{
+    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+    let params = kube::api::PatchParams::apply("ks-tests").force().validation_strict();
+    api.patch(&name, &params, &kube::api::Patch::Apply(&object)).await
+}
+
 /// The repository root (the parent of this crate).
 pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{Binding, BindingPolicy};
 use ks_shared::ocm::ManagedCluster;
-use ks_tests::harness::{Ctx, run, wait_until};
+use ks_tests::harness::{Ctx, apply, run, wait_until};
 use ks_tests::stack_test;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
@@ -34,16 +34,6 @@ fn main() -> std::process::ExitCode {
             stack_test!(kubeflex_mode_finds_the_spaces, &["apiserver-kubeflex"]),
         ],
     )
-}
-
-async fn apply<K>(api: &Api<K>, object: Value) -> anyhow::Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    Ok(api
-        .patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&object))
-        .await?)
 }
 
 fn policy(name: &str, cluster_selectors: Value, downsync: Value) -> Value {

@@ -9,8 +9,8 @@ use ks_shared::api::{BindingPolicy, CustomTransform, StatusCollector};
 use ks_shared::crds::{self, Space};
 use ks_shared::leader::{LeaseConfig, run_as_leader};
 use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
-use ks_tests::harness::{Ctx, StackTest, run, wait_until};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use ks_tests::harness::{Ctx, StackTest, apply, run, wait_until};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::conditions;
 use serde_json::json;
@@ -53,20 +53,6 @@ fn main() -> std::process::ExitCode {
     )
 }
 
-/// Applies `object` (JSON with apiVersion and kind) with strict field validation.
-async fn apply_strict<K>(api: &Api<K>, object: serde_json::Value) -> kube::Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    api.patch(
-        &name,
-        &PatchParams::apply(MANAGER).validation_strict(),
-        &Patch::Apply(&object),
-    )
-    .await
-}
-
 async fn crds_accept_upstream_examples(ctx: Ctx) -> anyhow::Result<()> {
     crds::install(&ctx.client("wds1").await?, Space::Wds, MANAGER).await?;
     crds::install(&ctx.client("its1").await?, Space::Its, MANAGER).await?;
@@ -75,7 +61,7 @@ async fn crds_accept_upstream_examples(ctx: Ctx) -> anyhow::Result<()> {
 
     // As in KubeStellar's getting-started guide.
     let policies: Api<BindingPolicy> = Api::all(wds.clone());
-    let policy = apply_strict(
+    let policy = apply(
         &policies,
         json!({
             "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
@@ -94,7 +80,7 @@ async fn crds_accept_upstream_examples(ctx: Ctx) -> anyhow::Result<()> {
     anyhow::ensure!(policy.spec.downsync.len() == 2 && policy.spec.downsync[1].modulation.create_only);
 
     let transforms: Api<CustomTransform> = Api::all(wds.clone());
-    let transform = apply_strict(
+    let transform = apply(
         &transforms,
         json!({
             "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "CustomTransform",
@@ -106,7 +92,7 @@ async fn crds_accept_upstream_examples(ctx: Ctx) -> anyhow::Result<()> {
     anyhow::ensure!(transform.spec.remove.len() == 1);
 
     let collectors: Api<StatusCollector> = Api::all(wds.clone());
-    let collector = apply_strict(
+    let collector = apply(
         &collectors,
         json!({
             "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "StatusCollector",
@@ -124,7 +110,7 @@ async fn crds_accept_upstream_examples(ctx: Ctx) -> anyhow::Result<()> {
     anyhow::ensure!(collector.spec.combined_fields.len() == 2);
 
     // A clause that names no test is rejected by the schema, as upstream documents.
-    let bad = apply_strict(
+    let bad = apply(
         &policies,
         json!({
             "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
@@ -160,7 +146,7 @@ async fn manifestwork_reaches_wec_and_leaves(ctx: Ctx) -> anyhow::Result<()> {
                                    "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}
         ]}}
     });
-    apply_strict(&works, manifest_work).await?;
+    apply(&works, manifest_work).await?;
 
     let deployments: Api<Deployment> = Api::namespaced(wec.clone(), &namespace);
     let available = |d: Option<&Deployment>| {
@@ -253,14 +239,14 @@ async fn our_image_runs_as_a_local_process(ctx: Ctx) -> anyhow::Result<()> {
     let wec = ctx.client("cluster1").await?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(wec.clone(), &namespace);
-    apply_strict(
+    apply(
         &secrets,
         json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "hub-credential"},
                "stringData": {"kubeconfig": std::fs::read_to_string(ks_tests::process::unreachable_kubeconfig())?}}),
     )
     .await?;
     let deployments: Api<Deployment> = Api::namespaced(wec.clone(), &namespace);
-    apply_strict(
+    apply(
         &deployments,
         json!({
             "apiVersion": "apps/v1", "kind": "Deployment",

@@ -7,13 +7,12 @@ use std::time::Duration;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Service;
 use ks_shared::api::{BindingPolicy, CustomTransform};
-use ks_tests::harness::{Ctx, run, wait_until};
+use ks_tests::harness::{Ctx, apply, run, wait_until};
 use ks_tests::stack_test;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
 use serde_json::{Value, json};
 
-const MANAGER: &str = "ks-tests";
 const DEADLINE: Duration = Duration::from_secs(90);
 const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 
@@ -28,14 +27,14 @@ fn main() -> std::process::ExitCode {
     )
 }
 
-async fn apply<K>(api: &Api<K>, object: Value) -> anyhow::Result<K>
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
-{
-    let name = object["metadata"]["name"].as_str().unwrap_or_default().to_string();
-    Ok(api
-        .patch(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&object))
-        .await?)
+/// Labels a WDS namespace so that the test's policy selects it with its objects.
+async fn label_namespace(wds: &kube::Client, ns: &str, labels: &Value) -> anyhow::Result<()> {
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(wds.clone());
+    let patch = json!({"metadata": {"labels": labels}});
+    namespaces
+        .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 fn deployment(replicas: i32, labels: Value) -> Value {
@@ -58,14 +57,7 @@ async fn objects_reach_wecs_follow_updates_and_leave(ctx: Ctx) -> anyhow::Result
     let wds = ctx.client("wds1").await?;
     let ns = ctx.namespace("wds1").await?;
     let selector = json!({"app.kubernetes.io/part-of": ns});
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(wds.clone());
-    namespaces
-        .patch(
-            &ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": selector}})),
-        )
-        .await?;
+    label_namespace(&wds, &ns, &selector).await?;
     apply(
         &Api::<Deployment>::namespaced(wds.clone(), &ns),
         deployment(1, selector.clone()),
@@ -154,14 +146,7 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
     let wds = ctx.client("wds1").await?;
     let ns = ctx.namespace("wds1").await?;
     let selector = json!({"app.kubernetes.io/part-of": ns});
-    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(wds.clone());
-    namespaces
-        .patch(
-            &ns,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": selector}})),
-        )
-        .await?;
+    label_namespace(&wds, &ns, &selector).await?;
     let mut labels = selector.clone();
     labels["owner"] = json!("team-a");
     let wds_deployments = Api::<Deployment>::namespaced(wds.clone(), &ns);
