@@ -147,8 +147,10 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
     let ns = ctx.namespace("wds1").await?;
     let selector = json!({"app.kubernetes.io/part-of": ns});
     label_namespace(&wds, &ns, &selector).await?;
+    // A label key of this run only: CustomTransforms apply to every Deployment in the WDS.
+    let owner = format!("owner-{}", std::process::id());
     let mut labels = selector.clone();
-    labels["owner"] = json!("team-a");
+    labels[owner.as_str()] = json!("team-a");
     let wds_deployments = Api::<Deployment>::namespaced(wds.clone(), &ns);
     apply(&wds_deployments, deployment(1, labels.clone())).await?;
 
@@ -159,7 +161,7 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
         &transforms,
         json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "CustomTransform",
         "metadata": {"name": transform}, "spec": {"apiGroup": "apps", "resource": "deployments",
-        "remove": ["$.metadata.labels[\"owner\"]"]}}),
+        "remove": [format!("$.metadata.labels[\"{owner}\"]")]}}),
     )
     .await?;
 
@@ -199,9 +201,8 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
     .await?;
 
     let wec = Api::<Deployment>::namespaced(ctx.client("cluster1").await?, &ns);
-    let without_owner = |d: Option<&Deployment>| {
-        d.is_some_and(|d| !d.metadata.labels.as_ref().is_some_and(|l| l.contains_key("owner")))
-    };
+    let without_owner =
+        |d: Option<&Deployment>| d.is_some_and(|d| !d.metadata.labels.as_ref().is_some_and(|l| l.contains_key(&owner)));
     let first = wait_until(
         wec.clone(),
         "web",
@@ -260,7 +261,7 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
             d.metadata
                 .labels
                 .as_ref()
-                .is_some_and(|l| l.get("owner").map(String::as_str) == Some("team-a"))
+                .is_some_and(|l| l.get(&owner).map(String::as_str) == Some("team-a"))
         })
     };
     wait_until(

@@ -111,36 +111,40 @@ pub async fn run(
         works,
         transforms,
     };
-    transport.report_transforms().await;
-    let mut pending: BTreeSet<String> = transport.bindings.state().iter().map(|b| b.name_any()).collect();
+    let mut pending: BTreeSet<String> = BTreeSet::new();
+    let mut first = Some(Input::All);
     loop {
-        for name in std::mem::take(&mut pending) {
-            if let Err(err) = transport.reconcile(&name).await {
-                tracing::warn!(binding = %name, error = format!("{err:#}"), "transport failed; retrying");
-                pending.insert(name);
-            }
-        }
-        // A failed reconcile retries after a pause; new inputs are taken as they come.
-        let retry = !pending.is_empty();
-        tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
-            input = received.recv() => match input {
-                Some(Input::Binding(name)) => { pending.insert(name); }
-                Some(Input::All) => {
-                    transport.report_transforms().await;
-                    pending.extend(transport.bindings.state().iter().map(|b| b.name_any()));
-                }
-                None => return Ok(()),
+        // Take the next input (the first pass covers everything), then whatever else arrived,
+        // so a burst becomes one pass.
+        let next = match first.take() {
+            Some(input) => Some(input),
+            None => tokio::select! {
+                _ = shutdown.cancelled() => return Ok(()),
+                input = received.recv() => match input {
+                    None => return Ok(()),
+                    input => input,
+                },
+                // A failed reconcile retries after a pause.
+                _ = tokio::time::sleep(Duration::from_secs(1)), if !pending.is_empty() => None,
             },
-            _ = tokio::time::sleep(Duration::from_secs(1)), if retry => {}
-        }
-        // Gather what arrived meanwhile so a burst becomes one pass.
-        while let Ok(input) = received.try_recv() {
+        };
+        let mut transforms_changed = false;
+        for input in next.into_iter().chain(std::iter::from_fn(|| received.try_recv().ok())) {
             match input {
                 Input::Binding(name) => {
                     pending.insert(name);
                 }
-                Input::All => pending.extend(transport.bindings.state().iter().map(|b| b.name_any())),
+                Input::All => transforms_changed = true,
+            }
+        }
+        if transforms_changed {
+            transport.report_transforms().await;
+            pending.extend(transport.bindings.state().iter().map(|b| b.name_any()));
+        }
+        for name in std::mem::take(&mut pending) {
+            if let Err(err) = transport.reconcile(&name).await {
+                tracing::warn!(binding = %name, error = format!("{err:#}"), "transport failed; retrying");
+                pending.insert(name);
             }
         }
     }
