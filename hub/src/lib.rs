@@ -4,6 +4,7 @@
 
 pub mod binding;
 pub mod controller;
+pub mod finalizer;
 pub mod informers;
 pub mod kubeflex;
 pub mod transport;

@@ -68,21 +68,8 @@ impl Running {
 
     /// Sends SIGTERM and waits for the exit.
     pub fn terminate(mut self, deadline: Duration) -> ExitStatus {
-        let mut child = self.child.take().expect("running child");
-        let pid = child.id().to_string();
-        let status = Command::new("kill").args(["-TERM", &pid]).status().expect("run kill");
-        assert!(status.success(), "kill -TERM {pid}");
-        let (send, exited) = mpsc::channel();
-        std::thread::spawn(move || {
-            let _ = send.send(child.wait());
-        });
-        match exited.recv_timeout(deadline) {
-            Ok(status) => status.expect("wait for child"),
-            Err(_) => {
-                let _ = Command::new("kill").args(["-KILL", &pid]).status();
-                panic!("did not exit within {deadline:?} of SIGTERM");
-            }
-        }
+        let child = self.child.take().expect("running child");
+        stop_child(child, deadline).unwrap_or_else(|| panic!("did not exit within {deadline:?} of SIGTERM"))
     }
 }
 
@@ -98,6 +85,24 @@ impl Drop for Running {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+        }
+    }
+}
+
+/// Sends SIGTERM to `child` and waits up to `grace` for its exit status; kills it and returns
+/// `None` when it does not exit in time.
+pub fn stop_child(mut child: Child, grace: Duration) -> Option<ExitStatus> {
+    let pid = child.id().to_string();
+    let _ = Command::new("kill").args(["-TERM", &pid]).status();
+    let (send, exited) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = send.send(child.wait());
+    });
+    match exited.recv_timeout(grace) {
+        Ok(Ok(status)) => Some(status),
+        _ => {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            None
         }
     }
 }

@@ -11,7 +11,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
 use base64::Engine;
@@ -584,18 +584,7 @@ impl AddonProcess {
 
     /// SIGTERM, then the exit status (`None` if it had to be killed after a grace period).
     fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.child.take()?;
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        ks_tests::process::stop_child(self.child.take()?, Duration::from_secs(10))
     }
 }
 

@@ -187,18 +187,7 @@ impl AgentProcess {
     /// SIGTERM, so that the agent stops cleanly; a kill after a grace period is the backstop.
     /// The exit status, if it exited by itself.
     fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        let mut child = self.0.take()?;
-        let _ = Command::new("kill").args(["-TERM", &child.id().to_string()]).status();
-        let until = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < until {
-            if let Ok(Some(status)) = child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let _ = child.kill();
-        let _ = child.wait();
-        None
+        ks_tests::process::stop_child(self.0.take()?, Duration::from_secs(10))
     }
 }
 

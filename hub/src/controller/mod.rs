@@ -430,12 +430,18 @@ impl Loop<'_> {
             // The Binding goes with the policy through its ownerReference.
             self.resolutions.remove_policy(name);
             if has_finalizer {
-                self.write_result(writes::set_finalizer(&self.policy_api, &policy, false).await, name);
+                self.write_result(
+                    crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, false).await,
+                    name,
+                );
             }
             return;
         }
         if !has_finalizer {
-            self.write_result(writes::set_finalizer(&self.policy_api, &policy, true).await, name);
+            self.write_result(
+                crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, true).await,
+                name,
+            );
         }
         let known = self.resolutions.policy(name).is_some();
         let generation_seen = policy.status.as_ref().map(|s| s.observed_generation) == policy.metadata.generation;

@@ -5,7 +5,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use ks_shared::api::{
     Binding, BindingPolicy, BindingPolicyStatus, BindingSpec, Condition, condition_reason, condition_type,
 };
-use ks_shared::names::{BINDING_POLICY_FINALIZER, field_manager};
+use ks_shared::names::field_manager;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
@@ -148,23 +148,6 @@ pub async fn apply_status(api: &Api<BindingPolicy>, name: &str, status: &Binding
         &Patch::Apply(&patch),
     )
     .await?;
-    Ok(())
-}
-
-/// Adds or removes our finalizer; the resourceVersion guards against racing writers.
-pub async fn set_finalizer(api: &Api<BindingPolicy>, policy: &BindingPolicy, present: bool) -> kube::Result<()> {
-    let mut finalizers: Vec<String> = policy
-        .finalizers()
-        .iter()
-        .filter(|f| *f != BINDING_POLICY_FINALIZER)
-        .cloned()
-        .collect();
-    if present {
-        finalizers.push(BINDING_POLICY_FINALIZER.into());
-    }
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": policy.resource_version()}});
-    api.patch(&policy.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
     Ok(())
 }
 

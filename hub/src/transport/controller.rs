@@ -233,12 +233,12 @@ impl Transport {
         if binding.metadata.deletion_timestamp.is_some() {
             self.apply_works(name, BTreeMap::new()).await?;
             if has_finalizer {
-                set_finalizer(&api, &binding, false).await?;
+                crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, false).await?;
             }
             return Ok(());
         }
         if !has_finalizer {
-            set_finalizer(&api, &binding, true).await?;
+            crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, true).await?;
         }
         let (desired, errors) = self.desired_works(&binding);
         if errors.is_empty() {
@@ -454,22 +454,6 @@ fn same_content(existing: &ManifestWork, desired: &ManifestWork) -> bool {
         )
     };
     strip(existing) == strip(desired)
-}
-
-async fn set_finalizer(api: &Api<Binding>, binding: &Binding, present: bool) -> kube::Result<()> {
-    let mut finalizers: Vec<String> = binding
-        .finalizers()
-        .iter()
-        .filter(|f| *f != TRANSPORT_FINALIZER)
-        .cloned()
-        .collect();
-    if present {
-        finalizers.push(TRANSPORT_FINALIZER.into());
-    }
-    let patch = json!({"metadata": {"finalizers": finalizers, "resourceVersion": binding.resource_version()}});
-    api.patch(&binding.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
-    Ok(())
 }
 
 #[cfg(test)]

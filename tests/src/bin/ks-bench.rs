@@ -416,18 +416,6 @@ mod agent {
         );
 
         // Memory with many tracked objects: ConfigMaps in ManifestWorks of 100.
-        let rss = |pid: u32| -> u64 {
-            std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .ok()
-                .and_then(|s| {
-                    s.lines().find_map(|l| {
-                        l.strip_prefix("VmRSS:")
-                            .map(|v| v.trim().trim_end_matches(" kB").parse().ok())
-                    })
-                })
-                .flatten()
-                .unwrap_or(0)
-        };
         let pid = agent.pid().unwrap_or_default();
         let idle = rss(pid);
         let batches = objects.div_ceil(100);
