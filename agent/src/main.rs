@@ -57,7 +57,7 @@ struct Args {
     context: Option<String>,
 
     /// Requests per second to the hub on average (token bucket; 0 = unlimited).
-    #[arg(long, env = "KS_HUB_QPS", default_value_t = 50.0, value_name = "QPS")]
+    #[arg(long, env = "KS_HUB_QPS", default_value_t = 50.0, value_name = "QPS", value_parser = ks_shared::cli::parse_qps)]
     hub_qps: f32,
 
     /// Requests to the hub allowed at once above --hub-qps.
@@ -66,7 +66,7 @@ struct Args {
 
     /// Requests per second to the WEC on average (token bucket; 0 = unlimited). Mostly the
     /// list and watch of each delivered resource and discovery.
-    #[arg(long, env = "KS_LOCAL_QPS", default_value_t = 20.0, value_name = "QPS")]
+    #[arg(long, env = "KS_LOCAL_QPS", default_value_t = 20.0, value_name = "QPS", value_parser = ks_shared::cli::parse_qps)]
     local_qps: f32,
 
     /// Requests to the WEC allowed at once above --local-qps.
@@ -85,12 +85,6 @@ const LEASE_NAME: &str = "ks-status-agent";
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    anyhow::ensure!(
-        [args.hub_qps, args.local_qps]
-            .iter()
-            .all(|q| q.is_finite() && *q >= 0.0),
-        "--hub-qps and --local-qps must be numbers of at least 0"
-    );
     let mut process = Process::start("ks-agent", &args.common)?;
     let metrics = metrics::Metrics::register(&mut process.registry);
     let ready = process.readiness.gate("appliedmanifestworks");

@@ -85,13 +85,13 @@ struct Args {
     #[arg(long, env = "KS_API_GROUPS", default_value = "", value_name = "GROUPS")]
     api_groups: String,
     /// Average requests per second to the WDS (0: unlimited).
-    #[arg(long, env = "KS_WDS_QPS", default_value_t = 50.0, value_name = "QPS")]
+    #[arg(long, env = "KS_WDS_QPS", default_value_t = 50.0, value_name = "QPS", value_parser = ks_shared::cli::parse_qps)]
     wds_qps: f32,
     /// Requests to the WDS allowed at once above --wds-qps.
     #[arg(long, env = "KS_WDS_BURST", default_value_t = 100, value_name = "N")]
     wds_burst: u32,
     /// Average requests per second to the ITS (0: unlimited).
-    #[arg(long, env = "KS_ITS_QPS", default_value_t = 20.0, value_name = "QPS")]
+    #[arg(long, env = "KS_ITS_QPS", default_value_t = 20.0, value_name = "QPS", value_parser = ks_shared::cli::parse_qps)]
     its_qps: f32,
     /// Requests to the ITS allowed at once above --its-qps.
     #[arg(long, env = "KS_ITS_BURST", default_value_t = 40, value_name = "N")]
@@ -107,10 +107,6 @@ const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(st
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    anyhow::ensure!(
-        [args.wds_qps, args.its_qps].iter().all(|q| q.is_finite() && *q >= 0.0),
-        "--wds-qps and --its-qps must be numbers of at least 0"
-    );
     if let Some(unknown) = args
         .controllers
         .iter()

@@ -151,3 +151,25 @@ where
         pause = (pause * 2).min(std::time::Duration::from_secs(30));
     }
 }
+
+/// Parses a `--*-qps` flag: a finite number of requests per second, at least 0 (0: unlimited).
+pub fn parse_qps(text: &str) -> Result<f32, String> {
+    match text.parse::<f32>() {
+        Ok(qps) if qps.is_finite() && qps >= 0.0 => Ok(qps),
+        _ => Err(format!("{text:?} is not a number of requests per second (at least 0)")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_qps;
+
+    #[test]
+    fn qps_is_a_finite_non_negative_number() {
+        assert_eq!(parse_qps("0"), Ok(0.0));
+        assert_eq!(parse_qps("12.5"), Ok(12.5));
+        for bad in ["-1", "NaN", "inf", "fast", ""] {
+            assert!(parse_qps(bad).is_err(), "{bad:?}");
+        }
+    }
+}

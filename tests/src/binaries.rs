@@ -1,17 +1,15 @@
 //! Our own binaries for end-to-end tests. A test binary of this crate knows only where
-//! `ks-stack` is (`env!("CARGO_BIN_EXE_ks-stack")`); the others are built into the same cargo
-//! target directory by `cargo build --workspace --bins` (`make build`) and by
+//! `ks-stack` is (`env!("CARGO_BIN_EXE_ks-stack")`, handed to the harness as the stack's
+//! `our_binaries` directory); the others are built into that same cargo target directory by `cargo build --workspace --bins` (`make build`) and by
 //! `cargo test --workspace`, whose `ks-agent`, `ks-hub` and `ks-addon` tests need them. Under
 //! `cargo test -p ks-tests` alone they could be stale, so [`build`] brings one up to date.
 
 use std::path::{Path, PathBuf};
 
-/// The binary `name` next to `ks_stack`, or a clear error saying how to build it.
-pub fn beside(ks_stack: &Path, name: &str) -> anyhow::Result<PathBuf> {
-    let path = ks_stack
-        .parent()
-        .ok_or_else(|| anyhow::anyhow!("{} has no directory", ks_stack.display()))?
-        .join(name);
+/// The binary `name` in `directory` (the stack's `our_binaries`), or a clear error saying how
+/// to build it.
+pub fn beside(directory: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let path = directory.join(name);
     anyhow::ensure!(
         path.is_file(),
         "{} is missing: build it with `cargo build -p {name}` (or `make build`)",
@@ -42,8 +40,9 @@ mod tests {
     fn finds_binaries_in_the_same_directory_or_says_how_to_build_them() {
         let here = std::env::current_exe().unwrap();
         let name = here.file_name().unwrap().to_str().unwrap().to_string();
-        assert_eq!(beside(&here, &name).unwrap(), here);
-        let err = beside(&here, "ks-nothing").unwrap_err().to_string();
+        let directory = here.parent().unwrap();
+        assert_eq!(beside(directory, &name).unwrap(), here);
+        let err = beside(directory, "ks-nothing").unwrap_err().to_string();
         assert!(err.contains("cargo build -p ks-nothing"), "{err}");
     }
 }

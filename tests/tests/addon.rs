@@ -540,7 +540,7 @@ struct AddonProcess {
 
 impl AddonProcess {
     fn start(ctx: &Ctx) -> anyhow::Result<AddonProcess> {
-        let binary = ks_tests::binaries::beside(Path::new(env!("CARGO_BIN_EXE_ks-stack")), "ks-addon")?;
+        let binary = ks_tests::binaries::beside(&ctx.stack.our_binaries, "ks-addon")?;
         let kubeconfig = ctx.stack.state.join("kubeconfigs").join("its1.kubeconfig");
         let log = ctx.stack.state.join("logs").join(format!("{ADDON_LOG}.log"));
         let child = Command::new(binary)

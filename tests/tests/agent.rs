@@ -150,7 +150,7 @@ impl AgentProcess {
     /// ready, that is, has listed the AppliedManifestWorks: what a test delivers after that is
     /// new to it.
     async fn start(ctx: &Ctx, wec: &str, log: &str, extra: &[&str]) -> anyhow::Result<AgentProcess> {
-        let binary = ks_tests::binaries::beside(Path::new(env!("CARGO_BIN_EXE_ks-stack")), "ks-agent")?;
+        let binary = ks_tests::binaries::beside(&ctx.stack.our_binaries, "ks-agent")?;
         let kubeconfigs = ctx.stack.state.join("kubeconfigs");
         let log = ctx.stack.state.join("logs").join(format!("{log}.log"));
         let child = Command::new(binary)

@@ -603,7 +603,7 @@ async fn kubeflex_mode_finds_the_spaces(ctx: Ctx) -> anyhow::Result<()> {
             .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&status))
             .await?;
     }
-    let hub = ks_tests::binaries::beside(std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack")), "ks-hub")?;
+    let hub = ks_tests::binaries::beside(&ctx.stack.our_binaries, "ks-hub")?;
     let kubeconfig = ctx.stack.state.join("kubeconfigs/kubeflex.kubeconfig");
     let args = [
         "--kubeflex".to_string(),
