@@ -7,4 +7,5 @@ pub mod controller;
 pub mod finalizer;
 pub mod informers;
 pub mod kubeflex;
+pub mod status;
 pub mod transport;

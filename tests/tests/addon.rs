@@ -1,16 +1,14 @@
-//! End-to-end test of the status add-on controller (`ks-addon`) on the local stack: started here
-//! as a child process against its1 with `--install-all`, it must enable the add-on on every
-//! WEC, deliver the agent (which the stack's stand-in kubelet then runs from target/debug),
-//! get the agent a hub credential through a CSR it approves, report the add-on Available, keep
-//! the agent's credentials confined, and leave nothing behind once the add-ons are deleted.
+//! End-to-end test of the status add-on controller (`ks-addon`) that the stack runs on its1
+//! with `--install-all`: it must have enabled the add-on on every WEC, delivered the agent
+//! (which the stack's stand-in kubelet runs from target/debug), got the agent a hub credential
+//! through a CSR it approved, reported the add-on Available, and kept the agent's credentials
+//! confined. A WEC added later (cluster3, with an AddOnDeploymentConfig giving its agent another
+//! image and a free port) gets its agent too, and its removal takes everything away.
 //!
-//! Its log goes to `.stack/logs/ks-addon-e2e.log`. Every WEC gets an AddOnDeploymentConfig
-//! giving its agent `--http-address=127.0.0.1:0`: the stand-in kubelet runs all agents on one
-//! host, where they would otherwise compete for port 8080.
+//! The controller's log is `.stack/logs/ks-addon-its1.log`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
@@ -22,10 +20,10 @@ use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use ks_shared::api::WorkStatus;
-use ks_shared::crds::Space;
 use ks_shared::names::{self, is_kubestellar_label};
-use ks_shared::ocm::{AddOnDeploymentConfig, ManagedCluster, ManagedClusterAddOn, ManifestWork};
-use ks_tests::harness::{Ctx, StackTest, run, wait_until};
+use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
+use ks_tests::harness::{Ctx, StackTest, repo_root, run, wait_until};
+use ks_tests::stack::{ADDON_PROCESS, Stack};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::conditions;
@@ -33,34 +31,37 @@ use kube::{Client, ResourceExt};
 use serde_json::json;
 
 const MANAGER: &str = "ks-tests";
-const ADDON_LOG: &str = "ks-addon-e2e";
 /// The AddOnDeploymentConfig this test gives every WEC's add-on.
 const CONFIG: &str = "ks-addon-e2e";
 const AGENT_IMAGE: &str = "example.io/ks-agent:dev";
+/// The image ks-addon gives the agent when no AddOnDeploymentConfig says otherwise.
+const DEFAULT_IMAGE: &str = concat!("ghcr.io/kubestellar-rs/ks-agent:", env!("CARGO_PKG_VERSION"));
 const NAMESPACE: &str = names::AGENT_INSTALL_NAMESPACE;
 /// Delivery, CSR signing and the agent start go through several upstream controllers.
 const DELIVERY: Duration = Duration::from_secs(120);
 const PROMPTLY: Duration = Duration::from_secs(30);
 const WECS: [&str; 2] = ["cluster1", "cluster2"];
+/// The WEC this test adds to the stack and takes away again.
+const LATE_WEC: &str = "cluster3";
 
 fn main() -> std::process::ExitCode {
     let ks_stack = Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    for binary in ["ks-agent", "ks-addon"] {
-        if let Err(err) = ks_tests::binaries::build(binary) {
-            eprintln!("{err:#}");
-            return std::process::ExitCode::FAILURE;
-        }
+    if let Err(err) = ks_tests::binaries::build("ks-agent") {
+        eprintln!("{err:#}");
+        return std::process::ExitCode::FAILURE;
     }
     run(
         ks_stack.parent().expect("binaries live in a directory"),
         vec![StackTest {
-            name: "addon_installs_registers_confines_and_cleans_up",
+            name: "addon_installs_registers_confines_and_follows_wecs",
             components: &[
-                ADDON_LOG,
+                ADDON_PROCESS,
                 "ocm-agent-cluster1",
                 "ocm-agent-cluster2",
+                "ocm-agent-cluster3",
                 "pod-cluster1-open-cluster-management-agent-addon-status-agent",
                 "pod-cluster2-open-cluster-management-agent-addon-status-agent",
+                "pod-cluster3-open-cluster-management-agent-addon-status-agent",
             ],
             body: |ctx| Box::pin(addon_lifecycle(ctx)),
         }],
@@ -70,27 +71,33 @@ fn main() -> std::process::ExitCode {
 /// One sequential scenario: each step needs the state the previous one reached.
 async fn addon_lifecycle(ctx: Ctx) -> anyhow::Result<()> {
     let hub = ctx.client("its1").await?;
-    ks_shared::crds::install(&hub, Space::Its, MANAGER).await?;
-    remove_addons(&hub)
-        .await
-        .context("removing add-ons left by an earlier run")?;
-    let clusters: Vec<String> = Api::<ManagedCluster>::all(hub.clone())
-        .list(&ListParams::default())
-        .await?
-        .iter()
-        .map(ResourceExt::name_any)
-        .collect();
     for wec in WECS {
-        ensure!(clusters.iter().any(|c| c == wec), "no ManagedCluster {wec}");
+        agent_is_delivered(&ctx, &hub, wec, DEFAULT_IMAGE)
+            .await
+            .with_context(|| format!("on {wec}"))?;
     }
-    for cluster in &clusters {
-        create_deployment_config(&hub, cluster).await?;
+    impostor_is_not_approved(&hub, &ctx.stack.procs.log_file(ADDON_PROCESS)).await?;
+    for (wec, other) in [(WECS[0], WECS[1]), (WECS[1], WECS[0])] {
+        hub_credential_is_confined(&ctx, wec, other)
+            .await
+            .with_context(|| format!("{wec}'s hub credential"))?;
     }
+    agent_cannot_write_workloads(&ctx, WECS[0]).await?;
+    wec_added_later_gets_the_agent(&ctx, &hub)
+        .await
+        .with_context(|| format!("{LATE_WEC}, added later"))
+}
 
-    let mut addon = AddonProcess::start(&ctx)?;
-    addon.wait_ready(&ctx).await?;
-    for cluster in &clusters {
-        let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), cluster);
+/// A WEC joining after the controller started gets the add-on, configured by its
+/// AddOnDeploymentConfig; taking the WEC away removes the add-on and what it delivered.
+async fn wec_added_later_gets_the_agent(ctx: &Ctx, hub: &Client) -> anyhow::Result<()> {
+    remove_decided_csrs(hub, LATE_WEC).await?;
+    let stack = Stack::new(&repo_root(), 3, &ctx.stack.our_binaries)?;
+    ensure!(stack.wec_names().last().map(String::as_str) == Some(LATE_WEC));
+    let outcome = async {
+        stack.up().await?;
+        create_deployment_config(hub, LATE_WEC).await?;
+        let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), LATE_WEC);
         let created = wait_until(
             addons.clone(),
             names::STATUS_ADDON_NAME,
@@ -98,49 +105,57 @@ async fn addon_lifecycle(ctx: Ctx) -> anyhow::Result<()> {
             PROMPTLY,
             |a: Option<&ManagedClusterAddOn>| a.is_some(),
         )
-        .await
-        .with_context(|| format!("--install-all on {cluster}"))?
+        .await?
         .context("add-on")?;
         ensure!(
             created
                 .managed_fields()
                 .iter()
                 .any(|f| f.manager.as_deref() == Some(names::field_manager::ADDON)),
-            "{cluster}: the add-on was not created by ks-addon"
+            "the add-on was not created by ks-addon"
         );
         let patch = json!({"spec": {"configs": [{"group": "addon.open-cluster-management.io",
-            "resource": "addondeploymentconfigs", "namespace": cluster, "name": CONFIG}]}});
+            "resource": "addondeploymentconfigs", "namespace": LATE_WEC, "name": CONFIG}]}});
         addons
             .patch(names::STATUS_ADDON_NAME, &PatchParams::default(), &Patch::Merge(&patch))
             .await?;
+        agent_is_delivered(ctx, hub, LATE_WEC, AGENT_IMAGE).await
     }
+    .await;
+    let delivered = cluster_namespace_objects(hub, LATE_WEC).await;
+    stack.remove_wec(LATE_WEC).await?;
+    outcome?;
+    let (addon, work, role, binding) = delivered?;
+    deleted(Api::<ManagedClusterAddOn>::namespaced(hub.clone(), LATE_WEC), &addon).await?;
+    deleted(Api::<ManifestWork>::namespaced(hub.clone(), LATE_WEC), &work).await?;
+    deleted(Api::<Role>::namespaced(hub.clone(), LATE_WEC), &role).await?;
+    deleted(Api::<RoleBinding>::namespaced(hub.clone(), LATE_WEC), &binding).await
+}
 
-    for wec in WECS {
-        agent_is_delivered(&ctx, &hub, wec)
-            .await
-            .with_context(|| format!("on {wec}"))?;
-    }
-    impostor_is_not_approved(&hub, &addon.log).await?;
-    for (wec, other) in [(WECS[0], WECS[1]), (WECS[1], WECS[0])] {
-        hub_credential_is_confined(&ctx, wec, other)
-            .await
-            .with_context(|| format!("{wec}'s hub credential"))?;
-    }
-    agent_cannot_write_workloads(&ctx, WECS[0]).await?;
-
-    let status = addon.stop().context("ks-addon did not stop on SIGTERM")?;
-    ensure!(status.success(), "ks-addon exited with {status} on SIGTERM");
-    for wec in WECS {
-        cleaned_up(&ctx, &hub, wec)
-            .await
-            .with_context(|| format!("cleaning up {wec}"))?;
-    }
-    remove_addons(&hub).await
+/// The add-on's objects in a cluster namespace of the hub.
+async fn cluster_namespace_objects(
+    hub: &Client,
+    wec: &str,
+) -> anyhow::Result<(ManagedClusterAddOn, ManifestWork, Role, RoleBinding)> {
+    Ok((
+        Api::<ManagedClusterAddOn>::namespaced(hub.clone(), wec)
+            .get(names::STATUS_ADDON_NAME)
+            .await?,
+        Api::<ManifestWork>::namespaced(hub.clone(), wec)
+            .get(names::STATUS_ADDON_MANIFESTWORK)
+            .await?,
+        Api::<Role>::namespaced(hub.clone(), wec)
+            .get(names::STATUS_ADDON_HUB_ROLE)
+            .await?,
+        Api::<RoleBinding>::namespaced(hub.clone(), wec)
+            .get(names::STATUS_ADDON_HUB_ROLE)
+            .await?,
+    ))
 }
 
 /// The agent reaches the WEC through the ManifestWork, gets its hub credential through a CSR
 /// that ks-addon approved, runs, and the add-on becomes Available.
-async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str) -> anyhow::Result<()> {
+async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str, image: &str) -> anyhow::Result<()> {
     let works: Api<ManifestWork> = Api::namespaced(hub.clone(), wec);
     let configured = |w: Option<&ManifestWork>| {
         w.is_some_and(|w| {
@@ -149,14 +164,14 @@ async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str) -> anyhow::Resul
                 .iter()
                 .flat_map(|s| &s.conditions)
                 .any(|c| c.type_ == "Applied" && c.status == "True");
-            // The AddOnDeploymentConfig's variable reached the agent's arguments.
-            applied && serde_json::to_string(&w.spec).is_ok_and(|s| s.contains("--http-address=127.0.0.1:0"))
+            // With an AddOnDeploymentConfig, its image reached the agent's Deployment.
+            applied && serde_json::to_string(&w.spec).is_ok_and(|s| s.contains(image))
         })
     };
     let work = wait_until(
         works,
         names::STATUS_ADDON_MANIFESTWORK,
-        "applied with the config",
+        "applied with the expected image",
         DELIVERY,
         configured,
     )
@@ -166,10 +181,6 @@ async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str) -> anyhow::Resul
         !work.labels().keys().any(|k| is_kubestellar_label(k)),
         "the agent's ManifestWork carries KubeStellar labels: {:?}",
         work.labels()
-    );
-    ensure!(
-        serde_json::to_string(&work.spec)?.contains(AGENT_IMAGE),
-        "the ManifestWork does not run {AGENT_IMAGE}"
     );
 
     let local = ctx.client(wec).await?;
@@ -207,7 +218,7 @@ async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str) -> anyhow::Resul
     });
     ensure!(approved_by_us, "no addon-status CSR for {wec} approved by ks-addon");
 
-    let pod = format!("pod-{wec}-{NAMESPACE}-{}", names::STATUS_AGENT_DEPLOYMENT);
+    let pod = Stack::agent_process(wec);
     ks_tests::stack::wait_for(&format!("{pod} to run"), DELIVERY, || async {
         Ok(ctx.stack.procs.running(&pod).is_some())
     })
@@ -425,41 +436,6 @@ async fn agent_cannot_write_workloads(ctx: &Ctx, wec: &str) -> anyhow::Result<()
     Ok(())
 }
 
-/// Deleting the add-on removes its ManifestWork, hub Role and RoleBinding (garbage collection
-/// through owner references), and so the agent on the WEC.
-async fn cleaned_up(ctx: &Ctx, hub: &Client, wec: &str) -> anyhow::Result<()> {
-    let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), wec);
-    let work = Api::<ManifestWork>::namespaced(hub.clone(), wec)
-        .get(names::STATUS_ADDON_MANIFESTWORK)
-        .await?;
-    let role = Api::<Role>::namespaced(hub.clone(), wec)
-        .get(names::STATUS_ADDON_HUB_ROLE)
-        .await?;
-    let binding = Api::<RoleBinding>::namespaced(hub.clone(), wec)
-        .get(names::STATUS_ADDON_HUB_ROLE)
-        .await?;
-    addons
-        .delete(names::STATUS_ADDON_NAME, &DeleteParams::default())
-        .await?;
-    deleted(Api::<ManifestWork>::namespaced(hub.clone(), wec), &work).await?;
-    deleted(Api::<Role>::namespaced(hub.clone(), wec), &role).await?;
-    deleted(Api::<RoleBinding>::namespaced(hub.clone(), wec), &binding).await?;
-    let deployments: Api<Deployment> = Api::namespaced(ctx.client(wec).await?, NAMESPACE);
-    wait_until(
-        deployments,
-        names::STATUS_AGENT_DEPLOYMENT,
-        "removed from the WEC",
-        DELIVERY,
-        |d: Option<&Deployment>| d.is_none(),
-    )
-    .await?;
-    let pod = format!("pod-{wec}-{NAMESPACE}-{}", names::STATUS_AGENT_DEPLOYMENT);
-    ks_tests::stack::wait_for(&format!("{pod} to stop"), DELIVERY, || async {
-        Ok(ctx.stack.procs.running(&pod).is_none())
-    })
-    .await
-}
-
 /// Waits until `object` is deleted (a new object of the same name would not count).
 async fn deleted<K>(api: Api<K>, object: &K) -> anyhow::Result<()>
 where
@@ -491,14 +467,17 @@ async fn create_deployment_config(hub: &Client, cluster: &str) -> anyhow::Result
     Ok(())
 }
 
-/// Deletes every `addon-status` ManagedClusterAddOn and this test's AddOnDeploymentConfigs, and
-/// waits until the add-ons are gone. Also deletes the add-on's decided CSRs: they are only
-/// records, and OCM's registration agent stops requesting certificates for an add-on while 10
-/// of its CSRs exist (the controller-manager deletes them only after an hour).
-async fn remove_addons(hub: &Client) -> anyhow::Result<()> {
+/// Deletes the add-on's decided CSRs for `wec`: they are only records, and OCM's registration
+/// agent stops requesting certificates for an add-on while 10 of its CSRs exist (the
+/// controller-manager deletes them only after an hour), which repeated runs would reach.
+async fn remove_decided_csrs(hub: &Client, wec: &str) -> anyhow::Result<()> {
     let csrs: Api<CertificateSigningRequest> = Api::all(hub.clone());
-    let labelled =
-        ListParams::default().labels(&format!("{}={}", names::OCM_ADDON_NAME_LABEL, names::STATUS_ADDON_NAME));
+    let labelled = ListParams::default().labels(&format!(
+        "{}={wec},{}={}",
+        names::OCM_CLUSTER_NAME_LABEL,
+        names::OCM_ADDON_NAME_LABEL,
+        names::STATUS_ADDON_NAME
+    ));
     for csr in csrs.list(&labelled).await? {
         let decided = csr
             .status
@@ -509,87 +488,5 @@ async fn remove_addons(hub: &Client) -> anyhow::Result<()> {
             csrs.delete(&csr.name_any(), &DeleteParams::default()).await?;
         }
     }
-    let all: Api<ManagedClusterAddOn> = Api::all(hub.clone());
-    let ours = ListParams::default().fields(&format!("metadata.name={}", names::STATUS_ADDON_NAME));
-    for addon in all.list(&ours).await? {
-        let namespace = addon.namespace().unwrap_or_default();
-        let addons: Api<ManagedClusterAddOn> = Api::namespaced(hub.clone(), &namespace);
-        let _ = addons.delete(names::STATUS_ADDON_NAME, &DeleteParams::default()).await;
-        let uid = addon.uid().unwrap_or_default();
-        wait_until(
-            addons,
-            names::STATUS_ADDON_NAME,
-            "deleted",
-            DELIVERY,
-            conditions::is_deleted(&uid),
-        )
-        .await?;
-        let configs: Api<AddOnDeploymentConfig> = Api::namespaced(hub.clone(), &namespace);
-        if configs.get_opt(CONFIG).await?.is_some() {
-            configs.delete(CONFIG, &DeleteParams::default()).await?;
-        }
-    }
     Ok(())
-}
-
-/// The `ks-addon` under test, stopped when dropped.
-struct AddonProcess {
-    child: Option<Child>,
-    log: PathBuf,
-}
-
-impl AddonProcess {
-    fn start(ctx: &Ctx) -> anyhow::Result<AddonProcess> {
-        let binary = ks_tests::binaries::beside(&ctx.stack.our_binaries, "ks-addon")?;
-        let kubeconfig = ctx.stack.state.join("kubeconfigs").join("its1.kubeconfig");
-        let log = ctx.stack.state.join("logs").join(format!("{ADDON_LOG}.log"));
-        let child = Command::new(binary)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["--install-all", "--http-address", "127.0.0.1:0"])
-            .arg(format!("--agent-image={AGENT_IMAGE}"))
-            .env("RUST_LOG", "info,ks_addon=debug")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("starting ks-addon")?;
-        Ok(AddonProcess {
-            child: Some(child),
-            log,
-        })
-    }
-
-    /// Waits until /readyz answers 200: the add-ons have been listed.
-    async fn wait_ready(&mut self, _ctx: &Ctx) -> anyhow::Result<()> {
-        let log = self.log.clone();
-        let child = std::sync::Mutex::new(self.child.take());
-        let result = ks_tests::stack::wait_for("ks-addon to be ready", PROMPTLY, || async {
-            let mut guard = child.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
-            if let Some(status) = guard.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
-                bail!("ks-addon exited: {status}");
-            }
-            drop(guard);
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let Some(line) = text.lines().find(|l| l.contains("serving /metrics")) else {
-                return Ok(false);
-            };
-            let address = ks_tests::process::address_in(line);
-            Ok(ks_tests::process::http_get(address, "/readyz").0 == 200)
-        })
-        .await;
-        self.child = child.into_inner().map_err(|_| anyhow::anyhow!("poisoned"))?;
-        result
-    }
-
-    /// SIGTERM, then the exit status (`None` if it had to be killed after a grace period).
-    fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        ks_tests::process::stop_child(self.child.take()?, Duration::from_secs(10))
-    }
-}
-
-impl Drop for AddonProcess {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }

@@ -1,27 +1,30 @@
-//! End-to-end tests of the status add-on agent (`ks-agent`) on the local stack: one agent,
-//! started here as a child process for cluster1 with the hub kubeconfig for its1, reports on
-//! what the real OCM work agent delivers from ManifestWorks in its1's `cluster1` namespace.
+//! End-to-end tests of the status add-on agent (`ks-agent`) on the local stack: the agent the
+//! stack's status add-on controller installed on cluster1 (run by the stack's stand-in kubelet,
+//! with its CSR-issued hub credential and least-privilege RBAC) reports on what the real OCM
+//! work agent delivers from ManifestWorks in its1's `cluster1` namespace. One test takes the
+//! Lease of the agent on cluster2 away and gives it back.
 //!
-//! `ks-agent` is built (or brought up to date) before the tests start. Its log goes to
-//! `.stack/logs/ks-agent-e2e.log`, and a failed test prints its tail. One test starts and stops
-//! its own agent for cluster2, with leader election. Whatever a failed test left behind (its
-//! ManifestWorks, WEC namespaces and CRDs, all named with this process's id) is deleted at the end.
+//! `ks-agent` is built (or brought up to date) before the tests start. The agents' logs are
+//! `.stack/logs/pod-<wec>-open-cluster-management-agent-addon-status-agent.log`, and a failed
+//! test prints their tail. Whatever a failed test left behind (its ManifestWorks, WEC
+//! namespaces and CRDs, all named with this process's id) is deleted at the end.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use ks_shared::api::WorkStatus;
-use ks_shared::crds::Space;
 use ks_shared::names;
 use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, StackTest, run, wait_until};
+use ks_tests::stack::Stack;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
 use kube::runtime::wait::conditions;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -37,14 +40,15 @@ const DELIVERY: Duration = Duration::from_secs(90);
 const PROMPTLY: Duration = Duration::from_secs(15);
 /// The label every ManifestWork of this run carries (and so every WorkStatus it causes).
 const RUN_LABEL: &str = "e2e.kubestellar.io/run";
-const AGENT_LOG: &str = "ks-agent-e2e";
-/// The WEC of the one test that starts and stops its own agent (with leader election).
+/// The Lease the agents hold in their install namespace on the WEC.
+const AGENT_LEASE: &str = "ks-status-agent";
+/// The WEC of the one test that takes its agent's Lease.
 const OTHER_WEC: &str = "cluster2";
-const OTHER_AGENT_LOG: &str = "ks-agent-e2e-cluster2";
-const COMPONENTS: &[&str] = &[AGENT_LOG, "ocm-agent-cluster1", "apiserver-its1"];
-
-/// The agent under test; tests wait on this lock until it is ready.
-static AGENT: tokio::sync::Mutex<Option<AgentProcess>> = tokio::sync::Mutex::const_new(None);
+const COMPONENTS: &[&str] = &[
+    "pod-cluster1-open-cluster-management-agent-addon-status-agent",
+    "ocm-agent-cluster1",
+    "apiserver-its1",
+];
 static NAMES: AtomicU32 = AtomicU32::new(0);
 
 fn main() -> std::process::ExitCode {
@@ -78,7 +82,11 @@ fn main() -> std::process::ExitCode {
             }),
             StackTest {
                 name: "leader_restarts_and_removes_leftovers",
-                components: &[OTHER_AGENT_LOG, "ocm-agent-cluster2", "apiserver-cluster2"],
+                components: &[
+                    "pod-cluster2-open-cluster-management-agent-addon-status-agent",
+                    "ocm-agent-cluster2",
+                    "kubelet-cluster2",
+                ],
                 body: |ctx| Box::pin(leader_restarts_and_removes_leftovers(ctx)),
             },
             test("churn_ends_with_one_work_status_per_object", |ctx| {
@@ -86,7 +94,6 @@ fn main() -> std::process::ExitCode {
             }),
         ],
     );
-    stop_agent();
     if let Err(err) = sweep(ks_stack) {
         eprintln!("cleaning up after this run: {err:#}");
     }
@@ -109,8 +116,13 @@ fn sweep(ks_stack: &Path) -> anyhow::Result<()> {
         for wec in [WEC, OTHER_WEC] {
             let works: Api<ManifestWork> = Api::namespaced(stack.client("its1").await?, wec);
             for work in works.list(&kube::api::ListParams::default().labels(RUN_LABEL)).await? {
-                if work.name_any().contains(&marker) {
-                    works.delete(&work.name_any(), &DeleteParams::default()).await?;
+                if work.name_any().contains(&marker) && work.metadata.deletion_timestamp.is_none() {
+                    match works.delete(&work.name_any(), &DeleteParams::default()).await {
+                        // Gone meanwhile: its test was finishing.
+                        Err(kube::Error::Api(status)) if status.code == 404 => {}
+                        Ok(_) => {}
+                        Err(err) => return Err(err.into()),
+                    }
                 }
             }
             let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(stack.client(wec).await?);
@@ -132,73 +144,10 @@ fn sweep(ks_stack: &Path) -> anyhow::Result<()> {
     })
 }
 
-/// Starts the agent once for the whole run (tests run in parallel and share it).
+/// Waits until the stack's agent for cluster1 is ready (tests run in parallel and share it).
 async fn ensure_agent(ctx: &Ctx) -> anyhow::Result<()> {
-    ks_shared::crds::install(&ctx.client("its1").await?, Space::Its, MANAGER).await?;
-    let mut agent = AGENT.lock().await;
-    if agent.is_none() {
-        *agent = Some(AgentProcess::start(ctx, WEC, AGENT_LOG, &[]).await?);
-    }
+    ctx.stack.wait_agent_ready(WEC, DELIVERY).await?;
     Ok(())
-}
-
-/// A running `ks-agent`, stopped when dropped.
-struct AgentProcess(Option<Child>);
-
-impl AgentProcess {
-    /// Starts `ks-agent` for `wec` (logging to `.stack/logs/<log>.log`) and waits until it is
-    /// ready, that is, has listed the AppliedManifestWorks: what a test delivers after that is
-    /// new to it.
-    async fn start(ctx: &Ctx, wec: &str, log: &str, extra: &[&str]) -> anyhow::Result<AgentProcess> {
-        let binary = ks_tests::binaries::beside(&ctx.stack.our_binaries, "ks-agent")?;
-        let kubeconfigs = ctx.stack.state.join("kubeconfigs");
-        let log = ctx.stack.state.join("logs").join(format!("{log}.log"));
-        let child = Command::new(binary)
-            .args(["--cluster-name", wec, "--http-address", "127.0.0.1:0"])
-            .arg("--hub-kubeconfig")
-            .arg(kubeconfigs.join("its1.kubeconfig"))
-            .args(extra)
-            .env("KUBECONFIG", kubeconfigs.join(format!("{wec}.kubeconfig")))
-            .env("RUST_LOG", "info,ks_agent=debug")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()
-            .context("starting ks-agent")?;
-        let agent = std::sync::Mutex::new(AgentProcess(Some(child)));
-        ks_tests::stack::wait_for("ks-agent to be ready", PROMPTLY, || async {
-            if let Some(status) = agent.lock().map_err(|_| anyhow::anyhow!("poisoned"))?.exited() {
-                anyhow::bail!("ks-agent exited: {status}");
-            }
-            let text = std::fs::read_to_string(&log).unwrap_or_default();
-            let Some(line) = text.lines().find(|l| l.contains("serving /metrics")) else {
-                return Ok(false);
-            };
-            Ok(ks_tests::process::http_get(ks_tests::process::address_in(line), "/readyz").0 == 200)
-        })
-        .await?;
-        agent.into_inner().map_err(|_| anyhow::anyhow!("poisoned"))
-    }
-
-    fn exited(&mut self) -> Option<std::process::ExitStatus> {
-        self.0.as_mut().and_then(|c| c.try_wait().ok().flatten())
-    }
-
-    /// SIGTERM, so that the agent stops cleanly; a kill after a grace period is the backstop.
-    /// The exit status, if it exited by itself.
-    fn stop(&mut self) -> Option<std::process::ExitStatus> {
-        ks_tests::process::stop_child(self.0.take()?, Duration::from_secs(10))
-    }
-}
-
-impl Drop for AgentProcess {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn stop_agent() {
-    drop(AGENT.blocking_lock().take());
 }
 
 /// A name no other test or run uses.
@@ -748,25 +697,16 @@ async fn churn_ends_with_one_work_status_per_object(ctx: Ctx) -> anyhow::Result<
     s.finish(&names).await
 }
 
-/// An agent with `--leader-elect` (on cluster2, with its own Lease) reports once it leads; the
-/// WorkStatus of an object removed while it was stopped is deleted when it starts again, and
-/// the others are kept.
+/// The stack's agent on cluster2 stops when it loses its Lease (here the test takes it, as
+/// another replica would), and is restarted as a standby. An object removed meanwhile has its
+/// WorkStatus deleted once the agent leads again; the other WorkStatus is kept.
 async fn leader_restarts_and_removes_leftovers(ctx: Ctx) -> anyhow::Result<()> {
-    ks_shared::crds::install(&ctx.client("its1").await?, Space::Its, MANAGER).await?;
     let hub = ctx.client("its1").await?;
     let works: Api<ManifestWork> = Api::namespaced(hub.clone(), OTHER_WEC);
     let ns = ctx.namespace(OTHER_WEC).await?;
     let run = unique("restart");
     let selector = format!("{RUN_LABEL}={run}");
-    let leader_args = ["--leader-elect", "--leader-elect-namespace", ns.as_str()];
-    let mut agent = AgentProcess::start(&ctx, OTHER_WEC, OTHER_AGENT_LOG, &leader_args).await?;
-    let leases: Api<k8s_openapi::api::coordination::v1::Lease> = Api::namespaced(ctx.client(OTHER_WEC).await?, &ns);
-    let holder = leases
-        .get("ks-status-agent")
-        .await?
-        .spec
-        .and_then(|s| s.holder_identity);
-    anyhow::ensure!(holder.is_some(), "the agent holds its Lease on the WEC");
+    let leader = ctx.stack.wait_agent_ready(OTHER_WEC, DELIVERY).await?;
 
     let deliver = |names: &[&str]| {
         let manifests: Vec<Value> = names.iter().map(|n| config_map(&ns, n)).collect();
@@ -789,8 +729,20 @@ async fn leader_restarts_and_removes_leftovers(ctx: Ctx) -> anyhow::Result<()> {
         source_names(all) == ["drop", "keep"]
     })
     .await?;
-    let status = agent.stop();
-    anyhow::ensure!(status.is_some_and(|s| s.success()), "exits 0 on SIGTERM: {status:?}");
+
+    let leases: Api<Lease> = Api::namespaced(ctx.client(OTHER_WEC).await?, names::AGENT_INSTALL_NAMESPACE);
+    let now = MicroTime(k8s_openapi::jiff::Timestamp::now());
+    let taken = json!({"spec": {"holderIdentity": format!("ks-tests-{}", std::process::id()),
+                                "leaseDurationSeconds": 3600, "acquireTime": now, "renewTime": now}});
+    leases
+        .patch(AGENT_LEASE, &PatchParams::default(), &Patch::Merge(&taken))
+        .await
+        .context("taking the agent's Lease")?;
+    let agent = Stack::agent_process(OTHER_WEC);
+    ks_tests::stack::wait_for("the agent to give up leading", DELIVERY, || async {
+        Ok(ctx.stack.procs.running(&agent) != Some(leader))
+    })
+    .await?;
 
     deliver(&["keep"]).await?;
     let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(ctx.client(OTHER_WEC).await?, &ns);
@@ -802,8 +754,8 @@ async fn leader_restarts_and_removes_leftovers(ctx: Ctx) -> anyhow::Result<()> {
         |c: Option<&_>| c.is_none(),
     )
     .await?;
-    let _agent = AgentProcess::start(&ctx, OTHER_WEC, OTHER_AGENT_LOG, &leader_args).await?;
-    let left = wait_work_statuses(&hub, OTHER_WEC, &selector, "the leftover removed", PROMPTLY, |all| {
+    leases.delete(AGENT_LEASE, &DeleteParams::default()).await?;
+    let left = wait_work_statuses(&hub, OTHER_WEC, &selector, "the leftover removed", DELIVERY, |all| {
         source_names(all) == ["keep"]
     })
     .await?;

@@ -41,7 +41,7 @@ fn main() -> std::process::ExitCode {
             },
             StackTest {
                 name: "our_image_runs_as_a_local_process",
-                components: &["stack-kubelet"],
+                components: &["kubelet-cluster1"],
                 body: |ctx| Box::pin(our_image_runs_as_a_local_process(ctx)),
             },
             StackTest {
@@ -233,7 +233,7 @@ async fn leader_lease_hands_over(ctx: Ctx) -> anyhow::Result<()> {
 
 /// The stack plays kubelet for our images: a `ks-agent` Deployment with its Secret becomes a
 /// local process serving on the Deployment's address (alive; the hub credential here points
-/// nowhere), and goes away with the Deployment.
+/// nowhere), is restarted when it exits, and goes away with the Deployment.
 async fn our_image_runs_as_a_local_process(ctx: Ctx) -> anyhow::Result<()> {
     let namespace = ctx.namespace("cluster1").await?;
     let wec = ctx.client("cluster1").await?;
@@ -270,6 +270,14 @@ async fn our_image_runs_as_a_local_process(ctx: Ctx) -> anyhow::Result<()> {
     anyhow::ensure!(procs.running(&process).is_some(), "{process} runs");
     let (code, body) = ks_tests::process::http_get(([127, 0, 0, 1], port).into(), "/healthz");
     anyhow::ensure!((code, body.as_str()) == (200, "ok"), "the agent answers /healthz");
+
+    // Like a Pod with restartPolicy Always, the process comes back when it exits.
+    let first = procs.running(&process);
+    procs.stop(&process, Duration::from_secs(10))?;
+    ks_tests::stack::wait_for("the agent process to be restarted", DEADLINE, || async {
+        Ok(procs.running(&process).is_some_and(|pid| Some(pid) != first))
+    })
+    .await?;
 
     deployments.delete("status-agent", &DeleteParams::default()).await?;
     ks_tests::stack::wait_for("the agent process to stop", DEADLINE, || async {

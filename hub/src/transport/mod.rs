@@ -4,5 +4,6 @@
 pub mod controller;
 pub mod jsonpath;
 pub mod sharding;
+pub mod template;
 pub mod transforms;
 pub mod wrap;

@@ -32,7 +32,7 @@ enum Command {
         #[arg(long, default_value_t = 50)]
         objects: usize,
     },
-    /// Start a ks-agent for cluster1; time WEC status change → WorkStatus update, count
+    /// With the stack's agent on cluster1: time WEC status change → WorkStatus update, count
     /// WorkStatus writes per change, then measure the agent's memory at many tracked objects.
     AgentLatency {
         /// How many status changes to time.
@@ -42,7 +42,7 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         objects: usize,
     },
-    /// Start a ks-agent for cluster1; delete and recreate ManifestWorks of one Pod each, round
+    /// With the stack's agent on cluster1: delete and recreate ManifestWorks of one Pod each, round
     /// after round, and print the agent's memory after each round.
     AgentChurn {
         #[arg(long, default_value_t = 5)]
@@ -215,7 +215,6 @@ mod agent {
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use ks_shared::api::WorkStatus;
     use ks_tests::harness::wait_until;
-    use ks_tests::process::{Running, address_in, http_get};
     use ks_tests::stack::Stack;
     use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
     use kube::core::{ApiResource, GroupVersionKind};
@@ -242,31 +241,10 @@ mod agent {
             .unwrap_or(0)
     }
 
-    /// A ks-agent for the WEC, ready (it has listed the AppliedManifestWorks).
-    async fn start_agent(stack: &Stack) -> anyhow::Result<Running> {
-        let kubeconfigs = stack.state.join("kubeconfigs");
-        let agent_binary = stack.our_binaries.join("ks-agent");
-        let hub_kubeconfig = format!("--hub-kubeconfig={}", kubeconfigs.join("its1.kubeconfig").display());
-        let wec_kubeconfig = kubeconfigs.join(format!("{WEC}.kubeconfig")).display().to_string();
-        let args = ["--cluster-name", WEC, "--http-address", "127.0.0.1:0", &hub_kubeconfig];
-        let mut agent = Running::start_with_env(
-            agent_binary.to_str().unwrap_or_default(),
-            &args,
-            &[("KUBECONFIG", &wec_kubeconfig)],
-        );
-        let address = address_in(&agent.wait_for_line("serving /metrics", DEADLINE));
-        ks_tests::stack::wait_for("the agent to be ready", DEADLINE, || async {
-            Ok(http_get(address, "/readyz").0 == 200)
-        })
-        .await?;
-        Ok(agent)
-    }
-
     pub async fn churn(stack: &Stack, rounds: usize, count: usize) -> anyhow::Result<()> {
         let hub = stack.client("its1").await?;
         let id = std::process::id();
-        let agent = start_agent(stack).await?;
-        let pid = agent.pid().unwrap_or_default();
+        let pid = stack.wait_agent_ready(WEC, DEADLINE).await?;
         let works: Api<ks_shared::ocm::ManifestWork> = Api::namespaced(hub.clone(), WEC);
         let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), WEC);
         let ns = format!("bench-churn-{id}");
@@ -310,7 +288,6 @@ mod agent {
             last / first
         );
         works.delete(&ns, &DeleteParams::default()).await?;
-        drop(agent);
         Ok(())
     }
 
@@ -340,7 +317,7 @@ mod agent {
         )
         .await?;
 
-        let agent = start_agent(stack).await?;
+        let pid = stack.wait_agent_ready(WEC, DEADLINE).await?;
 
         let ns = format!("bench-agent-{id}");
         let works: Api<ks_shared::ocm::ManifestWork> = Api::namespaced(hub.clone(), WEC);
@@ -416,7 +393,6 @@ mod agent {
         );
 
         // Memory with many tracked objects: ConfigMaps in ManifestWorks of 100.
-        let pid = agent.pid().unwrap_or_default();
         let idle = rss(pid);
         let batches = objects.div_ceil(100);
         for batch in 0..batches {
@@ -460,7 +436,6 @@ mod agent {
                 .await?;
         }
         works.delete(&ns, &DeleteParams::default()).await?;
-        agent.terminate(Duration::from_secs(15));
         Ok(())
     }
 }

@@ -30,10 +30,11 @@ enum Command {
     Down,
     /// Show which processes are running.
     Status,
-    /// Play kubelet for our images on the WECs (started by `up`; runs until stopped).
+    /// Play kubelet for our images on one WEC (started by `up`; runs until stopped).
     Kubelet {
-        #[arg(long, default_value_t = 2)]
-        wecs: u16,
+        /// The WEC's name (its context in the stack's kubeconfig).
+        #[arg(long)]
+        wec: String,
     },
 }
 
@@ -66,9 +67,9 @@ async fn main() -> anyhow::Result<()> {
                 println!("{line}");
             }
         }
-        Command::Kubelet { wecs } => {
-            let stack = stack(wecs)?;
-            ks_tests::stack::kubelet::run(&stack, &stack.our_binaries).await?;
+        Command::Kubelet { wec } => {
+            let stack = stack(0)?;
+            ks_tests::stack::kubelet::run(&stack, &wec, &stack.our_binaries).await?;
         }
     }
     Ok(())

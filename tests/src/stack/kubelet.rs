@@ -3,27 +3,35 @@
 //! on a WEC and the Secrets it mounts exist, the stack runs that binary as a local process with
 //! the Deployment's arguments, the Secrets' files and the WEC as its in-cluster API; it stops
 //! the process when the Deployment goes away or is scaled to zero, and restarts it when the
-//! arguments or the Secrets change.
+//! arguments or the Secrets change or when it exits. One such kubelet runs per WEC.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Secret};
+use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
 
 use super::Stack;
 
 /// Process names of local Pods start with this.
 pub const POD_PREFIX: &str = "pod-";
 
+/// The process name standing in for the Pod of a Deployment on a WEC.
+pub fn pod_process(space: &str, namespace: &str, deployment: &str) -> String {
+    format!("{POD_PREFIX}{space}-{namespace}-{deployment}")
+}
+
 /// Our binaries that the stack may run for a Deployment.
 const OUR_IMAGES: [&str; 3] = ["ks-agent", "ks-addon", "ks-hub"];
+
+/// How often exited pods are looked for.
+const RESTART_CHECK: Duration = Duration::from_secs(1);
 
 /// A local process standing in for one Deployment's Pod.
 #[derive(Debug, PartialEq)]
@@ -101,10 +109,10 @@ fn local_pod(
         .filter_map(|e| Some((e.name.clone(), localise(e.value.as_deref()?))))
         .collect();
     Some(LocalPod {
-        name: format!(
-            "pod-{space}-{}-{}",
-            deployment.namespace().unwrap_or_default(),
-            deployment.name_any()
+        name: pod_process(
+            space,
+            &deployment.namespace().unwrap_or_default(),
+            &deployment.name_any(),
         ),
         binary: binary.to_string(),
         args,
@@ -113,25 +121,26 @@ fn local_pod(
     })
 }
 
-/// Runs the kubelet loop for every WEC until the process is stopped.
-pub async fn run(stack: &Stack, binaries: &Path) -> anyhow::Result<()> {
-    let wecs = stack.wec_names();
-    let mut tasks = Vec::new();
-    for wec in wecs {
-        let client = stack.client(&wec).await?;
-        let stack = stack.clone();
-        let binaries = binaries.to_path_buf();
-        tasks.push(tokio::spawn(
-            async move { follow(&stack, &wec, client, &binaries).await },
-        ));
-    }
-    for task in tasks {
-        task.await??;
-    }
-    Ok(())
+/// A pod this kubelet started, and when it may be restarted if it exits.
+struct Started {
+    pod: LocalPod,
+    restarts: u32,
+    at: Instant,
+    next_restart: Instant,
 }
 
-async fn follow(stack: &Stack, space: &str, client: Client, binaries: &Path) -> anyhow::Result<()> {
+/// A pod that ran this long before it exited starts its backoff afresh, as with a kubelet.
+const BACKOFF_RESET: Duration = Duration::from_secs(600);
+
+/// How long to wait before restarting a pod that exited `restarts` times, doubling up to a
+/// minute, as a kubelet's CrashLoopBackOff does (a pod that cannot start does not spin).
+fn crash_loop_backoff(restarts: u32) -> Duration {
+    Duration::from_secs(1u64 << restarts.min(6)).min(Duration::from_secs(60))
+}
+
+/// Runs the kubelet loop for one WEC until the process is stopped.
+pub async fn run(stack: &Stack, wec: &str, binaries: &Path) -> anyhow::Result<()> {
+    let client = stack.client(wec).await?;
     let deployments: Api<Deployment> = Api::all(client.clone());
     let secrets: Api<Secret> = Api::all(client);
     let config = watcher::Config::default();
@@ -140,17 +149,30 @@ async fn follow(stack: &Stack, space: &str, client: Client, binaries: &Path) -> 
         watcher(secrets.clone(), config).map(|e| e.map(|_| ())),
     );
     tokio::pin!(changes);
-    let mut running: BTreeMap<String, LocalPod> = BTreeMap::new();
-    while let Some(change) = changes.next().await {
-        if let Err(err) = change {
-            eprintln!("{space}: watch: {err}");
-            continue;
+    let mut running: BTreeMap<String, Started> = BTreeMap::new();
+    // Like a kubelet with restartPolicy Always, restart pods that exited (e.g. an agent that
+    // lost its leader Lease); their processes are not our children, so only a look tells.
+    let mut restarts = tokio::time::interval(RESTART_CHECK);
+    loop {
+        tokio::select! {
+            change = changes.next() => match change {
+                None => return Ok(()),
+                Some(Err(err)) => {
+                    eprintln!("{wec}: watch: {err}");
+                    continue;
+                }
+                Some(Ok(())) => {}
+            },
+            _ = restarts.tick() => {
+                if running.keys().all(|name| stack.procs.running(name).is_some()) {
+                    continue;
+                }
+            }
         }
-        if let Err(err) = sync(stack, space, &deployments, &secrets, binaries, &mut running).await {
-            eprintln!("{space}: {err:#}");
+        if let Err(err) = sync(stack, wec, &deployments, &secrets, binaries, &mut running).await {
+            eprintln!("{wec}: {err:#}");
         }
     }
-    Ok(())
 }
 
 async fn sync(
@@ -159,7 +181,7 @@ async fn sync(
     deployments: &Api<Deployment>,
     secrets: &Api<Secret>,
     binaries: &Path,
-    running: &mut BTreeMap<String, LocalPod>,
+    running: &mut BTreeMap<String, Started>,
 ) -> anyhow::Result<()> {
     let mut by_namespace: BTreeMap<String, BTreeMap<String, Secret>> = BTreeMap::new();
     for secret in secrets.list(&ListParams::default()).await? {
@@ -178,9 +200,19 @@ async fn sync(
             continue;
         };
         wanted.insert(pod.name.clone());
-        if running.get(&pod.name) == Some(&pod) && stack.procs.running(&pod.name).is_some() {
-            continue;
-        }
+        let restarts = match running.get(&pod.name) {
+            Some(started) if started.pod == pod => {
+                if stack.procs.running(&pod.name).is_some() || Instant::now() < started.next_restart {
+                    continue;
+                }
+                if started.at.elapsed() > BACKOFF_RESET {
+                    0
+                } else {
+                    started.restarts + 1
+                }
+            }
+            _ => 0,
+        };
         stack.procs.stop(&pod.name, Duration::from_secs(10))?;
         for (path, content) in &pod.files {
             std::fs::create_dir_all(path.parent().context("file path")?)?;
@@ -194,8 +226,17 @@ async fn sync(
         stack
             .procs
             .ensure(&pod.name, &binaries.join(&pod.binary), &pod.args, &env)?;
-        eprintln!("{space}: started {} ({})", pod.name, pod.binary);
-        running.insert(pod.name.clone(), pod);
+        eprintln!("{space}: started {} ({}), restart {restarts}", pod.name, pod.binary);
+        let at = Instant::now();
+        running.insert(
+            pod.name.clone(),
+            Started {
+                pod,
+                restarts,
+                at,
+                next_restart: at + crash_loop_backoff(restarts),
+            },
+        );
     }
     let gone: Vec<String> = running.keys().filter(|n| !wanted.contains(*n)).cloned().collect();
     for name in gone {
@@ -209,6 +250,12 @@ async fn sync(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn crash_loop_backoff_doubles_up_to_a_minute() {
+        let waits: Vec<u64> = (0..9).map(|n| crash_loop_backoff(n).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+    }
 
     #[test]
     fn recognises_our_images_only() {

@@ -1,7 +1,9 @@
 //! A real KubeStellar environment from upstream components, as local processes on loopback:
 //! one etcd; kube-apiservers for the KubeFlex hosting cluster, the WDS, the ITS and each WEC;
 //! kube-controller-managers; kube-scheduler and kwok on each WEC; the OCM hub on the ITS and an
-//! OCM klusterlet agent per WEC, joined by OCM's double opt-in; and Jaeger.
+//! OCM klusterlet agent per WEC, joined by OCM's double opt-in; Jaeger; and our own processes:
+//! the hub process for wds1, the status add-on controller on its1 (which installs the status
+//! agent on every WEC through OCM) and a stand-in kubelet per WEC that runs the agent.
 //!
 //! State lives in `.stack/` at the repository root: `kubeconfig` (a context per space), `env`
 //! (to source), `logs/`, `pids/`, `pki/`. `up` is idempotent; `down` stops what `up` started.
@@ -17,15 +19,19 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use ks_shared::ocm::ManagedCluster;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
 
 pub use pki::{ADMIN, BOOTSTRAP, Pki};
 pub use procs::Procs;
 
 /// The field manager of everything the stack writes.
 pub const FIELD_MANAGER: &str = "ks-stack";
+/// The process name of our status add-on controller on its1.
+pub const ADDON_PROCESS: &str = "ks-addon-its1";
 const ETCD_PORT: u16 = 32379;
 const ETCD_PEER_PORT: u16 = 32380;
 /// Apiserver ports: kubeflex, wds1, its1, then one per WEC.
@@ -174,15 +180,75 @@ impl Stack {
         self.start_ocm_hub()?;
         for wec in self.wec_names() {
             ocm::prepare_wec(&self.client(&wec).await?).await?;
+            self.forget_stale_hub_credential(&wec).await?;
             self.start_klusterlet(&wec)?;
         }
         ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
         self.start_jaeger()?;
-        self.start_kubelet()?;
+        for wec in self.wec_names() {
+            self.start_kubelet(&wec)?;
+        }
         self.start_hub("wds1")?;
+        self.start_addon()?;
         self.write_env()?;
         println!("stack up in {:.1}s", started.elapsed().as_secs_f64());
         Ok(())
+    }
+
+    /// Takes a WEC out of the stack: its ManagedCluster is deleted while its OCM agent still
+    /// runs (so OCM can clean up what it delivered), then its processes stop. Its data stays in
+    /// etcd; bringing it up again joins it anew.
+    pub async fn remove_wec(&self, wec: &str) -> anyhow::Result<()> {
+        let clusters: Api<ManagedCluster> = Api::all(self.client("its1").await?);
+        if let Some(cluster) = clusters.get_opt(wec).await? {
+            clusters.delete(wec, &DeleteParams::default()).await?;
+            let uid = cluster.uid().unwrap_or_default();
+            wait_for(
+                &format!("ManagedCluster {wec} to be deleted"),
+                Duration::from_secs(120),
+                || async {
+                    Ok(clusters
+                        .get_opt(wec)
+                        .await?
+                        .is_none_or(|c| c.uid() != Some(uid.clone())))
+                },
+            )
+            .await?;
+        }
+        let pods = kubelet::pod_process(wec, "", "");
+        let suffix = format!("-{wec}");
+        let processes: Vec<String> = self
+            .procs
+            .started()
+            .into_iter()
+            .filter(|n| n.ends_with(&suffix) || n.starts_with(&pods))
+            .collect();
+        self.procs.stop_all(&processes, Duration::from_secs(10))
+    }
+
+    /// A WEC's hub credential for a ManagedCluster that is gone (the WEC was removed) would
+    /// keep its OCM agent from joining again: before the agent starts, it is forgotten.
+    async fn forget_stale_hub_credential(&self, wec: &str) -> anyhow::Result<()> {
+        let clusters: Api<ManagedCluster> = Api::all(self.client("its1").await?);
+        if self.procs.running(&format!("ocm-agent-{wec}")).is_some() || clusters.get_opt(wec).await?.is_some() {
+            return Ok(());
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.client(wec).await?, ocm::AGENT_NAMESPACE);
+        if secrets.get_opt(ocm::HUB_CREDENTIAL_SECRET).await?.is_some() {
+            secrets
+                .delete(ocm::HUB_CREDENTIAL_SECRET, &DeleteParams::default())
+                .await?;
+        }
+        let files = self.klusterlet_hub_dir(wec);
+        if files.exists() {
+            std::fs::remove_dir_all(&files)?;
+        }
+        Ok(())
+    }
+
+    /// Where a WEC's OCM agent keeps its hub credential.
+    fn klusterlet_hub_dir(&self, wec: &str) -> PathBuf {
+        self.state.join("ocm").join(wec).join("hub-kubeconfig")
     }
 
     /// Stops every process `up` started: everything else first, etcd last.
@@ -427,6 +493,7 @@ impl Stack {
             "kwok" => 0,
             "ocm" => 100,
             "hub" => 300,
+            "ks-addon" => 400,
             _ => 200,
         };
         SIDE_BASE_PORT + offset + index
@@ -475,7 +542,7 @@ impl Stack {
     }
 
     fn start_klusterlet(&self, wec: &str) -> anyhow::Result<()> {
-        let hub_dir = self.state.join("ocm").join(wec).join("hub-kubeconfig");
+        let hub_dir = self.klusterlet_hub_dir(wec);
         std::fs::create_dir_all(&hub_dir)?;
         let args = [
             "agent".to_string(),
@@ -534,17 +601,78 @@ impl Stack {
         self.side_port("hub", wds)
     }
 
-    /// The stand-in kubelet that runs our images' Deployments on WECs as local processes.
-    fn start_kubelet(&self) -> anyhow::Result<()> {
+    /// Our status add-on controller on its1: it enables the add-on on every WEC (as the chart's
+    /// install strategy would), so each WEC gets its agent through OCM.
+    fn start_addon(&self) -> anyhow::Result<()> {
+        let args = [
+            format!("--kubeconfig={}", self.space_kubeconfig("its1").display()),
+            "--install-all".to_string(),
+            format!("--http-address=127.0.0.1:{}", self.addon_port()),
+        ];
+        let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
+        let env = [
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()),
+            ("OTEL_SERVICE_NAME", "ks-addon"),
+        ];
+        self.procs
+            .ensure(ADDON_PROCESS, &self.our_binaries.join("ks-addon"), &args, &env)?;
+        Ok(())
+    }
+
+    /// Where the status add-on controller serves /metrics, /healthz and /readyz.
+    pub fn addon_port(&self) -> u16 {
+        self.side_port("ks-addon", "its1")
+    }
+
+    /// Waits until the status agent the stack runs for `wec` answers /readyz (it leads and has
+    /// listed the AppliedManifestWorks); returns its process id.
+    pub async fn wait_agent_ready(&self, wec: &str, deadline: Duration) -> anyhow::Result<u32> {
+        let name = Self::agent_process(wec);
+        let log = self.procs.log_file(&name);
+        let mut ready = None;
+        wait_for(&format!("the status agent on {wec} to be ready"), deadline, || {
+            ready = self.procs.running(&name).filter(|_| {
+                // The log keeps earlier runs: the last address announced is the current one.
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                text.lines()
+                    .rev()
+                    .find(|l| l.contains("serving /metrics"))
+                    .is_some_and(|line| {
+                        let address = crate::process::address_in(line);
+                        std::net::TcpStream::connect(address).is_ok()
+                            && crate::process::http_get(address, "/readyz").0 == 200
+                    })
+            });
+            std::future::ready(Ok(ready.is_some()))
+        })
+        .await?;
+        ready.context("ready")
+    }
+
+    /// The stand-in kubelet that runs our images' Deployments on a WEC as local processes.
+    fn start_kubelet(&self, wec: &str) -> anyhow::Result<()> {
         let repo = self.state.parent().context("state directory has a parent")?;
         let args = [
             "kubelet".to_string(),
             format!("--repo={}", repo.display()),
-            format!("--wecs={}", self.wecs),
+            format!("--wec={wec}"),
         ];
-        self.procs
-            .ensure("stack-kubelet", &self.our_binaries.join("ks-stack"), &args, &[])?;
+        self.procs.ensure(
+            &format!("kubelet-{wec}"),
+            &self.our_binaries.join("ks-stack"),
+            &args,
+            &[],
+        )?;
         Ok(())
+    }
+
+    /// The process name of the status agent the stack runs for `wec`.
+    pub fn agent_process(wec: &str) -> String {
+        kubelet::pod_process(
+            wec,
+            ks_shared::names::AGENT_INSTALL_NAMESPACE,
+            ks_shared::names::STATUS_AGENT_DEPLOYMENT,
+        )
     }
 
     fn write_env(&self) -> anyhow::Result<()> {

@@ -19,6 +19,8 @@ use super::{FIELD_MANAGER, wait_for};
 
 /// Namespace of the klusterlet agent on each WEC.
 pub const AGENT_NAMESPACE: &str = "open-cluster-management-agent";
+/// Where the OCM agent keeps its hub credential on the WEC (its default).
+pub const HUB_CREDENTIAL_SECRET: &str = "hub-kubeconfig-secret";
 /// Annotation that tells kwok to manage a Node.
 pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// The label the registration agent puts on its CSRs.

@@ -1,0 +1,627 @@
+//! Multi-WEC aggregation of `.status`: one status for the WDS object from the statuses its WECs
+//! reported. The rules are in `AGGREGATION.md` beside this file; in short, the aggregate looks as
+//! healthy as the least healthy WEC, and it never depends on the order the WECs come in.
+
+use std::cmp::Ordering;
+use std::collections::{BTreeMap, BTreeSet};
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::{Map, Value};
+
+/// The aggregated `.status` of an object of `group`/`kind` from the statuses of its WECs.
+///
+/// Statuses that are not JSON objects are ignored; none at all gives `{}`. Deployment,
+/// ReplicaSet, StatefulSet, DaemonSet and Job keep only the fields their health depends on;
+/// every other kind goes by the general rules.
+pub fn aggregate_status(group: &str, kind: &str, statuses: &[&Value]) -> Value {
+    let objects: Vec<&Map<String, Value>> = statuses.iter().filter_map(|s| s.as_object()).collect();
+    if objects.is_empty() {
+        return Value::Object(Map::new());
+    }
+    let aggregated = match kind_rules(group, kind) {
+        Some(rules) => by_rules(rules, &objects),
+        None => general_object(&objects),
+    };
+    Value::Object(aggregated)
+}
+
+/// How one field of a well-known kind is combined.
+#[derive(Clone, Copy, Debug)]
+enum Rule {
+    /// An integer count, absent meaning 0 (Kubernetes omits zero counts): the smallest.
+    Min,
+    /// An integer count, absent meaning 0: the largest.
+    Max,
+    /// An integer count, absent meaning 0: the total.
+    Sum,
+    /// Kept only when every WEC reports the same value.
+    Agree,
+    /// A timestamp: the earliest reported.
+    Earliest,
+    /// A timestamp: the latest, and only once every WEC reports one.
+    LatestOfAll,
+    /// A list of Kubernetes conditions (see [`aggregate_conditions`]).
+    Conditions,
+}
+
+const DEPLOYMENT: &[(&str, Rule)] = &[
+    ("observedGeneration", Rule::Min),
+    ("replicas", Rule::Max),
+    ("updatedReplicas", Rule::Min),
+    ("readyReplicas", Rule::Min),
+    ("availableReplicas", Rule::Min),
+    ("unavailableReplicas", Rule::Max),
+    ("terminatingReplicas", Rule::Max),
+    ("conditions", Rule::Conditions),
+];
+
+const REPLICA_SET: &[(&str, Rule)] = &[
+    ("observedGeneration", Rule::Min),
+    ("replicas", Rule::Max),
+    ("fullyLabeledReplicas", Rule::Min),
+    ("readyReplicas", Rule::Min),
+    ("availableReplicas", Rule::Min),
+    ("terminatingReplicas", Rule::Max),
+    ("conditions", Rule::Conditions),
+];
+
+const STATEFUL_SET: &[(&str, Rule)] = &[
+    ("observedGeneration", Rule::Min),
+    ("replicas", Rule::Max),
+    ("readyReplicas", Rule::Min),
+    ("currentReplicas", Rule::Min),
+    ("updatedReplicas", Rule::Min),
+    ("availableReplicas", Rule::Min),
+    ("currentRevision", Rule::Agree),
+    ("updateRevision", Rule::Agree),
+    ("conditions", Rule::Conditions),
+];
+
+/// A DaemonSet's counts are relative to each other (nodes), not to a spec the WECs share, so
+/// totals across WECs keep their meaning: ready of desired, over the whole fleet.
+const DAEMON_SET: &[(&str, Rule)] = &[
+    ("observedGeneration", Rule::Min),
+    ("desiredNumberScheduled", Rule::Sum),
+    ("currentNumberScheduled", Rule::Sum),
+    ("updatedNumberScheduled", Rule::Sum),
+    ("numberReady", Rule::Sum),
+    ("numberAvailable", Rule::Sum),
+    ("numberUnavailable", Rule::Sum),
+    ("numberMisscheduled", Rule::Sum),
+    ("conditions", Rule::Conditions),
+];
+
+const JOB: &[(&str, Rule)] = &[
+    ("active", Rule::Max),
+    ("ready", Rule::Min),
+    ("terminating", Rule::Max),
+    ("succeeded", Rule::Min),
+    ("failed", Rule::Max),
+    ("startTime", Rule::Earliest),
+    ("completionTime", Rule::LatestOfAll),
+    ("conditions", Rule::Conditions),
+];
+
+fn kind_rules(group: &str, kind: &str) -> Option<&'static [(&'static str, Rule)]> {
+    match (group, kind) {
+        ("apps", "Deployment") => Some(DEPLOYMENT),
+        ("apps", "ReplicaSet") => Some(REPLICA_SET),
+        ("apps", "StatefulSet") => Some(STATEFUL_SET),
+        ("apps", "DaemonSet") => Some(DAEMON_SET),
+        ("batch", "Job") => Some(JOB),
+        _ => None,
+    }
+}
+
+/// Only the listed fields, each by its rule; a field appears when at least one WEC reports it.
+fn by_rules(rules: &[(&str, Rule)], objects: &[&Map<String, Value>]) -> Map<String, Value> {
+    let mut out = Map::new();
+    for &(field, rule) in rules {
+        let present: Vec<&Value> = objects
+            .iter()
+            .filter_map(|o| o.get(field))
+            .filter(|v| !v.is_null())
+            .collect();
+        if present.is_empty() {
+            continue;
+        }
+        let everywhere = present.len() == objects.len();
+        if let Some(value) = apply(rule, &present, everywhere, objects) {
+            out.insert(field.to_string(), value);
+        }
+    }
+    out
+}
+
+fn apply(rule: Rule, present: &[&Value], everywhere: bool, objects: &[&Map<String, Value>]) -> Option<Value> {
+    match rule {
+        Rule::Min | Rule::Max | Rule::Sum => count(rule, present, objects.len()),
+        Rule::Agree => everywhere.then(|| agreed(present)).flatten(),
+        Rule::Earliest => timestamps(present)
+            .filter(|(t, _)| t.is_some())
+            .min()
+            .map(|(_, s)| Value::from(s)),
+        Rule::LatestOfAll => everywhere
+            .then(|| timestamps(present).max().map(|(_, s)| Value::from(s)))
+            .flatten(),
+        Rule::Conditions => {
+            condition_lists(objects, "conditions").map(|lists| Value::Array(aggregate_conditions(&lists)))
+        }
+    }
+}
+
+/// A count over `wecs` WECs of which `present` report an integer; the others count as 0.
+fn count(rule: Rule, present: &[&Value], wecs: usize) -> Option<Value> {
+    let mut values: Vec<i64> = present.iter().filter_map(|v| v.as_i64()).collect();
+    if values.is_empty() {
+        return None;
+    }
+    values.resize(wecs, 0);
+    let result = match rule {
+        Rule::Min => values.into_iter().min(),
+        Rule::Max => values.into_iter().max(),
+        _ => Some(values.into_iter().fold(0i64, i64::saturating_add)),
+    };
+    result.map(Value::from)
+}
+
+/// The value every WEC reports, if they agree.
+fn agreed(values: &[&Value]) -> Option<Value> {
+    let first = *values.first()?;
+    values.iter().all(|v| *v == first).then(|| first.clone())
+}
+
+/// The strings among `values`, each with its parsed time; unparsable strings order before all
+/// times, and equal times by their text, so the choice never depends on the WECs' order.
+fn timestamps<'v>(values: &[&'v Value]) -> impl Iterator<Item = (Option<Timestamp>, &'v str)> {
+    values
+        .iter()
+        .filter_map(|v| v.as_str())
+        .map(|s| (s.parse::<Timestamp>().ok(), s))
+}
+
+// ---- general rules ----
+
+/// An object from objects: a field is kept when every WEC reports it (not null) and the values
+/// combine; a `conditions` list is combined when any WEC reports one.
+fn general_object(objects: &[&Map<String, Value>]) -> Map<String, Value> {
+    let keys: BTreeSet<&String> = objects.iter().flat_map(|o| o.keys()).collect();
+    let mut out = Map::new();
+    for key in keys {
+        let lists = (key == "conditions").then(|| condition_lists(objects, key)).flatten();
+        let combined = match lists {
+            Some(lists) => Some(Value::Array(aggregate_conditions(&lists))),
+            None => values_everywhere(objects, key).and_then(|values| general(&values)),
+        };
+        if let Some(value) = combined {
+            out.insert(key.clone(), value);
+        }
+    }
+    out
+}
+
+/// The non-null values of `key` in every object, or `None` if some object lacks it.
+fn values_everywhere<'o>(objects: &[&'o Map<String, Value>], key: &str) -> Option<Vec<&'o Value>> {
+    objects.iter().map(|o| o.get(key).filter(|v| !v.is_null())).collect()
+}
+
+/// One value from the WECs' values of a field, by their common JSON type; `None` when the types
+/// differ or the values cannot be combined (the field is then left out).
+fn general(values: &[&Value]) -> Option<Value> {
+    let first = *values.first()?;
+    match first {
+        Value::Object(_) => {
+            let objects: Option<Vec<&Map<String, Value>>> = values.iter().map(|v| v.as_object()).collect();
+            Some(Value::Object(general_object(&objects?)))
+        }
+        Value::Bool(_) => {
+            let bools: Option<Vec<bool>> = values.iter().map(|v| v.as_bool()).collect();
+            Some(Value::Bool(bools?.into_iter().all(|b| b)))
+        }
+        Value::Number(_) => values.iter().try_fold(first, |min, v| smaller_number(min, v)).cloned(),
+        Value::String(_) => agreed(values).or_else(|| latest_if_all_times(values)),
+        Value::Array(_) | Value::Null => agreed(values),
+    }
+}
+
+/// The smaller of two JSON numbers (`None` if `b` is not a number); equal values are ordered by
+/// their text, so `1` and `1.0` give the same answer whatever the order.
+fn smaller_number<'v>(a: &'v Value, b: &'v Value) -> Option<&'v Value> {
+    let (x, y) = (a.as_f64()?, b.as_f64()?);
+    let order = x.total_cmp(&y).then_with(|| a.to_string().cmp(&b.to_string()));
+    Some(if order == Ordering::Greater { b } else { a })
+}
+
+/// The latest of strings that are all timestamps.
+fn latest_if_all_times(values: &[&Value]) -> Option<Value> {
+    let times: Vec<(Option<Timestamp>, &str)> = timestamps(values).collect();
+    if times.len() != values.len() || times.iter().any(|(t, _)| t.is_none()) {
+        return None;
+    }
+    times.into_iter().max().map(|(_, s)| Value::from(s))
+}
+
+// ---- conditions ----
+
+/// The condition list of every WEC under `key`, absent or null meaning none; `None` if some WEC
+/// has something other than a list there.
+fn condition_lists<'o>(objects: &[&'o Map<String, Value>], key: &str) -> Option<Vec<&'o [Value]>> {
+    objects
+        .iter()
+        .map(|o| match o.get(key) {
+            None | Some(Value::Null) => Some(&[][..]),
+            Some(Value::Array(list)) => Some(list.as_slice()),
+            Some(_) => None,
+        })
+        .collect()
+}
+
+/// Condition types whose `True` means trouble: for them any WEC reporting `True` makes the
+/// aggregate `True`, and a WEC without the condition counts as `False`.
+const ABNORMAL_TRUE: &[&str] = &[
+    "Degraded",
+    "Failed",
+    "FailureTarget",
+    "Reconciling",
+    "ReplicaFailure",
+    "Stalled",
+];
+
+/// Combines the condition lists of the WECs, one condition per type, sorted by type.
+///
+/// Status: any `False` gives `False`, `True` everywhere gives `True`, anything else `Unknown`; a
+/// WEC without the condition counts as `Unknown` (for [`ABNORMAL_TRUE`] types the roles of `True`
+/// and `False` swap). Times are the latest reported; `reason` and `message` come from the latest
+/// transition among the WECs whose status matches the aggregate.
+fn aggregate_conditions(per_wec: &[&[Value]]) -> Vec<Value> {
+    let mut by_type: BTreeMap<&str, Vec<&Map<String, Value>>> = BTreeMap::new();
+    for list in per_wec {
+        for condition in list.iter().filter_map(|c| c.as_object()) {
+            if let Some(kind) = condition.get("type").and_then(|t| t.as_str()) {
+                by_type.entry(kind).or_default().push(condition);
+            }
+        }
+    }
+    by_type
+        .into_iter()
+        .map(|(kind, entries)| Value::Object(aggregate_condition(kind, &entries, per_wec)))
+        .collect()
+}
+
+fn aggregate_condition(kind: &str, entries: &[&Map<String, Value>], per_wec: &[&[Value]]) -> Map<String, Value> {
+    let reported_by_all = per_wec.iter().all(|list| list.iter().any(|c| c["type"] == kind));
+    let status = condition_status(ABNORMAL_TRUE.contains(&kind), entries, reported_by_all);
+    let mut out = Map::new();
+    out.insert("type".into(), kind.into());
+    out.insert("status".into(), status.into());
+    let agreeing: Vec<&Map<String, Value>> = entries
+        .iter()
+        .copied()
+        .filter(|c| status_of(c) == Some(status))
+        .collect();
+    let source = if agreeing.is_empty() { entries } else { &agreeing };
+    if let Some(latest) = source.iter().max_by(|a, b| transition_order(a, b)) {
+        for field in ["reason", "message"] {
+            if let Some(text) = latest.get(field).filter(|v| v.is_string()) {
+                out.insert(field.into(), text.clone());
+            }
+        }
+    }
+    for field in [
+        "lastTransitionTime",
+        "lastUpdateTime",
+        "lastProbeTime",
+        "lastHeartbeatTime",
+    ] {
+        let values: Vec<&Value> = entries.iter().filter_map(|c| c.get(field)).collect();
+        if let Some((_, latest)) = timestamps(&values).max() {
+            out.insert(field.into(), latest.into());
+        }
+    }
+    let generations = entries.iter().filter_map(|c| c.get("observedGeneration")?.as_i64());
+    if let Some(oldest) = generations.min() {
+        out.insert("observedGeneration".into(), oldest.into());
+    }
+    out
+}
+
+/// The documented truth table; `abnormal_true` swaps the roles of `True` and `False`.
+fn condition_status(abnormal_true: bool, entries: &[&Map<String, Value>], reported_by_all: bool) -> &'static str {
+    let (bad, good) = if abnormal_true {
+        ("True", "False")
+    } else {
+        ("False", "True")
+    };
+    let is = |value: &'static str| move |c: &&Map<String, Value>| status_of(c) == Some(value);
+    if entries.iter().any(is(bad)) {
+        bad
+    } else if entries.iter().all(is(good)) && (reported_by_all || abnormal_true) {
+        good
+    } else {
+        "Unknown"
+    }
+}
+
+fn status_of(condition: &Map<String, Value>) -> Option<&str> {
+    condition.get("status").and_then(Value::as_str)
+}
+
+/// Orders conditions by last transition, then reason and message, so ties are broken the same
+/// way whatever the order of the WECs.
+fn transition_order(a: &Map<String, Value>, b: &Map<String, Value>) -> Ordering {
+    let key = |c: &Map<String, Value>| {
+        let text = |f: &str| c.get(f).and_then(|v| v.as_str()).unwrap_or_default().to_string();
+        let time = c
+            .get("lastTransitionTime")
+            .and_then(|v| v.as_str())
+            .and_then(|s| s.parse::<Timestamp>().ok());
+        (time, text("lastTransitionTime"), text("reason"), text("message"))
+    };
+    key(a).cmp(&key(b))
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use super::*;
+
+    fn aggregate(group: &str, kind: &str, statuses: &[Value]) -> Value {
+        aggregate_status(group, kind, &statuses.iter().collect::<Vec<_>>())
+    }
+
+    fn condition(kind: &str, status: &str, time: &str, reason: &str) -> Value {
+        json!({"type": kind, "status": status, "lastTransitionTime": time, "reason": reason, "message": reason})
+    }
+
+    #[test]
+    fn deployment_looks_as_healthy_as_its_least_healthy_wec() {
+        let rolled_out = json!({"observedGeneration": 3, "replicas": 3, "updatedReplicas": 3,
+            "readyReplicas": 3, "availableReplicas": 3, "collisionCount": 1});
+        let rolling = json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1,
+            "readyReplicas": 3, "availableReplicas": 3, "unavailableReplicas": 1});
+        assert_eq!(
+            aggregate("apps", "Deployment", &[rolled_out, rolling]),
+            json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3,
+                "availableReplicas": 3, "unavailableReplicas": 1})
+        );
+    }
+
+    #[test]
+    fn absent_counts_are_zero_but_only_reported_fields_appear() {
+        let ready = json!({"replicas": 1, "readyReplicas": 1});
+        let starting = json!({"replicas": 1});
+        assert_eq!(
+            aggregate("apps", "ReplicaSet", &[ready, starting]),
+            json!({"replicas": 1, "readyReplicas": 0})
+        );
+    }
+
+    #[test]
+    fn daemonset_counts_are_totals() {
+        let a = json!({"desiredNumberScheduled": 2, "numberReady": 2, "observedGeneration": 4});
+        let b = json!({"desiredNumberScheduled": 3, "numberReady": 1, "numberUnavailable": 2, "observedGeneration": 5});
+        assert_eq!(
+            aggregate("apps", "DaemonSet", &[a, b]),
+            json!({"desiredNumberScheduled": 5, "numberReady": 3, "numberUnavailable": 2, "observedGeneration": 4})
+        );
+    }
+
+    #[test]
+    fn statefulset_revisions_are_kept_only_when_every_wec_agrees() {
+        let a = json!({"replicas": 2, "currentRevision": "web-1", "updateRevision": "web-2"});
+        let b = json!({"replicas": 2, "currentRevision": "web-1", "updateRevision": "web-1"});
+        assert_eq!(
+            aggregate("apps", "StatefulSet", &[a, b]),
+            json!({"replicas": 2, "currentRevision": "web-1"})
+        );
+    }
+
+    #[test]
+    fn job_completes_only_when_every_wec_completed() {
+        let done = json!({"succeeded": 1, "startTime": "2025-01-01T00:00:05Z", "completionTime": "2025-01-01T00:01:00Z",
+            "conditions": [condition("Complete", "True", "2025-01-01T00:01:00Z", "Done")]});
+        let running = json!({"active": 1, "startTime": "2025-01-01T00:00:01Z"});
+        assert_eq!(
+            aggregate("batch", "Job", &[done.clone(), running]),
+            json!({"active": 1, "succeeded": 0, "startTime": "2025-01-01T00:00:01Z",
+                "conditions": [{"type": "Complete", "status": "Unknown", "reason": "Done", "message": "Done",
+                    "lastTransitionTime": "2025-01-01T00:01:00Z"}]})
+        );
+        let both = aggregate("batch", "Job", &[done.clone(), done]);
+        assert_eq!(both["completionTime"], "2025-01-01T00:01:00Z");
+        assert_eq!(both["conditions"][0]["status"], "True");
+    }
+
+    #[test]
+    fn one_failed_wec_fails_the_job() {
+        let backoff = condition("Failed", "True", "2025-01-01T00:02:00Z", "BackoffLimitExceeded");
+        let failed = json!({"failed": 6, "conditions": [backoff]});
+        let done =
+            json!({"succeeded": 1, "conditions": [condition("Complete", "True", "2025-01-01T00:01:00Z", "Done")]});
+        let job = aggregate("batch", "Job", &[failed, done]);
+        assert_eq!(job["failed"], 6);
+        assert_eq!(job["conditions"][0]["type"], "Complete");
+        assert_eq!(job["conditions"][0]["status"], "Unknown");
+        assert_eq!(job["conditions"][1]["type"], "Failed");
+        assert_eq!(job["conditions"][1]["status"], "True");
+        assert_eq!(job["conditions"][1]["reason"], "BackoffLimitExceeded");
+    }
+
+    #[test]
+    fn condition_truth_table() {
+        let t = |s: &str| json!({"conditions": [condition("Available", s, "2025-01-01T00:00:00Z", s)]});
+        let status = |statuses: &[Value]| aggregate("apps", "Deployment", statuses)["conditions"][0]["status"].clone();
+        assert_eq!(status(&[t("True"), t("False"), t("Unknown")]), "False");
+        assert_eq!(status(&[t("True"), t("True")]), "True");
+        assert_eq!(status(&[t("True"), t("Unknown")]), "Unknown");
+        assert_eq!(status(&[t("Unknown"), t("Unknown")]), "Unknown");
+        assert_eq!(status(&[t("True"), json!({})]), "Unknown");
+    }
+
+    #[test]
+    fn reason_comes_from_the_latest_transition_that_agrees_with_the_aggregate() {
+        let deadline = condition(
+            "Progressing",
+            "False",
+            "2025-01-01T00:00:00Z",
+            "ProgressDeadlineExceeded",
+        );
+        let stuck = json!({"conditions": [deadline]});
+        let fine =
+            json!({"conditions": [condition("Progressing", "True", "2025-01-02T00:00:00Z", "NewReplicaSetAvailable")]});
+        let progressing = &aggregate("apps", "Deployment", &[stuck, fine])["conditions"][0];
+        assert_eq!(progressing["status"], "False");
+        assert_eq!(progressing["reason"], "ProgressDeadlineExceeded");
+        assert_eq!(progressing["lastTransitionTime"], "2025-01-02T00:00:00Z");
+    }
+
+    #[test]
+    fn general_kinds_take_min_numbers_and_all_booleans_and_agreed_strings() {
+        let a = json!({"count": 3, "ready": true, "phase": "Running", "seen": "2025-01-01T00:00:00Z",
+            "nested": {"n": 1.5, "name": "x"}, "list": [1, 2], "only": 1, "odd": 1});
+        let b = json!({"count": 2, "ready": false, "phase": "Pending", "seen": "2025-02-01T00:00:00Z",
+            "nested": {"n": 2, "name": "x"}, "list": [1, 2], "odd": "1"});
+        assert_eq!(
+            aggregate("example.com", "Widget", &[a, b]),
+            json!({"count": 2, "ready": false, "seen": "2025-02-01T00:00:00Z", "nested": {"n": 1.5, "name": "x"},
+                "list": [1, 2]})
+        );
+    }
+
+    #[test]
+    fn general_conditions_combine_even_when_some_wecs_have_none() {
+        let a = json!({});
+        let b = json!({"conditions": [condition("Ready", "True", "2025-01-01T00:00:00Z", "Ok"), "junk"]});
+        let combined = aggregate("example.com", "Widget", &[a, b]);
+        assert_eq!(combined["conditions"][0]["status"], "Unknown");
+        assert_eq!(combined["conditions"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn nothing_to_aggregate_gives_an_empty_status() {
+        assert_eq!(aggregate("apps", "Deployment", &[]), json!({}));
+        assert_eq!(aggregate("apps", "Deployment", &[json!(3), json!(null)]), json!({}));
+    }
+
+    // ---- properties ----
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            prop::sample::select(vec!["True", "False", "Unknown", "2025-01-01T00:00:00Z", "x"]).prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            let keys = prop::sample::select(vec![
+                "type",
+                "status",
+                "conditions",
+                "replicas",
+                "readyReplicas",
+                "reason",
+                "lastTransitionTime",
+                "a",
+            ]);
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(keys, inner, 0..5)
+                    .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
+            ]
+        })
+    }
+
+    fn kind() -> impl Strategy<Value = (&'static str, &'static str)> {
+        prop::sample::select(vec![
+            ("apps", "Deployment"),
+            ("apps", "ReplicaSet"),
+            ("apps", "StatefulSet"),
+            ("apps", "DaemonSet"),
+            ("batch", "Job"),
+            ("example.com", "Widget"),
+        ])
+    }
+
+    /// A well-known kind and a status with random values for some of its count fields.
+    fn well_known_counts() -> impl Strategy<Value = (&'static str, &'static str, Value)> {
+        kind()
+            .prop_filter_map("well-known kinds", |(g, k)| Some((g, k, kind_rules(g, k)?)))
+            .prop_flat_map(|(g, k, rules)| (Just(g), Just(k), counts_status(rules)))
+    }
+
+    /// A status with random counts for some of the count fields of `rules`.
+    fn counts_status(rules: &'static [(&'static str, Rule)]) -> impl Strategy<Value = Value> {
+        let count_fields: Vec<&str> = rules
+            .iter()
+            .filter(|(_, r)| matches!(r, Rule::Min | Rule::Max | Rule::Sum))
+            .map(|(f, _)| *f)
+            .collect();
+        prop::collection::vec(prop::option::of(0i64..1_000_000), count_fields.len()).prop_map(move |values| {
+            let fields = count_fields
+                .iter()
+                .zip(values)
+                .filter_map(|(f, v)| Some((f.to_string(), v?.into())));
+            Value::Object(fields.collect())
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_json(
+            (group, kind) in kind(),
+            statuses in prop::collection::vec(json_value(), 0..4),
+        ) {
+            let _ = aggregate(group, kind, &statuses);
+        }
+
+        #[test]
+        fn order_of_the_wecs_never_matters(
+            (group, kind) in kind(),
+            (statuses, shuffled) in prop::collection::vec(json_value(), 1..5)
+                .prop_flat_map(|v| (Just(v.clone()), Just(v).prop_shuffle())),
+        ) {
+            prop_assert_eq!(aggregate(group, kind, &statuses), aggregate(group, kind, &shuffled));
+        }
+
+        #[test]
+        fn one_wec_keeps_its_counts((group, kind, status) in well_known_counts()) {
+            prop_assert_eq!(aggregate(group, kind, std::slice::from_ref(&status)), status);
+        }
+
+        #[test]
+        fn daemonset_sums_are_order_independent_totals(
+            wecs in prop::collection::vec(prop::option::of(0i64..1_000_000), 1..6).prop_shuffle(),
+        ) {
+            let statuses: Vec<Value> = wecs
+                .iter()
+                .map(|n| n.map_or_else(|| json!({}), |n| json!({"numberReady": n})))
+                .collect();
+            let total: i64 = wecs.iter().flatten().sum();
+            let expected = if wecs.iter().any(Option::is_some) { json!({"numberReady": total}) } else { json!({}) };
+            prop_assert_eq!(aggregate("apps", "DaemonSet", &statuses), expected);
+        }
+
+        #[test]
+        fn one_wec_of_a_general_kind_keeps_its_plain_fields(status in json_value()) {
+            let plain = without_nulls_and_conditions(&status);
+            prop_assume!(plain.is_object());
+            prop_assert_eq!(aggregate("example.com", "Widget", std::slice::from_ref(&plain)), plain);
+        }
+    }
+
+    /// `value` without null fields and `conditions` keys, which the general rules rewrite.
+    fn without_nulls_and_conditions(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => Value::Object(
+                map.iter()
+                    .filter(|(k, v)| !v.is_null() && *k != "conditions")
+                    .map(|(k, v)| (k.clone(), without_nulls_and_conditions(v)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
+    }
+}
