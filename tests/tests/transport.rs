@@ -1,15 +1,21 @@
 //! The transport controller (in ks-hub, run by the stack for wds1) through the real OCM work
 //! agent: selected objects reach the WECs transformed, follow updates, respect createOnly and
-//! CustomTransforms, move when a policy is retargeted, and leave when the policy goes.
+//! CustomTransforms, move when a policy is retargeted, and leave when the policy goes; per-WEC
+//! templates follow each WEC's properties; ManifestWorks are sharded by count and size.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Service;
-use ks_shared::api::{BindingPolicy, CustomTransform};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use ks_shared::api::{Binding, BindingPolicy, CustomTransform};
+use ks_shared::names;
+use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, apply, run, wait_until};
 use ks_tests::stack_test;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
 use serde_json::{Value, json};
 
@@ -23,6 +29,9 @@ fn main() -> std::process::ExitCode {
         vec![
             stack_test!(objects_reach_wecs_follow_updates_and_leave, PATH),
             stack_test!(create_only_and_custom_transforms, PATH),
+            stack_test!(templates_follow_wec_properties, PATH),
+            stack_test!(sharding_and_generated_names, PATH),
+            stack_test!(rejected_manifestwork_is_reported, PATH),
         ],
     )
 }
@@ -276,5 +285,304 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
 
     policies.delete(&name, &DeleteParams::default()).await?;
     transforms.delete(&transform, &DeleteParams::default()).await?;
+    ctx.delete_namespace("wds1", &ns).await
+}
+
+fn config_map(name: &str, labels: &Value, annotations: Value, data: Value) -> Value {
+    json!({"apiVersion": "v1", "kind": "ConfigMap",
+           "metadata": {"name": name, "labels": labels, "annotations": annotations}, "data": data})
+}
+
+/// The ManifestWorks of a Binding in one mailbox, by name, with their generations (which,
+/// unlike resourceVersions, the work agent's status updates leave alone).
+async fn works_of(ctx: &Ctx, binding: &str, mailbox: &str) -> anyhow::Result<BTreeMap<String, i64>> {
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client("its1").await?, mailbox);
+    let labelled = ListParams::default().labels(&format!("{}={binding}", names::ORIGIN_BINDING_LABEL));
+    Ok(works
+        .list(&labelled)
+        .await?
+        .items
+        .into_iter()
+        .map(|w| (w.name_any(), w.metadata.generation.unwrap_or_default()))
+        .collect())
+}
+
+/// Waits until the Binding's status lists an error containing `what` (or none, for `None`).
+async fn binding_errors(ctx: &Ctx, name: &str, what: Option<&str>) -> anyhow::Result<Vec<String>> {
+    let bindings: Api<Binding> = Api::all(ctx.client("wds1").await?);
+    let reported = move |b: Option<&Binding>| {
+        let Some(binding) = b else { return false };
+        let status = binding.status.clone().unwrap_or_default();
+        status.observed_generation == binding.metadata.generation.unwrap_or(0)
+            && match what {
+                Some(what) => status.errors.iter().any(|e| e.contains(what)),
+                None => status.errors.is_empty(),
+            }
+    };
+    let binding = wait_until(bindings, name, "reporting its errors", DEADLINE, reported).await?;
+    Ok(binding.and_then(|b| b.status).map(|s| s.errors).unwrap_or_default())
+}
+
+/// Per-WEC templates: a property from the WEC's customization ConfigMap overrides its label,
+/// changing the ConfigMap updates the WEC, and a template with a missing key is reported on the
+/// Binding while the WECs keep what they had.
+async fn templates_follow_wec_properties(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let its = ctx.client("its1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let selector = json!({"app.kubernetes.io/part-of": ns});
+    label_namespace(&wds, &ns, &selector).await?;
+    // Properties of cluster1 only, under a key of this run (other runs may share the stack).
+    let key = format!("zone{}", std::process::id());
+    apply(
+        &Api::<Namespace>::all(its.clone()),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": names::CUSTOMIZATION_PROPERTIES_NAMESPACE}}),
+    )
+    .await?;
+    let properties: Api<ConfigMap> = Api::namespaced(its.clone(), names::CUSTOMIZATION_PROPERTIES_NAMESPACE);
+    let set_region = |region: &'static str| {
+        let properties = properties.clone();
+        let key = key.clone();
+        async move {
+            properties
+                .patch(
+                    "cluster1",
+                    &PatchParams::apply("ks-tests").force(),
+                    &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": "cluster1"}, "data": {"region": region, key: "a"}})),
+                )
+                .await
+        }
+    };
+    set_region("east-from-configmap").await?;
+    let expand = json!({names::EXPAND_TEMPLATES_ANNOTATION: "true"});
+    let wds_config_maps = Api::<ConfigMap>::namespaced(wds.clone(), &ns);
+    let data = json!({"region": "{{.region}}", "cluster": "{{ .clusterName }}", "plain": "{x}"});
+    apply(&wds_config_maps, config_map("site", &selector, expand.clone(), data)).await?;
+    let name = format!("{ns}-templates");
+    apply(
+        &Api::<BindingPolicy>::all(wds.clone()),
+        policy(
+            &name,
+            json!([{"matchLabels": {"location-group": "edge"}}]),
+            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
+        ),
+    )
+    .await?;
+    let shows = |region: &'static str, cluster: &'static str| {
+        move |c: Option<&ConfigMap>| {
+            c.and_then(|c| c.data.as_ref()).is_some_and(|d| {
+                d.get("region").map(String::as_str) == Some(region)
+                    && d.get("cluster").map(String::as_str) == Some(cluster)
+                    && d.get("plain").map(String::as_str) == Some("{x}")
+            })
+        }
+    };
+    let on = |wec: &'static str| {
+        let ctx = &ctx;
+        let ns = ns.clone();
+        async move { anyhow::Ok(Api::<ConfigMap>::namespaced(ctx.client(wec).await?, &ns)) }
+    };
+    wait_until(
+        on("cluster1").await?,
+        "site",
+        "with the ConfigMap's region",
+        DEADLINE,
+        shows("east-from-configmap", "cluster1"),
+    )
+    .await?;
+    wait_until(
+        on("cluster2").await?,
+        "site",
+        "with its label's region",
+        DEADLINE,
+        shows("west", "cluster2"),
+    )
+    .await?;
+
+    set_region("east-changed").await?;
+    wait_until(
+        on("cluster1").await?,
+        "site",
+        "following the ConfigMap",
+        DEADLINE,
+        shows("east-changed", "cluster1"),
+    )
+    .await?;
+
+    // A key only cluster1 has: cluster2's expansion fails; nothing is rewritten anywhere.
+    let before = (
+        works_of(&ctx, &name, "cluster1").await?,
+        works_of(&ctx, &name, "cluster2").await?,
+    );
+    let data = json!({"region": "{{.region}}", "cluster": "{{ .clusterName }}", "plain": "{x}", "only": format!("{{{{.{key}}}}}")});
+    apply(&wds_config_maps, config_map("site", &selector, expand.clone(), data)).await?;
+    let errors = binding_errors(&ctx, &name, Some("map has no entry for key")).await?;
+    anyhow::ensure!(
+        errors
+            .iter()
+            .all(|e| e.starts_with(&format!("cluster2/ConfigMap({ns}/site).data.only: template: "))),
+        "errors name the WEC, the object and the string: {errors:?}"
+    );
+    let after = (
+        works_of(&ctx, &name, "cluster1").await?,
+        works_of(&ctx, &name, "cluster2").await?,
+    );
+    anyhow::ensure!(
+        before == after,
+        "ManifestWorks rewritten after an expansion error: {before:?} → {after:?}"
+    );
+    let unchanged = on("cluster1").await?.get("site").await?;
+    anyhow::ensure!(
+        !unchanged.data.unwrap_or_default().contains_key("only"),
+        "the WEC keeps the previous version"
+    );
+
+    Api::<BindingPolicy>::all(wds.clone())
+        .delete(&name, &DeleteParams::default())
+        .await?;
+    properties.delete("cluster1", &DeleteParams::default()).await?;
+    ctx.delete_namespace("wds1", &ns).await
+}
+
+/// ManifestWorks are cut at the size limit (the stack's hub runs with upstream's 512000 bytes)
+/// and at the count limit (20 on the stack); an object alone over the size limit is an error on
+/// the Binding; adding an object rewrites no full ManifestWork; and a Job with `generateName` is
+/// accepted by the WEC after the transforms.
+async fn sharding_and_generated_names(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let policies = Api::<BindingPolicy>::all(wds.clone());
+    let to_cluster1 = |name: &str, selector: &Value| {
+        policy(
+            name,
+            json!([{"matchLabels": {"name": "cluster1"}}]),
+            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
+        )
+    };
+
+    // By size: the Namespace and six ConfigMaps of 100 kB; five fill a ManifestWork.
+    let by_size = ctx.namespace("wds1").await?;
+    let selector = json!({"app.kubernetes.io/part-of": by_size});
+    label_namespace(&wds, &by_size, &selector).await?;
+    let config_maps = Api::<ConfigMap>::namespaced(wds.clone(), &by_size);
+    let big = "x".repeat(100_000);
+    for i in 0..6 {
+        apply(
+            &config_maps,
+            config_map(&format!("big-{i}"), &selector, json!({}), json!({"v": big})),
+        )
+        .await?;
+    }
+    let sized = format!("{by_size}-size");
+    apply(&policies, to_cluster1(&sized, &selector)).await?;
+    let on_wec = Api::<ConfigMap>::namespaced(ctx.client("cluster1").await?, &by_size);
+    wait_until(on_wec, "big-5", "delivered", DEADLINE, |c: Option<&ConfigMap>| {
+        c.is_some()
+    })
+    .await?;
+    let works = works_of(&ctx, &sized, "cluster1").await?;
+    anyhow::ensure!(works.len() == 2, "by size: {works:?}");
+    // An object alone over the size limit: an error on the Binding, and nothing else changes.
+    let huge = "x".repeat(600_000);
+    apply(
+        &config_maps,
+        config_map("huge", &selector, json!({}), json!({"v": huge})),
+    )
+    .await?;
+    binding_errors(&ctx, &sized, Some("larger than")).await?;
+    anyhow::ensure!(
+        works_of(&ctx, &sized, "cluster1").await? == works,
+        "rewritten after the error"
+    );
+    config_maps.delete("huge", &DeleteParams::default()).await?;
+    binding_errors(&ctx, &sized, None).await?;
+
+    // By count: the Namespace, 30 small ConfigMaps and a Job with a generated name: 20 + 12.
+    let by_count = ctx.namespace("wds1").await?;
+    let selector = json!({"app.kubernetes.io/part-of": by_count});
+    label_namespace(&wds, &by_count, &selector).await?;
+    let config_maps = Api::<ConfigMap>::namespaced(wds.clone(), &by_count);
+    for i in 0..30 {
+        apply(
+            &config_maps,
+            config_map(&format!("small-{i:02}"), &selector, json!({}), json!({"v": "x"})),
+        )
+        .await?;
+    }
+    let jobs: Api<Job> = Api::namespaced(wds.clone(), &by_count);
+    let job: Job = serde_json::from_value(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"generateName": "job-", "labels": selector},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+                 "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}))?;
+    let job_name = jobs.create(&Default::default(), &job).await?.name_any();
+    let counted = format!("{by_count}-count");
+    apply(&policies, to_cluster1(&counted, &selector)).await?;
+    let on_wec = Api::<ConfigMap>::namespaced(ctx.client("cluster1").await?, &by_count);
+    wait_until(
+        on_wec.clone(),
+        "small-29",
+        "delivered",
+        DEADLINE,
+        |c: Option<&ConfigMap>| c.is_some(),
+    )
+    .await?;
+    wait_until(
+        Api::<Job>::namespaced(ctx.client("cluster1").await?, &by_count),
+        &job_name,
+        "accepted by the WEC",
+        DEADLINE,
+        |j: Option<&Job>| j.is_some(),
+    )
+    .await?;
+    let works = works_of(&ctx, &counted, "cluster1").await?;
+    anyhow::ensure!(works.len() == 2, "by count: {works:?}");
+    // One more: the full ManifestWork stays as it is.
+    apply(
+        &config_maps,
+        config_map("small-30", &selector, json!({}), json!({"v": "x"})),
+    )
+    .await?;
+    wait_until(on_wec, "small-30", "delivered", DEADLINE, |c: Option<&ConfigMap>| {
+        c.is_some()
+    })
+    .await?;
+    let after = works_of(&ctx, &counted, "cluster1").await?;
+    let rewritten = works
+        .iter()
+        .filter(|(w, generation)| after.get(*w) != Some(generation))
+        .count();
+    anyhow::ensure!(
+        after.len() == 2 && rewritten == 1,
+        "adding one object rewrote {rewritten}: {works:?} → {after:?}"
+    );
+
+    for (policy, ns) in [(sized, by_size), (counted, by_count)] {
+        policies.delete(&policy, &DeleteParams::default()).await?;
+        ctx.delete_namespace("wds1", &ns).await?;
+    }
+    Ok(())
+}
+
+/// A ManifestWork the ITS refuses (here: the Binding's name, over 63 characters, is not a valid
+/// label value) is reported on the Binding; other Bindings go on.
+async fn rejected_manifestwork_is_reported(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let selector = json!({"app.kubernetes.io/part-of": ns});
+    label_namespace(&wds, &ns, &selector).await?;
+    let name = format!("{ns}-{}", "long".repeat(20));
+    let policies = Api::<BindingPolicy>::all(wds.clone());
+    apply(
+        &policies,
+        policy(
+            &name,
+            json!([{"matchLabels": {"name": "cluster1"}}]),
+            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
+        ),
+    )
+    .await?;
+    let errors = binding_errors(&ctx, &name, Some("the ITS rejected ManifestWork cluster1/")).await?;
+    anyhow::ensure!(errors.iter().all(|e| e.contains("must be no more than 63")), "{errors:?}");
+    policies.delete(&name, &DeleteParams::default()).await?;
     ctx.delete_namespace("wds1", &ns).await
 }

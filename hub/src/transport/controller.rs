@@ -3,16 +3,19 @@
 //! the built-in transforms and CustomTransforms, sharded stably, written only when they change,
 //! and removed from every mailbox (found by label) when no longer wanted.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus};
 use ks_shared::names::{
-    ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER,
-    WDS_GENERATION_ANNOTATION, field_manager,
+    CUSTOMIZATION_PROPERTIES_NAMESPACE, EXPAND_TEMPLATES_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION,
+    ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER, WDS_GENERATION_ANNOTATION, field_manager,
 };
-use ks_shared::ocm::ManifestWork;
+use ks_shared::ocm::{ManagedCluster, ManifestWork};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -21,10 +24,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::jsonpath;
 use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
 use super::wrap::{Delivery, Origin, gloss, work_name, wrap};
+use super::{jsonpath, template};
 use crate::informers::{GroupResource, WorkloadInformers};
 
 /// Settings of the transport controller.
@@ -35,11 +38,16 @@ pub struct Settings {
     pub limits: Limits,
 }
 
+/// How many ManifestWork writes or deletes of one Binding are in flight at once.
+const WRITE_CONCURRENCY: usize = 8;
+
 /// What to reconcile.
 enum Input {
     Binding(String),
     /// CustomTransforms changed: every Binding may render differently.
     All,
+    /// A WEC's template properties may have changed: its Bindings may render differently.
+    Cluster(String),
 }
 
 fn watch_into<K>(
@@ -95,12 +103,32 @@ pub async fn run(
     let transforms = watch_into(
         Api::<CustomTransform>::all(wds.clone()),
         watcher::Config::default(),
-        inputs,
+        inputs.clone(),
         |_| Some(Input::All),
+    );
+    let clusters = watch_into(
+        Api::<ManagedCluster>::all(its.clone()),
+        watcher::Config::default(),
+        inputs.clone(),
+        |c| Some(Input::Cluster(c.name_any())),
+    );
+    let customizations = watch_into(
+        Api::<ConfigMap>::namespaced(its.clone(), CUSTOMIZATION_PROPERTIES_NAMESPACE),
+        watcher::Config::default(),
+        inputs,
+        |c| Some(Input::Cluster(c.name_any())),
     );
     tokio::select! {
         _ = shutdown.cancelled() => return Ok(()),
-        _ = async { let _ = futures::join!(bindings.wait_until_ready(), works.wait_until_ready(), transforms.wait_until_ready()); } => {}
+        _ = async {
+            let _ = futures::join!(
+                bindings.wait_until_ready(),
+                works.wait_until_ready(),
+                transforms.wait_until_ready(),
+                clusters.wait_until_ready(),
+                customizations.wait_until_ready(),
+            );
+        } => {}
     }
     let transport = Transport {
         wds,
@@ -110,6 +138,8 @@ pub async fn run(
         bindings,
         works,
         transforms,
+        clusters,
+        customizations,
     };
     let mut pending: BTreeSet<String> = BTreeSet::new();
     let mut first = Some(Input::All);
@@ -135,6 +165,14 @@ pub async fn run(
                     pending.insert(name);
                 }
                 Input::All => transforms_changed = true,
+                Input::Cluster(cluster) => pending.extend(
+                    transport
+                        .bindings
+                        .state()
+                        .iter()
+                        .filter(|b| b.spec.destinations.iter().any(|d| d.cluster_id == cluster))
+                        .map(|b| b.name_any()),
+                ),
             }
         }
         if transforms_changed {
@@ -152,9 +190,14 @@ pub async fn run(
 
 /// One object to deliver, with its WDS UID (which names its ManifestWork when there is one
 /// object per ManifestWork).
+#[derive(Clone)]
 struct Item {
     delivery: Delivery,
     uid: String,
+    /// Expanded per WEC (reference §4.7): it asks for it and has a template somewhere.
+    templated: bool,
+    /// How template errors name it: `Kind.group(namespace/name)`, as upstream.
+    label: String,
 }
 
 struct Transport {
@@ -165,6 +208,8 @@ struct Transport {
     bindings: Store<Binding>,
     works: Store<ManifestWork>,
     transforms: Store<CustomTransform>,
+    clusters: Store<ManagedCluster>,
+    customizations: Store<ConfigMap>,
 }
 
 /// What a CustomTransform's status should say: path errors, and a warning when several
@@ -240,9 +285,9 @@ impl Transport {
         if !has_finalizer {
             crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, true).await?;
         }
-        let (desired, errors) = self.desired_works(&binding);
+        let (desired, mut errors) = self.desired_works(&binding);
         if errors.is_empty() {
-            self.apply_works(name, desired).await?;
+            errors = self.apply_works(name, desired).await?;
         }
         // Errors leave what the WECs have untouched; they are reported on the Binding.
         let status = binding.status.clone().unwrap_or_default();
@@ -322,6 +367,20 @@ impl Transport {
             }
             let key = format!("{group}/{resource}/{}/{name}", namespace.unwrap_or_default());
             let uid = object.uid().unwrap_or_default();
+            let templated = object
+                .annotations()
+                .get(EXPAND_TEMPLATES_ANNOTATION)
+                .map(String::as_str)
+                == Some("true")
+                && template::contains_template(&manifest);
+            let kind = match group.as_str() {
+                "" => served_as.kind.clone(),
+                group => format!("{}.{group}", served_as.kind),
+            };
+            let label = match namespace {
+                Some(namespace) => format!("{kind}({namespace}/{name})"),
+                None => format!("{kind}({name})"),
+            };
             deliveries.insert(
                 key,
                 Item {
@@ -331,13 +390,11 @@ impl Transport {
                         create_only,
                     },
                     uid,
+                    templated,
+                    label,
                 },
             );
         }
-        let sizes = deliveries
-            .iter()
-            .map(|(k, item)| (k.clone(), item.delivery.manifest.to_string().len()))
-            .collect();
         let origin = Origin {
             binding: &binding.name_any(),
             binding_uid: &binding.uid().unwrap_or_default(),
@@ -347,6 +404,17 @@ impl Transport {
         let mut works = BTreeMap::new();
         for destination in &binding.spec.destinations {
             let mailbox = &destination.cluster_id;
+            let deliveries = match self.customized(&deliveries, mailbox) {
+                Ok(deliveries) => deliveries,
+                Err(expansion_errors) => {
+                    errors.extend(expansion_errors);
+                    continue;
+                }
+            };
+            let sizes = deliveries
+                .iter()
+                .map(|(k, item)| (k.clone(), item.delivery.manifest.to_string().len()))
+                .collect();
             let previous = self.previous_shards(&origin, mailbox, &deliveries);
             let assigned = match sharding::assign(&sizes, &previous, self.settings.limits) {
                 Ok(assigned) => assigned,
@@ -369,6 +437,53 @@ impl Transport {
         errors.sort();
         errors.dedup();
         (works, errors)
+    }
+
+    /// The objects as `wec` gets them: templates expanded with its properties, or the errors
+    /// that prevent it (each naming the WEC, the object and the string's path).
+    fn customized<'a>(
+        &self,
+        deliveries: &'a BTreeMap<String, Item>,
+        wec: &str,
+    ) -> Result<Cow<'a, BTreeMap<String, Item>>, Vec<String>> {
+        if !deliveries.values().any(|item| item.templated) {
+            return Ok(Cow::Borrowed(deliveries));
+        }
+        let properties = self.properties(wec);
+        let mut errors = Vec::new();
+        let mut customized = deliveries.clone();
+        for item in customized.values_mut().filter(|item| item.templated) {
+            if let Err(err) = template::expand_object(&mut item.delivery.manifest, &properties) {
+                errors.push(format!("{wec}/{}.{err}", item.label));
+            }
+        }
+        if errors.is_empty() {
+            Ok(Cow::Owned(customized))
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// A WEC's template properties, from its ManagedCluster and its customization ConfigMap.
+    fn properties(&self, wec: &str) -> BTreeMap<String, String> {
+        let cluster = self.clusters.get(&ObjectRef::new(wec));
+        let config = self
+            .customizations
+            .get(&ObjectRef::new(wec).within(CUSTOMIZATION_PROPERTIES_NAMESPACE));
+        let data = config.as_ref().and_then(|c| c.data.clone()).unwrap_or_default();
+        let binary_data = config
+            .as_ref()
+            .and_then(|c| c.binary_data.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(key, value)| (key, value.0))
+            .collect();
+        let none = BTreeMap::new();
+        let (annotations, labels) = match &cluster {
+            Some(cluster) => (cluster.annotations(), cluster.labels()),
+            None => (&none, &none),
+        };
+        template::properties(&data, &binary_data, annotations, labels, wec)
     }
 
     /// Which shard each object is in now, read from the existing ManifestWorks' contents.
@@ -399,44 +514,72 @@ impl Transport {
         previous
     }
 
-    /// Writes the desired ManifestWorks that differ and deletes this Binding's others.
+    /// Writes the desired ManifestWorks that differ and deletes this Binding's others, several
+    /// at a time (they are mostly in different WECs' mailboxes). Returns the ITS's rejections
+    /// of ManifestWorks, for the Binding's status; other failures are errors (to retry).
     async fn apply_works(
         &self,
         binding: &str,
         desired: BTreeMap<(String, String), ManifestWork>,
-    ) -> anyhow::Result<()> {
+    ) -> anyhow::Result<Vec<String>> {
         let current = self.current_works(binding);
+        let mut changes: Vec<BoxFuture<'_, anyhow::Result<Option<String>>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
             let existing = current
                 .iter()
-                .find(|w| w.namespace().as_deref() == Some(mailbox) && w.name_any() == *name);
-            if existing.is_some_and(|e| same_content(e, work)) {
-                continue;
-            }
-            let api: Api<ManifestWork> = Api::namespaced(self.its.clone(), mailbox);
-            let mut body = serde_json::to_value(work)?;
-            body["apiVersion"] = json!("work.open-cluster-management.io/v1");
-            body["kind"] = json!("ManifestWork");
-            api.patch(
-                name,
-                &PatchParams::apply(field_manager::TRANSPORT).force(),
-                &Patch::Apply(&body),
-            )
-            .await?;
-        }
-        for stale in current
-            .iter()
-            .filter(|w| !desired.contains_key(&(w.namespace().unwrap_or_default(), w.name_any())))
-        {
-            let api: Api<ManifestWork> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
-            match api.delete(&stale.name_any(), &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
-                Err(err) => return Err(err.into()),
+                .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
+            if !existing.is_some_and(|existing| same_content(existing, work)) {
+                changes.push(self.write_work(mailbox, name, work).boxed());
             }
         }
-        Ok(())
+        for stale in &current {
+            if !desired.contains_key(&(stale.namespace().unwrap_or_default(), stale.name_any())) {
+                changes.push(self.delete_work(stale).map(|r| r.map(|()| None)).boxed());
+            }
+        }
+        let results: Vec<anyhow::Result<Option<String>>> = futures::stream::iter(changes)
+            .buffer_unordered(WRITE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut rejections = results
+            .into_iter()
+            .filter_map(Result::transpose)
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        rejections.sort();
+        Ok(rejections)
     }
+
+    /// Writes one ManifestWork; `Some(why)` when the ITS rejects it (retrying cannot help).
+    async fn write_work(&self, mailbox: &str, name: &str, work: &ManifestWork) -> anyhow::Result<Option<String>> {
+        let api: Api<ManifestWork> = Api::namespaced(self.its.clone(), mailbox);
+        let mut body = serde_json::to_value(work)?;
+        body["apiVersion"] = json!("work.open-cluster-management.io/v1");
+        body["kind"] = json!("ManifestWork");
+        let params = PatchParams::apply(field_manager::TRANSPORT).force();
+        match api.patch(name, &params, &Patch::Apply(&body)).await {
+            Ok(_) => Ok(None),
+            Err(kube::Error::Api(status)) if is_rejection(status.code) => Ok(Some(format!(
+                "the ITS rejected ManifestWork {mailbox}/{name}: {}",
+                status.message
+            ))),
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    async fn delete_work(&self, stale: &ManifestWork) -> anyhow::Result<()> {
+        let api: Api<ManifestWork> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
+        match api.delete(&stale.name_any(), &DeleteParams::default()).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+            Err(err) => Err(err.into()),
+        }
+    }
+}
+
+/// Whether an API error code means the request itself is refused (invalid, too large,
+/// forbidden), as opposed to a conflict, throttling or an outage that a retry may get past.
+fn is_rejection(code: u16) -> bool {
+    matches!(code, 400 | 403 | 413 | 422)
 }
 
 /// Whether an existing ManifestWork already says what `desired` says (the generation annotation

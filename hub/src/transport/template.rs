@@ -36,6 +36,16 @@ pub fn has_template(s: &str) -> bool {
     s.contains("{{")
 }
 
+/// Whether any string leaf of `value` is a template (map keys do not count).
+pub fn contains_template(value: &Json) -> bool {
+    match value {
+        Json::String(text) => has_template(text),
+        Json::Array(items) => items.iter().any(contains_template),
+        Json::Object(fields) => fields.values().any(contains_template),
+        _ => false,
+    }
+}
+
 /// Expands, in place, every string leaf of `object` that contains `{{` (map keys and other values
 /// stay as they are). A leaf whose template does not parse becomes `""` and one that fails while
 /// running keeps what it printed before the error, as upstream does. The error lists every failed
@@ -2168,6 +2178,12 @@ mod tests {
         assert!(has_template("a {{b"));
         assert!(!has_template("a {b}} }}"));
         assert!(!has_template(""));
+    }
+
+    #[test]
+    fn contains_template_looks_at_string_leaves_only() {
+        assert!(contains_template(&json!({"a": [1, {"b": "x {{.y}}"}]})));
+        assert!(!contains_template(&json!({"{{.key}}": "plain", "n": 1, "l": ["a"]})));
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub use procs::Procs;
 
 /// The field manager of everything the stack writes.
 pub const FIELD_MANAGER: &str = "ks-stack";
+/// The stack's hub puts at most this many objects in one ManifestWork.
+pub const HUB_MAX_NUM_WRAPPED: usize = 20;
 /// The process name of our status add-on controller on its1.
 pub const ADDON_PROCESS: &str = "ks-addon-its1";
 const ETCD_PORT: u16 = 32379;
@@ -585,6 +587,8 @@ impl Stack {
             format!("--its-kubeconfig={}", self.space_kubeconfig("its1").display()),
             format!("--wds-name={wds}"),
             format!("--http-address=127.0.0.1:{}", self.hub_port(wds)),
+            // Low enough that the tests see ManifestWorks sharded by count.
+            format!("--max-num-wrapped={HUB_MAX_NUM_WRAPPED}"),
         ];
         let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
         let env = [
