@@ -220,7 +220,10 @@ pub async fn run(
     if let Some(transport) = settings.transport.clone() {
         let (wds, its, informers, shutdown) = (wds.clone(), its.clone(), caches.informers.clone(), shutdown.clone());
         tokio::spawn(async move {
-            if let Err(err) = crate::transport::controller::run(wds, its, informers, transport, shutdown).await {
+            if let Err(err) =
+                crate::transport::controller::run(crate::transport::wrap::Ocm, wds, its, informers, transport, shutdown)
+                    .await
+            {
                 tracing::error!(error = format!("{err:#}"), "transport controller stopped");
             }
         });

@@ -12,10 +12,9 @@ use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus};
 use ks_shared::names::{
-    CUSTOMIZATION_PROPERTIES_NAMESPACE, EXPAND_TEMPLATES_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION,
-    ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER, WDS_GENERATION_ANNOTATION, field_manager,
+    CUSTOMIZATION_PROPERTIES_NAMESPACE, EXPAND_TEMPLATES_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL,
+    TRANSPORT_FINALIZER, WDS_GENERATION_ANNOTATION, field_manager,
 };
-use ks_shared::ocm::{ManagedCluster, ManifestWork};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -24,9 +23,10 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::Plugin;
 use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
-use super::wrap::{Delivery, Origin, gloss, work_name, wrap};
+use super::wrap::{Delivery, Origin, work_name};
 use super::{jsonpath, template};
 use crate::informers::{GroupResource, WorkloadInformers};
 
@@ -78,8 +78,10 @@ where
     store
 }
 
-/// Runs the transport until `shutdown`. `informers` are the binding controller's, already filled.
-pub async fn run(
+/// Runs the transport through `plugin` until `shutdown`. `informers` are the binding
+/// controller's, already filled.
+pub async fn run<P: Plugin>(
+    plugin: P,
     wds: Client,
     its: Client,
     informers: WorkloadInformers,
@@ -95,7 +97,7 @@ pub async fn run(
     );
     let ours = format!("{ORIGIN_WDS_LABEL}={}", settings.wds_name);
     let works = watch_into(
-        Api::<ManifestWork>::all(its.clone()),
+        Api::<P::Wrapped>::all(its.clone()),
         watcher::Config::default().labels(&ours),
         inputs.clone(),
         |w| w.labels().get(ORIGIN_BINDING_LABEL).map(|b| Input::Binding(b.clone())),
@@ -107,7 +109,7 @@ pub async fn run(
         |_| Some(Input::All),
     );
     let clusters = watch_into(
-        Api::<ManagedCluster>::all(its.clone()),
+        Api::<P::Inventory>::all(its.clone()),
         watcher::Config::default(),
         inputs.clone(),
         |c| Some(Input::Cluster(c.name_any())),
@@ -131,6 +133,7 @@ pub async fn run(
         } => {}
     }
     let transport = Transport {
+        plugin,
         wds,
         its,
         informers,
@@ -200,15 +203,16 @@ struct Item {
     label: String,
 }
 
-struct Transport {
+struct Transport<P: Plugin> {
+    plugin: P,
     wds: Client,
     its: Client,
     informers: WorkloadInformers,
     settings: Settings,
     bindings: Store<Binding>,
-    works: Store<ManifestWork>,
+    works: Store<P::Wrapped>,
     transforms: Store<CustomTransform>,
-    clusters: Store<ManagedCluster>,
+    clusters: Store<P::Inventory>,
     customizations: Store<ConfigMap>,
 }
 
@@ -237,7 +241,7 @@ pub fn transform_status(transform: &CustomTransform, all: &[std::sync::Arc<Custo
     }
 }
 
-impl Transport {
+impl<P: Plugin> Transport<P> {
     /// Writes each CustomTransform's status where it changed.
     async fn report_transforms(&self) {
         let all = self.transforms.state();
@@ -259,8 +263,8 @@ impl Transport {
         }
     }
 
-    /// This Binding's ManifestWorks, in any mailbox.
-    fn current_works(&self, binding: &str) -> Vec<std::sync::Arc<ManifestWork>> {
+    /// This Binding's wrapped objects, in any mailbox.
+    fn current_works(&self, binding: &str) -> Vec<std::sync::Arc<P::Wrapped>> {
         self.works
             .state()
             .into_iter()
@@ -305,8 +309,8 @@ impl Transport {
         Ok(())
     }
 
-    /// The ManifestWorks a Binding calls for, by (mailbox, name); or the errors preventing it.
-    fn desired_works(&self, binding: &Binding) -> (BTreeMap<(String, String), ManifestWork>, Vec<String>) {
+    /// The wrapped objects a Binding calls for, by (mailbox, name); or the errors preventing it.
+    fn desired_works(&self, binding: &Binding) -> (BTreeMap<(String, String), P::Wrapped>, Vec<String>) {
         let mut errors = Vec::new();
         let mut removals: BTreeMap<GroupResource, Vec<Vec<String>>> = BTreeMap::new();
         for transform in self.transforms.state() {
@@ -403,8 +407,8 @@ impl Transport {
         };
         let mut works = BTreeMap::new();
         for destination in &binding.spec.destinations {
-            let mailbox = &destination.cluster_id;
-            let deliveries = match self.customized(&deliveries, mailbox) {
+            let mailbox = &self.plugin.mailbox(&destination.cluster_id);
+            let deliveries = match self.customized(&deliveries, &destination.cluster_id) {
                 Ok(deliveries) => deliveries,
                 Err(expansion_errors) => {
                     errors.extend(expansion_errors);
@@ -431,7 +435,10 @@ impl Transport {
                 let only_uid = (self.settings.limits.max_count == 1).then(|| members[0].uid.as_str());
                 let name = work_name(&origin, shard, only_uid);
                 let items: Vec<Delivery> = members.iter().map(|item| item.delivery.clone()).collect();
-                works.insert((mailbox.clone(), name.clone()), wrap(&origin, mailbox, &name, &items));
+                works.insert(
+                    (mailbox.clone(), name.clone()),
+                    self.plugin.wrap(&origin, mailbox, &name, &items),
+                );
             }
         }
         errors.sort();
@@ -479,8 +486,8 @@ impl Transport {
             .map(|(key, value)| (key, value.0))
             .collect();
         let none = BTreeMap::new();
-        let (annotations, labels) = match &cluster {
-            Some(cluster) => (cluster.annotations(), cluster.labels()),
+        let (labels, annotations) = match &cluster {
+            Some(cluster) => P::properties_of(cluster),
             None => (&none, &none),
         };
         template::properties(&data, &binary_data, annotations, labels, wec)
@@ -503,9 +510,14 @@ impl Transport {
             let Some(shard) = name.rsplit('-').next().and_then(|s| s.parse::<usize>().ok()) else {
                 continue;
             };
-            let contents = gloss(work);
+            let contents = self.plugin.gloss(work);
             for (key, item) in deliveries {
-                let wanted = gloss(&wrap(origin, mailbox, &name, std::slice::from_ref(&item.delivery)));
+                let wanted = self.plugin.gloss(&self.plugin.wrap(
+                    origin,
+                    mailbox,
+                    &name,
+                    std::slice::from_ref(&item.delivery),
+                ));
                 if contents.contains(&wanted[0]) {
                     previous.insert(key.clone(), shard);
                 }
@@ -520,7 +532,7 @@ impl Transport {
     async fn apply_works(
         &self,
         binding: &str,
-        desired: BTreeMap<(String, String), ManifestWork>,
+        desired: BTreeMap<(String, String), P::Wrapped>,
     ) -> anyhow::Result<Vec<String>> {
         let current = self.current_works(binding);
         let mut changes: Vec<BoxFuture<'_, anyhow::Result<Option<String>>>> = Vec::new();
@@ -528,7 +540,7 @@ impl Transport {
             let existing = current
                 .iter()
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
-            if !existing.is_some_and(|existing| same_content(existing, work)) {
+            if !existing.is_some_and(|existing| self.plugin.same_content(existing, work)) {
                 changes.push(self.write_work(mailbox, name, work).boxed());
             }
         }
@@ -549,25 +561,26 @@ impl Transport {
         Ok(rejections)
     }
 
-    /// Writes one ManifestWork; `Some(why)` when the ITS rejects it (retrying cannot help).
-    async fn write_work(&self, mailbox: &str, name: &str, work: &ManifestWork) -> anyhow::Result<Option<String>> {
-        let api: Api<ManifestWork> = Api::namespaced(self.its.clone(), mailbox);
+    /// Writes one wrapped object; `Some(why)` when the ITS rejects it (retrying cannot help).
+    async fn write_work(&self, mailbox: &str, name: &str, work: &P::Wrapped) -> anyhow::Result<Option<String>> {
+        let api: Api<P::Wrapped> = Api::namespaced(self.its.clone(), mailbox);
         let mut body = serde_json::to_value(work)?;
-        body["apiVersion"] = json!("work.open-cluster-management.io/v1");
-        body["kind"] = json!("ManifestWork");
+        body["apiVersion"] = json!(P::Wrapped::api_version(&()));
+        body["kind"] = json!(P::Wrapped::kind(&()));
         let params = PatchParams::apply(field_manager::TRANSPORT).force();
         match api.patch(name, &params, &Patch::Apply(&body)).await {
             Ok(_) => Ok(None),
             Err(kube::Error::Api(status)) if is_rejection(status.code) => Ok(Some(format!(
-                "the ITS rejected ManifestWork {mailbox}/{name}: {}",
+                "the ITS rejected {} {mailbox}/{name}: {}",
+                P::Wrapped::kind(&()),
                 status.message
             ))),
             Err(err) => Err(err.into()),
         }
     }
 
-    async fn delete_work(&self, stale: &ManifestWork) -> anyhow::Result<()> {
-        let api: Api<ManifestWork> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
+    async fn delete_work(&self, stale: &P::Wrapped) -> anyhow::Result<()> {
+        let api: Api<P::Wrapped> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
         match api.delete(&stale.name_any(), &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
@@ -580,23 +593,6 @@ impl Transport {
 /// forbidden), as opposed to a conflict, throttling or an outage that a retry may get past.
 fn is_rejection(code: u16) -> bool {
     matches!(code, 400 | 403 | 413 | 422)
-}
-
-/// Whether an existing ManifestWork already says what `desired` says (the generation annotation
-/// alone is no reason to write).
-fn same_content(existing: &ManifestWork, desired: &ManifestWork) -> bool {
-    let strip = |w: &ManifestWork| {
-        let mut labels = w.labels().clone();
-        labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
-        let mut annotations = w.annotations().clone();
-        annotations.remove(ORIGIN_BINDING_GENERATION_ANNOTATION);
-        (
-            labels,
-            serde_json::to_value(&w.spec.workload.manifests).ok(),
-            serde_json::to_value(&w.spec.manifest_configs).ok(),
-        )
-    };
-    strip(existing) == strip(desired)
 }
 
 #[cfg(test)]

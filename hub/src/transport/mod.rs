@@ -1,5 +1,13 @@
-//! The transport's pure parts: what every delivered object goes through before it is wrapped
-//! for a WEC (reference §4.5) and the CustomTransform removals (§4.6).
+//! The transport: what every delivered object goes through before it is wrapped for a WEC
+//! (reference §4.5, §4.6, §4.7), how objects are sharded, and the controller that turns
+//! Bindings into wrapped objects in the WECs' mailboxes through a [`Plugin`] (OCM's is
+//! [`wrap::Ocm`]: ManifestWorks).
+
+use std::collections::BTreeMap;
+
+use kube::Resource;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 pub mod controller;
 pub mod jsonpath;
@@ -7,3 +15,41 @@ pub mod sharding;
 pub mod template;
 pub mod transforms;
 pub mod wrap;
+
+/// What a transport provides to the transport controller (reference §4.1): an inventory of
+/// destinations, a mailbox per destination, and a wrapped object that carries objects there.
+pub trait Plugin: Send + Sync + 'static {
+    /// The object written into a mailbox (OCM: ManifestWork).
+    type Wrapped: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + Serialize
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static;
+    /// The inventory object of a destination, whose labels and annotations are template
+    /// properties (OCM: ManagedCluster).
+    type Inventory: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static;
+
+    /// The mailbox namespace of a destination.
+    fn mailbox(&self, destination: &str) -> String;
+    /// Wraps `deliveries`, in order, into the wrapped object `name` in `mailbox`.
+    fn wrap(
+        &self,
+        origin: &wrap::Origin<'_>,
+        mailbox: &str,
+        name: &str,
+        deliveries: &[wrap::Delivery],
+    ) -> Self::Wrapped;
+    /// What a wrapped object holds: each object's identity (group, kind, namespace, name).
+    fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity>;
+    /// Whether an existing wrapped object already says what a desired one says (bookkeeping
+    /// such as generations and tracing annotations is no reason to write).
+    fn same_content(&self, existing: &Self::Wrapped, desired: &Self::Wrapped) -> bool;
+    /// The labels and annotations of an inventory object.
+    fn properties_of(inventory: &Self::Inventory) -> (&BTreeMap<String, String>, &BTreeMap<String, String>) {
+        use kube::ResourceExt;
+        (inventory.labels(), inventory.annotations())
+    }
+}

@@ -4,9 +4,11 @@
 
 use std::collections::BTreeMap;
 
-use ks_shared::names::{ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL};
+use ks_shared::names::{
+    ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, is_trace_annotation,
+};
 use ks_shared::ocm::{
-    ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
+    ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
     UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy,
 };
 use kube::api::ObjectMeta;
@@ -90,8 +92,61 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delive
     }
 }
 
-/// What a ManifestWork holds: `(apiVersion's group, kind, namespace, name)` of each manifest.
-pub fn gloss(work: &ManifestWork) -> Vec<(String, String, String, String)> {
+/// An object's identity in a wrapped object: `(apiVersion's group, kind, namespace, name)`.
+pub type Identity = (String, String, String, String);
+
+/// The OCM transport: ManifestWorks in the namespace named after the ManagedCluster.
+pub struct Ocm;
+
+impl super::Plugin for Ocm {
+    type Wrapped = ManifestWork;
+    type Inventory = ManagedCluster;
+
+    fn mailbox(&self, destination: &str) -> String {
+        destination.to_string()
+    }
+
+    fn wrap(&self, origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delivery]) -> ManifestWork {
+        wrap(origin, mailbox, name, deliveries)
+    }
+
+    fn gloss(&self, wrapped: &ManifestWork) -> Vec<Identity> {
+        gloss(wrapped)
+    }
+
+    fn same_content(&self, existing: &ManifestWork, desired: &ManifestWork) -> bool {
+        same_content(existing, desired)
+    }
+}
+
+/// Whether an existing ManifestWork already says what `desired` says: the generation
+/// annotation, labels of others and tracing annotations on the manifests are no reason to write.
+pub fn same_content(existing: &ManifestWork, desired: &ManifestWork) -> bool {
+    let strip = |w: &ManifestWork| {
+        let mut labels = w.metadata.labels.clone().unwrap_or_default();
+        labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
+        let manifests: Vec<Value> = w
+            .spec
+            .workload
+            .manifests
+            .iter()
+            .map(without_trace_annotations)
+            .collect();
+        (labels, manifests, serde_json::to_value(&w.spec.manifest_configs).ok())
+    };
+    strip(existing) == strip(desired)
+}
+
+fn without_trace_annotations(manifest: &Value) -> Value {
+    let mut manifest = manifest.clone();
+    if let Some(annotations) = manifest["metadata"]["annotations"].as_object_mut() {
+        annotations.retain(|key, _| !is_trace_annotation(key));
+    }
+    manifest
+}
+
+/// What a ManifestWork holds: the identity of each manifest.
+pub fn gloss(work: &ManifestWork) -> Vec<Identity> {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
     work.spec
         .workload
