@@ -582,7 +582,10 @@ async fn rejected_manifestwork_is_reported(ctx: Ctx) -> anyhow::Result<()> {
     )
     .await?;
     let errors = binding_errors(&ctx, &name, Some("the ITS rejected ManifestWork cluster1/")).await?;
-    anyhow::ensure!(errors.iter().all(|e| e.contains("must be no more than 63")), "{errors:?}");
+    anyhow::ensure!(
+        errors.iter().all(|e| e.contains("must be no more than 63")),
+        "{errors:?}"
+    );
     policies.delete(&name, &DeleteParams::default()).await?;
     ctx.delete_namespace("wds1", &ns).await
 }
