@@ -4,11 +4,13 @@
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
+use futures::TryStreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use ks_shared::api::{Binding, BindingPolicy};
 use ks_tests::harness::{repo_root, wait_until};
 use ks_tests::stack::Stack;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 #[derive(Parser)]
@@ -109,7 +111,9 @@ async fn delivery_latency(stack: &Stack, objects: usize) -> anyhow::Result<()> {
             .sum()
     };
     let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &ns);
-    let mut latencies = Vec::new();
+    let bindings: Api<Binding> = Api::all(wds.clone());
+    let mailbox: Api<ks_shared::ocm::ManifestWork> = Api::namespaced(stack.client("its1").await?, "cluster1");
+    let (mut latencies, mut to_binding, mut to_work) = (Vec::new(), Vec::new(), Vec::new());
     let writes_before = generations(works.list(&Default::default()).await?.items);
     for i in 0..objects {
         let name = format!("web-{i}");
@@ -118,6 +122,33 @@ async fn delivery_latency(stack: &Stack, objects: usize) -> anyhow::Result<()> {
                      "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [{"name": "c", "image": "nginx:1.27"}]}}}});
         let started = Instant::now();
         deployments.patch(&name, &apply, &Patch::Apply(deployment)).await?;
+        // Where the time goes: the Binding lists it, then a ManifestWork for cluster1 holds it.
+        let listed = |b: Option<&Binding>| {
+            b.is_some_and(|b| b.spec.workload.namespace_scope.iter().any(|o| o.object.name == name))
+        };
+        wait_until(
+            bindings.clone(),
+            &ns,
+            "listing the object",
+            Duration::from_secs(60),
+            listed,
+        )
+        .await?;
+        to_binding.push(started.elapsed());
+        let holds = |w: &ks_shared::ocm::ManifestWork| {
+            w.spec
+                .workload
+                .manifests
+                .iter()
+                .any(|m| m["metadata"]["name"] == json!(name))
+        };
+        let ours = watcher::Config::default().labels(&format!("{}={ns}", ks_shared::names::ORIGIN_BINDING_LABEL));
+        let held = watcher(mailbox.clone(), ours)
+            .applied_objects()
+            .try_filter(|w| std::future::ready(holds(w)));
+        futures::pin_mut!(held);
+        tokio::time::timeout(Duration::from_secs(60), held.try_next()).await??;
+        to_work.push(started.elapsed());
         for wec in &wecs {
             let on_wec: Api<Deployment> = Api::namespaced(wec.clone(), &ns);
             wait_until(
@@ -136,6 +167,11 @@ async fn delivery_latency(stack: &Stack, objects: usize) -> anyhow::Result<()> {
         "delivery: WDS create -> present on both WECs over {} Deployments: {}; ManifestWork generations added: {writes}",
         latencies.len(),
         summary(latencies)
+    );
+    println!("  of which WDS create -> Binding lists it: {}", summary(to_binding));
+    println!(
+        "  of which WDS create -> cluster1's ManifestWork holds it: {}",
+        summary(to_work)
     );
     policies.delete(&ns, &DeleteParams::default()).await?;
     namespaces.delete(&ns, &DeleteParams::default()).await?;
