@@ -9,13 +9,16 @@
 //! - WorkStatuses no followed object owns (objects removed while the agent was down) → the
 //!   `leftovers` queue → deleted.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use ks_shared::api::WorkStatus;
 use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
+use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -31,6 +34,7 @@ use crate::metrics::{Metrics, Verb};
 use crate::own_writes::OwnWrites;
 use crate::queue::WorkQueue;
 use crate::report::{self, FIELD_MANAGER, Plan};
+use crate::rollouts::Rollouts;
 use crate::tracker::{AppliedObject, Changes, Gvr, ObjectKey, Tracker};
 use crate::watch::{Seen, drive};
 
@@ -68,6 +72,7 @@ pub struct Agent {
     work_statuses_listed: Arc<AtomicBool>,
     /// Our own writes the WorkStatus cache may not show yet.
     written: OwnWrites,
+    rollouts: Rollouts,
     metrics: Metrics,
     shutdown: CancellationToken,
     me: Weak<Agent>,
@@ -108,6 +113,7 @@ pub async fn run(
         manifest_works_listed: Arc::default(),
         work_statuses_listed: Arc::default(),
         written: OwnWrites::default(),
+        rollouts: Rollouts::default(),
         metrics,
         shutdown: shutdown.clone(),
         me: me.clone(),
@@ -302,6 +308,17 @@ impl Agent {
         self.metrics.queue_depth.set(self.objects.len() as i64);
     }
 
+    /// What the agent's rollout spans say about an object.
+    fn attributes(&self, key: &ObjectKey) -> Vec<KeyValue> {
+        vec![
+            KeyValue::new(attribute::GROUP, key.gvr.group.clone()),
+            KeyValue::new(attribute::RESOURCE, key.gvr.resource.clone()),
+            KeyValue::new(attribute::NAMESPACE, key.namespace.clone()),
+            KeyValue::new(attribute::NAME, key.name.clone()),
+            KeyValue::new(attribute::WEC, self.mailbox.clone()),
+        ]
+    }
+
     fn finish<K>(&self, queue: &WorkQueue<K>, key: K, result: Result<(), ReconcileError>, what: &str)
     where
         K: Clone + Eq + std::hash::Hash + Send + std::fmt::Debug + 'static,
@@ -397,6 +414,8 @@ impl Agent {
             // The first complete list of each queues every key again.
             return Ok(());
         }
+        let started = SystemTime::now();
+        let mut trace_parent = None;
         let desired = if lock(&self.tracker).contains(key) {
             let object = match lock(&self.informers).get(&key.object()) {
                 // Its informer queues every key of the GVR once it has listed.
@@ -404,23 +423,26 @@ impl Agent {
                 Lookup::Missing => None,
                 Lookup::Found(object) => Some(object),
             };
-            if let Some(annotations) = object.as_ref().and_then(|o| o.metadata.annotations.as_ref()) {
-                // Join the trace the object's delivery belongs to, if any.
-                let _ = span.set_parent(ks_shared::telemetry::extract_context(annotations));
-            }
             let work = self
                 .manifest_works
                 .get(&ObjectRef::new(&key.manifest_work).within(&self.mailbox));
             match (object, work) {
-                (Some(object), Some(work)) => report::desired(key, &object, &work).map(|mut desired| {
-                    continue_trace(span, &mut desired.trace_annotations);
-                    desired
+                (Some(object), Some(work)) => report::desired(key, &object, &work).inspect(|desired| {
+                    let applied = desired.status.is_some() && desired.last_generation_is_applied;
+                    let annotations = object.metadata.annotations.clone().unwrap_or_default();
+                    let parent = self.rollouts.follow(key, &annotations, applied, &self.attributes(key));
+                    // Join the trace the object's delivery belongs to, if any.
+                    let _ = span.set_parent(parent.clone());
+                    trace_parent = Some(parent);
                 }),
                 _ => None,
             }
         } else {
             None
         };
+        if desired.is_none() {
+            self.rollouts.forget(key);
+        }
         if desired.is_none()
             && lock(&self.tracker)
                 .by_work_status(&key.work_status)
@@ -438,8 +460,32 @@ impl Agent {
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         match report::plan(&self.mailbox, desired.as_ref(), existing.as_deref(), now) {
             Plan::Nothing => {}
-            Plan::Apply { main, status } => {
+            Plan::Apply { mut main, status } => {
                 let (wrote_main, wrote_status) = (main.is_some(), status.is_some());
+                if let (Some(parent), Some(main)) = (&trace_parent, main.as_mut()) {
+                    // The WorkStatus carries the report's span, for the status controller to continue.
+                    let report = rollout::record(
+                        stage::STATUS_REPORT,
+                        parent,
+                        started,
+                        SystemTime::now(),
+                        self.attributes(key),
+                    );
+                    if rollout::is_traced(&report) {
+                        // Sent when the status change was seen: where status propagation starts.
+                        let mut annotations = BTreeMap::new();
+                        ks_shared::telemetry::inject_context(&rollout::stamp_sent(&report, started), &mut annotations);
+                        main["metadata"]["annotations"] = serde_json::json!(annotations);
+                    }
+                } else if let Some(parent) = &trace_parent {
+                    rollout::record(
+                        stage::STATUS_REPORT,
+                        parent,
+                        started,
+                        SystemTime::now(),
+                        self.attributes(key),
+                    );
+                }
                 if let Some(main) = main {
                     let written = api.patch(&key.work_status, &apply, &Patch::Apply(&main)).await?;
                     self.written.record(written);
@@ -461,19 +507,5 @@ impl Agent {
             }
         }
         Ok(())
-    }
-}
-
-/// When the object carried a trace context, the WorkStatus carries this reconcile's span (a
-/// child of it) instead, so the next hop's spans follow the agent's; unchanged when spans are
-/// not exported.
-fn continue_trace(span: &tracing::Span, annotations: &mut std::collections::BTreeMap<String, String>) {
-    if annotations.is_empty() {
-        return;
-    }
-    let mut ours = std::collections::BTreeMap::new();
-    ks_shared::telemetry::inject_context(&span.context(), &mut ours);
-    if !ours.is_empty() {
-        *annotations = ours;
     }
 }

@@ -8,6 +8,7 @@ mod naming;
 mod own_writes;
 mod queue;
 mod report;
+mod rollouts;
 mod tracker;
 mod watch;
 

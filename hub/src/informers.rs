@@ -2,8 +2,9 @@
 //! as CRDs come and go, without a restart. Each informer keeps a cache and reports every change
 //! as a [`WorkloadEvent`]; nothing on the hot path reads the API server.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -104,6 +105,34 @@ pub struct WorkloadInformers {
     running: Arc<Mutex<BTreeMap<GroupResource, Informer>>>,
     events: UnboundedSender<WorkloadEvent>,
     shutdown: CancellationToken,
+    first_seen: FirstSeen,
+}
+
+/// When each object generation (by UID) was first seen changing: where a rollout's trace starts.
+#[derive(Clone, Default)]
+pub struct FirstSeen(Arc<Mutex<HashMap<(String, i64), SystemTime>>>);
+
+/// Entries older than this are dropped (the rollout has long been packaged).
+const FIRST_SEEN_KEPT: Duration = Duration::from_secs(600);
+
+impl FirstSeen {
+    fn note(&self, object: &DynamicObject) {
+        let (Some(uid), Some(generation)) = (object.uid(), object.metadata.generation) else {
+            return;
+        };
+        let now = SystemTime::now();
+        let mut seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.entry((uid, generation)).or_insert(now);
+        if seen.len() > 1024 {
+            seen.retain(|_, at| now.duration_since(*at).unwrap_or_default() < FIRST_SEEN_KEPT);
+        }
+    }
+
+    /// When this generation of the object was first seen, if it changed while we watched.
+    pub fn get(&self, uid: &str, generation: i64) -> Option<SystemTime> {
+        let seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        seen.get(&(uid.to_string(), generation)).copied()
+    }
 }
 
 impl WorkloadInformers {
@@ -119,7 +148,13 @@ impl WorkloadInformers {
             running: Arc::default(),
             events,
             shutdown,
+            first_seen: FirstSeen::default(),
         }
+    }
+
+    /// When object generations were first seen.
+    pub fn first_seen(&self) -> &FirstSeen {
+        &self.first_seen
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupResource, Informer>> {
@@ -232,7 +267,7 @@ impl WorkloadInformers {
         let mut writer = Writer::new(resource.clone());
         let store = writer.as_reader();
         let stop = self.shutdown.child_token();
-        let (events, token) = (self.events.clone(), stop.clone());
+        let (events, token, first_seen) = (self.events.clone(), stop.clone(), self.first_seen.clone());
         let stream = watcher(api, watcher::Config::default()).default_backoff();
         tokio::spawn(async move {
             tokio::pin!(stream);
@@ -256,7 +291,11 @@ impl WorkloadInformers {
                     name: o.name_any(),
                 };
                 let sent = match &event {
-                    watcher::Event::Apply(o) | watcher::Event::Delete(o) => events.send(change(o)),
+                    watcher::Event::Apply(o) => {
+                        first_seen.note(o);
+                        events.send(change(o))
+                    }
+                    watcher::Event::Delete(o) => events.send(change(o)),
                     watcher::Event::InitDone => events.send(WorkloadEvent::Listed(gr.clone())),
                     watcher::Event::Init | watcher::Event::InitApply(_) => Ok(()),
                 };

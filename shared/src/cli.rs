@@ -81,8 +81,10 @@ impl Process {
             tracing_export = telemetry.exporting(),
             "starting"
         );
+        let mut registry = Registry::default();
+        crate::rollout::register(&mut registry);
         Ok(Process {
-            registry: Registry::default(),
+            registry,
             readiness: Readiness::default(),
             shutdown,
             _telemetry: telemetry,

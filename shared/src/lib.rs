@@ -10,6 +10,7 @@ pub mod leader;
 pub mod names;
 pub mod ocm;
 pub mod ratelimit;
+pub mod rollout;
 pub mod selector;
 pub mod serve;
 pub mod shutdown;

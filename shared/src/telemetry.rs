@@ -89,6 +89,10 @@ pub fn init(service: &'static str, format: LogFormat) -> Result<Telemetry, Telem
         .as_ref()
         .map(|p| tracing_opentelemetry::layer().with_tracer(p.tracer(service)));
     opentelemetry::global::set_text_map_propagator(TraceContextPropagator::new());
+    // Rollout stages are recorded through the global tracer (crate::rollout).
+    if let Some(provider) = &provider {
+        opentelemetry::global::set_tracer_provider(provider.clone());
+    }
     Registry::default().with(output).with(otel).with(filter).try_init()?;
     Ok(Telemetry { provider })
 }

@@ -27,7 +27,7 @@ use super::Plugin;
 use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
 use super::wrap::{Delivery, Origin, work_name};
-use super::{jsonpath, template};
+use super::{jsonpath, template, trace, wrap};
 use crate::informers::{GroupResource, WorkloadInformers};
 
 /// Settings of the transport controller.
@@ -37,6 +37,9 @@ pub struct Settings {
     pub wds_name: String,
     pub limits: Limits,
 }
+
+/// Wrapped objects by (mailbox, name).
+type Works<P> = BTreeMap<(String, String), <P as Plugin>::Wrapped>;
 
 /// How many ManifestWork writes or deletes of one Binding are in flight at once.
 const WRITE_CONCURRENCY: usize = 8;
@@ -134,6 +137,7 @@ pub async fn run<P: Plugin>(
     }
     let transport = Transport {
         plugin,
+        packaging: trace::Packaging::default(),
         wds,
         its,
         informers,
@@ -205,6 +209,7 @@ struct Item {
 
 struct Transport<P: Plugin> {
     plugin: P,
+    packaging: trace::Packaging,
     wds: Client,
     its: Client,
     informers: WorkloadInformers,
@@ -310,7 +315,7 @@ impl<P: Plugin> Transport<P> {
     }
 
     /// The wrapped objects a Binding calls for, by (mailbox, name); or the errors preventing it.
-    fn desired_works(&self, binding: &Binding) -> (BTreeMap<(String, String), P::Wrapped>, Vec<String>) {
+    fn desired_works(&self, binding: &Binding) -> (Works<P>, Vec<String>) {
         let mut errors = Vec::new();
         let mut removals: BTreeMap<GroupResource, Vec<Vec<String>>> = BTreeMap::new();
         for transform in self.transforms.state() {
@@ -344,6 +349,14 @@ impl<P: Plugin> Transport<P> {
                 )
             }));
         let mut deliveries: BTreeMap<String, Item> = BTreeMap::new();
+        let current = self.current_works(&binding.name_any());
+        let delivered = trace::delivered(current.iter().flat_map(|w| self.plugin.manifests(w)));
+        let wecs: Vec<&str> = binding
+            .spec
+            .destinations
+            .iter()
+            .map(|d| d.cluster_id.as_str())
+            .collect();
         for (group, resource, namespace, name, create_only) in entries {
             let gr = GroupResource {
                 group: group.clone(),
@@ -362,9 +375,29 @@ impl<P: Plugin> Transport<P> {
             manifest["kind"] = json!(served_as.kind);
             let generation = object.metadata.generation;
             prepare_for_wec(&mut manifest);
-            // Tells the status agent which WDS generation the WEC object is (statusDetails).
+            // Tells the status agent which WDS generation the WEC object is (statusDetails), and
+            // carries the rollout's trace.
             if let Some(generation) = generation {
-                manifest["metadata"]["annotations"][WDS_GENERATION_ANNOTATION] = json!(generation.to_string());
+                let generation = generation.to_string();
+                manifest["metadata"]["annotations"][WDS_GENERATION_ANNOTATION] = json!(generation);
+                let already = delivered
+                    .get(&wrap::identity(&manifest))
+                    .filter(|(at, _)| *at == generation)
+                    .map(|(_, trace)| trace);
+                let first_seen = object
+                    .metadata
+                    .generation
+                    .and_then(|g| self.informers.first_seen().get(&object.uid().unwrap_or_default(), g));
+                let subject = trace::Subject {
+                    group,
+                    resource,
+                    binding: &binding.name_any(),
+                    wecs: wecs.join(","),
+                };
+                trace::set(
+                    &mut manifest,
+                    &self.packaging.annotations(&object, already, first_seen, &subject),
+                );
             }
             for path in removals.get(&gr).into_iter().flatten() {
                 jsonpath::remove(&mut manifest, path);
@@ -532,7 +565,7 @@ impl<P: Plugin> Transport<P> {
     async fn apply_works(
         &self,
         binding: &str,
-        desired: BTreeMap<(String, String), P::Wrapped>,
+        desired: Works<P>,
     ) -> anyhow::Result<Vec<String>> {
         let current = self.current_works(binding);
         let mut changes: Vec<BoxFuture<'_, anyhow::Result<Option<String>>>> = Vec::new();

@@ -13,6 +13,7 @@ pub mod controller;
 pub mod jsonpath;
 pub mod sharding;
 pub mod template;
+pub mod trace;
 pub mod transforms;
 pub mod wrap;
 
@@ -42,8 +43,12 @@ pub trait Plugin: Send + Sync + 'static {
         name: &str,
         deliveries: &[wrap::Delivery],
     ) -> Self::Wrapped;
+    /// The manifests a wrapped object holds.
+    fn manifests<'a>(&self, wrapped: &'a Self::Wrapped) -> &'a [serde_json::Value];
     /// What a wrapped object holds: each object's identity (group, kind, namespace, name).
-    fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity>;
+    fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity> {
+        self.manifests(wrapped).iter().map(wrap::identity).collect()
+    }
     /// Whether an existing wrapped object already says what a desired one says (bookkeeping
     /// such as generations and tracing annotations is no reason to write).
     fn same_content(&self, existing: &Self::Wrapped, desired: &Self::Wrapped) -> bool;

@@ -110,8 +110,8 @@ impl super::Plugin for Ocm {
         wrap(origin, mailbox, name, deliveries)
     }
 
-    fn gloss(&self, wrapped: &ManifestWork) -> Vec<Identity> {
-        gloss(wrapped)
+    fn manifests<'a>(&self, wrapped: &'a ManifestWork) -> &'a [Value] {
+        &wrapped.spec.workload.manifests
     }
 
     fn same_content(&self, existing: &ManifestWork, desired: &ManifestWork) -> bool {
@@ -147,25 +147,23 @@ fn without_trace_annotations(manifest: &Value) -> Value {
 
 /// What a ManifestWork holds: the identity of each manifest.
 pub fn gloss(work: &ManifestWork) -> Vec<Identity> {
+    work.spec.workload.manifests.iter().map(identity).collect()
+}
+
+/// A manifest's identity.
+pub fn identity(manifest: &Value) -> Identity {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    work.spec
-        .workload
-        .manifests
-        .iter()
-        .map(|m| {
-            let group = m["apiVersion"]
-                .as_str()
-                .and_then(|a| a.rsplit_once('/'))
-                .map(|(g, _)| g.to_string())
-                .unwrap_or_default();
-            (
-                group,
-                text(&m["kind"]),
-                text(&m["metadata"]["namespace"]),
-                text(&m["metadata"]["name"]),
-            )
-        })
-        .collect()
+    let group = manifest["apiVersion"]
+        .as_str()
+        .and_then(|a| a.rsplit_once('/'))
+        .map(|(g, _)| g.to_string())
+        .unwrap_or_default();
+    (
+        group,
+        text(&manifest["kind"]),
+        text(&manifest["metadata"]["namespace"]),
+        text(&manifest["metadata"]["name"]),
+    )
 }
 
 #[cfg(test)]

@@ -219,8 +219,13 @@ async fn sync(
             std::fs::write(path, content)?;
         }
         let kubeconfig = stack.space_kubeconfig(space).display().to_string();
-        // All local pods share one host: a free port for their endpoint unless the pod says otherwise.
-        let mut env: Vec<(&str, &str)> = vec![("KS_HTTP_ADDRESS", "127.0.0.1:0")];
+        // All local pods share one host: a free port for their endpoint unless the pod says otherwise;
+        // and, like every process of the stack, they export traces to the stack's Jaeger.
+        let otlp = format!("http://127.0.0.1:{}", super::JAEGER_OTLP_GRPC);
+        let mut env: Vec<(&str, &str)> = vec![
+            ("KS_HTTP_ADDRESS", "127.0.0.1:0"),
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &otlp),
+        ];
         env.extend(pod.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
         env.push(("KUBECONFIG", &kubeconfig));
         stack

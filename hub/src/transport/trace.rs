@@ -1,0 +1,151 @@
+//! The packaging stage of a rollout's trace (see `ks_shared::rollout`): each new generation of
+//! a delivered object gets a `packaging` span, from when the hub first saw that generation to
+//! when its wrapped objects are written, joined to the trace of the user's object when it
+//! carries one. The span's context goes into the delivered manifest's annotations (so the WEC
+//! object carries it), stamped with the time it was sent. Re-renders of the same generation
+//! reuse the annotations already delivered, so they never change on their own.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+use ks_shared::names::{TRACE_ANNOTATION_PREFIX, WDS_GENERATION_ANNOTATION};
+use ks_shared::rollout::{self, KeyValue, attribute, stage};
+use ks_shared::telemetry::{extract_context, inject_context};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use serde_json::Value;
+
+use super::wrap::Identity;
+
+/// Trace annotations of a manifest.
+pub type TraceAnnotations = BTreeMap<String, String>;
+
+/// Packaging spans recorded but possibly not yet visible in the wrapped objects, by object UID
+/// and generation; bounded (what was delivered is found in the wrapped objects themselves).
+#[derive(Default)]
+pub struct Packaging(Mutex<HashMap<(String, i64), TraceAnnotations>>);
+
+const REMEMBERED: usize = 10_000;
+
+/// What a rollout span says about its object.
+pub struct Subject<'a> {
+    pub group: &'a str,
+    pub resource: &'a str,
+    pub binding: &'a str,
+    pub wecs: String,
+}
+
+impl Packaging {
+    /// The trace annotations for this generation of `object`: those already `delivered` for
+    /// it, else those of a new packaging span (none when nothing is traced).
+    pub fn annotations(
+        &self,
+        object: &DynamicObject,
+        delivered: Option<&TraceAnnotations>,
+        first_seen: Option<SystemTime>,
+        subject: &Subject<'_>,
+    ) -> TraceAnnotations {
+        if let Some(delivered) = delivered {
+            return delivered.clone();
+        }
+        let (Some(uid), Some(generation)) = (object.uid(), object.metadata.generation) else {
+            return TraceAnnotations::new();
+        };
+        let mut remembered = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(annotations) = remembered.get(&(uid.clone(), generation)) {
+            return annotations.clone();
+        }
+        let now = SystemTime::now();
+        let parent = extract_context(object.annotations());
+        let attributes = vec![
+            KeyValue::new(attribute::GROUP, subject.group.to_string()),
+            KeyValue::new(attribute::RESOURCE, subject.resource.to_string()),
+            KeyValue::new(attribute::NAMESPACE, object.namespace().unwrap_or_default()),
+            KeyValue::new(attribute::NAME, object.name_any()),
+            KeyValue::new(attribute::GENERATION, generation),
+            KeyValue::new(attribute::BINDING_POLICY, subject.binding.to_string()),
+            KeyValue::new(attribute::WEC, subject.wecs.clone()),
+        ];
+        let start = first_seen.unwrap_or(now).min(now);
+        let packaged = rollout::record(stage::PACKAGING, &parent, start, now, attributes);
+        let mut annotations = TraceAnnotations::new();
+        if rollout::is_traced(&packaged) {
+            let stamped = rollout::stamp_sent(&rollout::stamp_started(&packaged, start), now);
+            inject_context(&stamped, &mut annotations);
+        }
+        if remembered.len() >= REMEMBERED {
+            remembered.clear();
+        }
+        remembered.insert((uid, generation), annotations.clone());
+        annotations
+    }
+}
+
+/// The trace annotations in delivered manifests, with the WDS generation each is for.
+pub fn delivered<'a>(manifests: impl Iterator<Item = &'a Value>) -> HashMap<Identity, (String, TraceAnnotations)> {
+    manifests
+        .filter_map(|manifest| {
+            let annotations = manifest["metadata"]["annotations"].as_object()?;
+            let generation = annotations.get(WDS_GENERATION_ANNOTATION)?.as_str()?.to_string();
+            let trace: TraceAnnotations = annotations
+                .iter()
+                .filter(|(key, _)| key.starts_with(TRACE_ANNOTATION_PREFIX))
+                .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
+                .collect();
+            Some((super::wrap::identity(manifest), (generation, trace)))
+        })
+        .collect()
+}
+
+/// Puts `trace` in place of any trace annotations the manifest has (e.g. the user's, which
+/// our span continues).
+pub fn set(manifest: &mut Value, trace: &TraceAnnotations) {
+    let Some(annotations) = manifest["metadata"]["annotations"].as_object_mut() else {
+        return;
+    };
+    annotations.retain(|key, _| !key.starts_with(TRACE_ANNOTATION_PREFIX));
+    for (key, value) in trace {
+        annotations.insert(key.clone(), Value::String(value.clone()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ks_shared::names::TRACEPARENT_ANNOTATION;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn delivered_traces_are_found_by_identity_and_generation() {
+        let manifests = [
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "ns",
+                   "annotations": {WDS_GENERATION_ANNOTATION: "3", TRACEPARENT_ANNOTATION: "00-a-b-01", "other": "x"}}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}}),
+        ];
+        let found = delivered(manifests.iter());
+        assert_eq!(found.len(), 1);
+        let (generation, trace) = &found[&("apps".into(), "Deployment".into(), "ns".into(), "web".into())];
+        assert_eq!(generation, "3");
+        assert_eq!(
+            trace,
+            &TraceAnnotations::from([(TRACEPARENT_ANNOTATION.into(), "00-a-b-01".into())])
+        );
+    }
+
+    #[test]
+    fn set_replaces_only_trace_annotations() {
+        let mut manifest = json!({"metadata": {"annotations": {TRACEPARENT_ANNOTATION: "user", "keep": "1"}}});
+        set(
+            &mut manifest,
+            &TraceAnnotations::from([(TRACEPARENT_ANNOTATION.into(), "ours".into())]),
+        );
+        assert_eq!(
+            manifest["metadata"]["annotations"],
+            json!({TRACEPARENT_ANNOTATION: "ours", "keep": "1"})
+        );
+        set(&mut manifest, &TraceAnnotations::new());
+        assert_eq!(manifest["metadata"]["annotations"], json!({"keep": "1"}));
+    }
+}
