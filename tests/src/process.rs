@@ -119,10 +119,8 @@ pub fn address_in(line: &str) -> SocketAddr {
 pub fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5)).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
-    )
+    // HTTP/1.0, so that the answer is never chunked.
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")
     .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read response");

@@ -1,0 +1,255 @@
+//! One trace per rollout, end to end on the stack: every process of the stack exports to its
+//! Jaeger, and the test reads the traces back through Jaeger's HTTP API (`/api/traces`).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use ks_shared::api::{BindingPolicy, CustomTransform};
+use ks_shared::names::{self, TRACEPARENT_ANNOTATION};
+use ks_shared::ocm::ManifestWork;
+use ks_tests::harness::{Ctx, apply, run, wait_until};
+use ks_tests::stack::JAEGER_QUERY;
+use ks_tests::stack_test;
+use kube::api::{Api, DeleteParams, ListParams};
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(90);
+const PATH: &[&str] = &[
+    "hub-wds1",
+    "jaeger",
+    "pod-cluster1-open-cluster-management-agent-addon-status-agent",
+    "pod-cluster2-open-cluster-management-agent-addon-status-agent",
+];
+
+fn main() -> std::process::ExitCode {
+    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
+    run(
+        ks_stack.parent().expect("binaries live in a directory"),
+        vec![
+            stack_test!(rollout_is_one_trace_across_hub_and_wecs, PATH),
+            stack_test!(user_traceparent_is_joined, PATH),
+        ],
+    )
+}
+
+/// A span as Jaeger returns it, reduced to what the test checks.
+#[derive(Debug)]
+struct Span {
+    service: String,
+    operation: String,
+    id: String,
+    parent: Option<String>,
+    tags: BTreeMap<String, Value>,
+}
+
+/// The spans of every trace holding a span tagged with the object's name.
+fn traces_of(name: &str) -> anyhow::Result<BTreeMap<String, Vec<Span>>> {
+    let tags = json!({"k8s.object.name": name}).to_string();
+    let path = format!(
+        "/api/traces?service=ks-hub&limit=20&lookback=1h&tags={}",
+        tags.replace('"', "%22")
+            .replace('{', "%7B")
+            .replace('}', "%7D")
+            .replace(':', "%3A")
+    );
+    let (code, body) = ks_tests::process::http_get(([127, 0, 0, 1], JAEGER_QUERY).into(), &path);
+    ensure!(code == 200, "Jaeger answered {code}: {body}");
+    let answer: Value = serde_json::from_str(&body)?;
+    let mut traces = BTreeMap::new();
+    for trace in answer["data"].as_array().into_iter().flatten() {
+        let service = |process: &Value| {
+            trace["processes"][process.as_str().unwrap_or_default()]["serviceName"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        };
+        let spans = trace["spans"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|s| Span {
+                service: service(&s["processID"]),
+                operation: s["operationName"].as_str().unwrap_or_default().to_string(),
+                id: s["spanID"].as_str().unwrap_or_default().to_string(),
+                parent: s["references"][0]["spanID"].as_str().map(str::to_string),
+                tags: s["tags"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|t| (t["key"].as_str().unwrap_or_default().to_string(), t["value"].clone()))
+                    .collect(),
+            })
+            .collect();
+        traces.insert(trace["traceID"].as_str().unwrap_or_default().to_string(), spans);
+    }
+    Ok(traces)
+}
+
+/// Whether `spans` hold the whole rollout to both WECs: packaging on the hub, then for each WEC
+/// a delivery under it and a status report under that.
+fn complete(spans: &[Span]) -> bool {
+    let by = |service: &str, operation: &str, parent: Option<&str>, wec: Option<&str>| {
+        spans.iter().find(|s| {
+            s.service == service
+                && s.operation == operation
+                && (parent.is_none() || s.parent.as_deref() == parent)
+                && wec.is_none_or(|w| s.tags.get("kubestellar.wec") == Some(&json!(w)))
+        })
+    };
+    let Some(packaging) = by("ks-hub", "packaging", None, None) else {
+        return false;
+    };
+    ["cluster1", "cluster2"].iter().all(|wec| {
+        by("ks-agent", "delivery", Some(&packaging.id), Some(wec))
+            .and_then(|delivery| by("ks-agent", "status report", Some(&delivery.id), Some(wec)))
+            .is_some()
+    })
+}
+
+async fn rollout(ctx: &Ctx, annotations: Value) -> anyhow::Result<(String, String, String)> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let selector = json!({"app.kubernetes.io/part-of": ns});
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(wds.clone());
+    apply(
+        &namespaces,
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": selector}}),
+    )
+    .await?;
+    let name = format!("{ns}-web");
+    apply(
+        &Api::<Deployment>::namespaced(wds.clone(), &ns),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": name, "labels": selector, "annotations": annotations},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                        "template": {"metadata": {"labels": {"app": "web"}},
+                                     "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}}),
+    )
+    .await?;
+    let policy = format!("{ns}-edge");
+    apply(
+        &Api::<BindingPolicy>::all(wds.clone()),
+        json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": policy},
+               "spec": {"clusterSelectors": [{"matchLabels": {"location-group": "edge"}}],
+                        "downsync": [{"objectSelectors": [{"matchLabels": selector}]}]}}),
+    )
+    .await?;
+    Ok((ns, name, policy))
+}
+
+async fn finish(ctx: &Ctx, ns: &str, policy: &str) -> anyhow::Result<()> {
+    Api::<BindingPolicy>::all(ctx.client("wds1").await?)
+        .delete(policy, &DeleteParams::default())
+        .await?;
+    ctx.delete_namespace("wds1", ns).await
+}
+
+/// Waits until Jaeger holds a complete trace of the object's rollout; returns its trace id.
+async fn complete_trace(name: &str) -> anyhow::Result<(String, Vec<Span>)> {
+    let mut found = None;
+    ks_tests::stack::wait_for(&format!("a complete trace of {name} in Jaeger"), DEADLINE, || {
+        found = traces_of(name)
+            .ok()
+            .and_then(|traces| traces.into_iter().find(|(_, spans)| complete(spans)));
+        std::future::ready(Ok(found.is_some()))
+    })
+    .await?;
+    found.context("found")
+}
+
+/// A Deployment sent to both WECs is one trace: packaging on the hub, delivery and status
+/// reports from the agent on each WEC, parent-linked in causal order and tagged with the
+/// object, its generation, the BindingPolicy and the WEC; the latency histograms have samples;
+/// and re-rendering the Binding writes no ManifestWork because of tracing.
+async fn rollout_is_one_trace_across_hub_and_wecs(ctx: Ctx) -> anyhow::Result<()> {
+    let (ns, name, policy) = rollout(&ctx, json!({})).await?;
+    let (_, spans) = complete_trace(&name).await?;
+    let packaging = spans.iter().find(|s| s.operation == "packaging").context("packaging")?;
+    for (key, value) in [
+        ("k8s.object.group", json!("apps")),
+        ("k8s.object.resource", json!("deployments")),
+        ("k8s.object.namespace", json!(ns)),
+        ("k8s.object.generation", json!(1)),
+        ("kubestellar.binding_policy", json!(policy)),
+        ("kubestellar.wec", json!("cluster1,cluster2")),
+    ] {
+        ensure!(
+            packaging.tags.get(key) == Some(&value),
+            "packaging {key}: {:?}",
+            packaging.tags
+        );
+    }
+
+    let hub = ("127.0.0.1", ctx.stack.hub_port("wds1"));
+    let (code, metrics) = ks_tests::process::http_get(format!("{}:{}", hub.0, hub.1).parse()?, "/metrics");
+    ensure!(code == 200, "hub /metrics answered {code}");
+    let count = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("kubestellar_downsync_packaging_duration_seconds_count "))
+        .and_then(|n| n.trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    ensure!(count > 0, "no packaging samples on the hub's /metrics");
+
+    // A CustomTransform change re-renders every Binding: the trace context of the delivered
+    // generation is reused, so no ManifestWork is written.
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    let ours = ListParams::default().labels(&format!("{}={policy}", names::ORIGIN_BINDING_LABEL));
+    let generations =
+        |list: Vec<ManifestWork>| -> Vec<i64> { list.iter().map(|w| w.metadata.generation.unwrap_or(0)).collect() };
+    let before = generations(works.list(&ours).await?.items);
+    let transforms: Api<CustomTransform> = Api::all(ctx.client("wds1").await?);
+    let transform = format!("{ns}-noop");
+    apply(
+        &transforms,
+        json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "CustomTransform",
+               "metadata": {"name": transform},
+               "spec": {"apiGroup": "example.com", "resource": "nothings", "remove": ["$.spec.x"]}}),
+    )
+    .await?;
+    // The transform's status is written in the same pass as the re-render.
+    wait_until(
+        transforms.clone(),
+        &transform,
+        "reported",
+        DEADLINE,
+        |t: Option<&CustomTransform>| t.is_some_and(|t| t.status.is_some()),
+    )
+    .await?;
+    let after = generations(works.list(&ours).await?.items);
+    ensure!(
+        before == after,
+        "ManifestWorks rewritten by a re-render: {before:?} → {after:?}"
+    );
+    transforms.delete(&transform, &DeleteParams::default()).await?;
+    finish(&ctx, &ns, &policy).await
+}
+
+/// A traceparent on the user's WDS object makes our spans part of that trace, under its span;
+/// the user's object itself is never given one.
+async fn user_traceparent_is_joined(ctx: Ctx) -> anyhow::Result<()> {
+    let trace_id = format!("{:032x}", u128::from(std::process::id()) << 64 | 0x5eed);
+    let parent_id = "00f067aa0ba902b7";
+    let traceparent = format!("00-{trace_id}-{parent_id}-01");
+    let (ns, name, policy) = rollout(&ctx, json!({TRACEPARENT_ANNOTATION: traceparent})).await?;
+    let (found, spans) = complete_trace(&name).await?;
+    ensure!(
+        found == trace_id,
+        "our spans are in trace {found}, not the user's {trace_id}"
+    );
+    let packaging = spans.iter().find(|s| s.operation == "packaging").context("packaging")?;
+    ensure!(
+        packaging.parent.as_deref() == Some(parent_id),
+        "packaging's parent: {:?}",
+        packaging.parent
+    );
+    let wds = Api::<Deployment>::namespaced(ctx.client("wds1").await?, &ns)
+        .get(&name)
+        .await?;
+    ensure!(
+        wds.metadata.annotations.unwrap_or_default().get(TRACEPARENT_ANNOTATION) == Some(&traceparent),
+        "the user's object keeps its own traceparent"
+    );
+    finish(&ctx, &ns, &policy).await
+}
