@@ -1,0 +1,201 @@
+//! ks-demo: the quickstart's main job (`make demo`), on a running stack. It applies a Namespace
+//! and a Deployment whose environment is a per-WEC template, a BindingPolicy sending them to
+//! every WEC labelled `location-group=edge` with multi-WEC status return, and a StatusCollector;
+//! then it shows what arrived on each WEC, the status returned to the WDS, the CombinedStatus
+//! table and the rollout's trace in Jaeger.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
+use ks_shared::api::{BindingPolicy, CombinedStatus, StatusCollector};
+use ks_shared::names::EXPAND_TEMPLATES_ANNOTATION;
+use ks_tests::harness::{apply, repo_root, wait_until};
+use ks_tests::stack::{JAEGER_QUERY, Stack};
+use kube::ResourceExt;
+use kube::api::Api;
+use serde_json::{Value, json};
+
+const NAMESPACE: &str = "demo";
+const APP: &str = "hello";
+const POLICY: &str = "demo";
+const COLLECTOR: &str = "demo-replicas";
+const WECS: [&str; 2] = ["cluster1", "cluster2"];
+/// Delivery and status return go through OCM and kwok; generous for a cold machine.
+const DEADLINE: Duration = Duration::from_secs(180);
+
+#[derive(Parser)]
+#[command(
+    version,
+    about = "Run the quickstart workload on the local stack and show what happened"
+)]
+struct Args {
+    /// Repository root (its `.stack` must be up: `make up`).
+    #[arg(long, default_value = ".")]
+    repo: std::path::PathBuf,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let exe = std::env::current_exe()?;
+    let stack = Stack::new(
+        &args.repo.canonicalize().unwrap_or_else(|_| repo_root()),
+        WECS.len(),
+        exe.parent().context("bin dir")?,
+    )?;
+    anyhow::ensure!(stack.is_running(), "the stack is not running: run `make up` first");
+    let wds = stack.client("wds1").await?;
+
+    println!("1. In the WDS (context wds1): Namespace {NAMESPACE}, Deployment {APP} with a per-WEC template,");
+    println!("   BindingPolicy {POLICY} (location-group=edge, multi-WEC status) and StatusCollector {COLLECTOR}.");
+    apply_workload(&wds).await?;
+
+    println!("\n2. What arrived on each WEC (the template expanded with that WEC's properties):");
+    for wec in WECS {
+        let deployments: Api<Deployment> = Api::namespaced(stack.client(wec).await?, NAMESPACE);
+        let arrived = wait_until(
+            deployments,
+            APP,
+            &format!("on {wec}"),
+            DEADLINE,
+            |d: Option<&Deployment>| d.is_some(),
+        )
+        .await?
+        .context("arrived")?;
+        let env = serde_json::to_value(&arrived.spec)?["template"]["spec"]["containers"][0]["env"][0]["value"].clone();
+        println!("   {wec}: GREETING = {env}");
+    }
+
+    println!("\n3. Status returned to the WDS (the sum over both WECs):");
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), NAMESPACE);
+    let aggregated = |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref())
+            .and_then(|s| s.available_replicas)
+            .is_some_and(|n| n >= WECS.len() as i32)
+    };
+    let returned = wait_until(deployments, APP, "with returned status", DEADLINE, aggregated)
+        .await?
+        .context("returned")?;
+    let status = returned.status.unwrap_or_default();
+    println!(
+        "   replicas {:?}, readyReplicas {:?}, availableReplicas {:?}",
+        status.replicas, status.ready_replicas, status.available_replicas
+    );
+
+    println!("\n4. CombinedStatus (StatusCollector {COLLECTOR}, one row per WEC):");
+    let combined: Api<CombinedStatus> = Api::namespaced(wds.clone(), NAMESPACE);
+    let name = format!(
+        "{}.{}",
+        returned.metadata.uid.unwrap_or_default(),
+        Api::<BindingPolicy>::all(wds.clone())
+            .get(POLICY)
+            .await?
+            .uid()
+            .unwrap_or_default()
+    );
+    let full = |c: Option<&CombinedStatus>| {
+        c.and_then(|c| serde_json::to_value(c).ok()).is_some_and(|v| {
+            v["results"][0]["rows"]
+                .as_array()
+                .is_some_and(|r| r.len() == WECS.len())
+        })
+    };
+    let table = wait_until(combined, &name, "with a row per WEC", DEADLINE, full)
+        .await?
+        .context("combined")?;
+    print_table(&serde_json::to_value(&table)?["results"][0]);
+
+    println!("\n5. The rollout's trace (packaging on the hub, delivery and status reports per WEC):");
+    match trace_of(APP).await {
+        Some(id) => println!("   http://127.0.0.1:{JAEGER_QUERY}/trace/{id}"),
+        None => println!("   not in Jaeger yet: http://127.0.0.1:{JAEGER_QUERY}/search?service=ks-hub"),
+    }
+
+    println!("\nExplore: source .stack/env; kubectl --context wds1 -n {NAMESPACE} get deploy {APP} -o yaml");
+    println!("         kubectl --context its1 get workstatuses -A; kubectl --context cluster1 -n {NAMESPACE} get pods");
+    println!("Stop:    make down");
+    Ok(())
+}
+
+async fn apply_workload(wds: &kube::Client) -> anyhow::Result<()> {
+    let labels = json!({"app.kubernetes.io/part-of": NAMESPACE});
+    apply(
+        &Api::<Namespace>::all(wds.clone()),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": labels}}),
+    )
+    .await?;
+    apply(
+        &Api::<Deployment>::namespaced(wds.clone(), NAMESPACE),
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": APP, "labels": labels, "annotations": {EXPAND_TEMPLATES_ANNOTATION: "true"}},
+               "spec": {"replicas": 1, "selector": {"matchLabels": {"app": APP}},
+                        "template": {"metadata": {"labels": {"app": APP}},
+                                     "spec": {"containers": [{"name": APP, "image": "nginx:1.27",
+                                        "env": [{"name": "GREETING",
+                                                 "value": "hello from {{.clusterName}} in region {{.region}}"}]}]}}}}),
+    )
+    .await?;
+    apply(
+        &Api::<StatusCollector>::all(wds.clone()),
+        json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "StatusCollector", "metadata": {"name": COLLECTOR},
+               "spec": {"select": [{"name": "wec", "def": "inventory.name"},
+                                   {"name": "available", "def": "returned.status.availableReplicas"}],
+                        "limit": 10}}),
+    )
+    .await?;
+    apply(
+        &Api::<BindingPolicy>::all(wds.clone()),
+        json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": POLICY},
+               "spec": {"clusterSelectors": [{"matchLabels": {"location-group": "edge"}}],
+                        "downsync": [{"objectSelectors": [{"matchLabels": labels}],
+                                      "wantMultiWECReportedState": true, "statusCollectors": [COLLECTOR]}]}}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// Prints one StatusCollector's result as a table.
+fn print_table(result: &Value) {
+    let cell = |v: &Value| {
+        ["string", "float", "bool", "object", "array"]
+            .iter()
+            .find_map(|k| v.get(*k).map(|x| x.to_string().trim_matches('"').to_string()))
+            .unwrap_or_else(|| v["type"].as_str().unwrap_or_default().to_lowercase())
+    };
+    let columns: Vec<String> = result["columnNames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| c.as_str().unwrap_or_default().to_string())
+        .collect();
+    println!("   {}", columns.iter().map(|c| format!("{c:<12}")).collect::<String>());
+    for row in result["rows"].as_array().into_iter().flatten() {
+        let cells: String = row["columns"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| format!("{:<12}", cell(c)))
+            .collect();
+        println!("   {cells}");
+    }
+}
+
+/// The id of a trace in Jaeger holding the packaging of `name`.
+async fn trace_of(name: &str) -> Option<String> {
+    let path =
+        format!("/api/traces?service=ks-hub&limit=1&lookback=1h&tags=%7B%22k8s.object.name%22%3A%22{name}%22%7D");
+    let mut found = None;
+    let _ = ks_tests::stack::wait_for("the trace in Jaeger", Duration::from_secs(30), || {
+        let (code, body) = ks_tests::process::http_get(([127, 0, 0, 1], JAEGER_QUERY).into(), &path);
+        found = (code == 200)
+            .then(|| serde_json::from_str::<Value>(&body).ok())
+            .flatten()
+            .and_then(|v| v["data"][0]["traceID"].as_str().map(str::to_string));
+        std::future::ready(Ok(found.is_some()))
+    })
+    .await;
+    found
+}
