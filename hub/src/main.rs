@@ -28,7 +28,10 @@ Runs beside a Workload Definition Space (WDS). The binding controller watches ev
 resource of the WDS and the WECs (ManagedClusters) of the ITS, and turns each BindingPolicy into a \
 Binding of the same name listing the selected objects and WECs, with the policy's status showing \
 errors and Ready/Synced conditions. It installs the KubeStellar CRDs into the WDS at start-up. \
-The transport and status controllers are being added."
+The transport controller turns each Binding into ManifestWorks in the WECs' mailbox namespaces of \
+the ITS. The status controller returns the status the WECs report (WorkStatus objects in the ITS) \
+into the WDS objects, singleton or aggregated over WECs, and computes CombinedStatuses from \
+StatusCollectors."
 )]
 struct Args {
     #[command(flatten)]
@@ -63,12 +66,12 @@ struct Args {
     /// In KubeFlex mode, the ITS ControlPlane's name (needed when there are several).
     #[arg(long, env = "KS_ITS_NAME", value_name = "NAME", requires = "kubeflex")]
     its_name: Option<String>,
-    /// Controllers to run, comma-separated: `binding`, `transport` (which needs `binding`: it
-    /// reads the objects from the binding controller's caches).
+    /// Controllers to run, comma-separated: `binding`, `transport`, `status` (the last two need
+    /// `binding`: they read the objects from the binding controller's caches).
     #[arg(
         long,
         env = "KS_CONTROLLERS",
-        default_value = "binding,transport",
+        default_value = "binding,transport,status",
         value_delimiter = ','
     )]
     controllers: Vec<String>,
@@ -110,17 +113,19 @@ async fn main() -> anyhow::Result<()> {
     if let Some(unknown) = args
         .controllers
         .iter()
-        .find(|c| !["binding", "transport"].contains(&c.as_str()))
+        .find(|c| !["binding", "transport", "status"].contains(&c.as_str()))
     {
-        bail!("--controllers: {unknown:?} is not available in this build (available: binding, transport)");
+        bail!("--controllers: {unknown:?} is not available in this build (available: binding, transport, status)");
     }
-    let with_transport = args.controllers.iter().any(|c| c == "transport");
-    if !args.controllers.iter().any(|c| c == "binding") {
-        bail!("--controllers must include binding (transport reads the binding controller's caches)");
+    let with = |name: &str| args.controllers.iter().any(|c| c == name);
+    if !with("binding") {
+        bail!("--controllers must include binding (transport and status read the binding controller's caches)");
     }
     let mut process = Process::start("ks-hub", &args.common)?;
     let metrics = Metrics::default();
     metrics.register(&mut process.registry);
+    let status_metrics = ks_hub::status::Metrics::default();
+    status_metrics.register(&mut process.registry);
     let ready = process.readiness.gate("binding-controller");
     let serving = process
         .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
@@ -142,7 +147,12 @@ async fn main() -> anyhow::Result<()> {
     let settings = Settings {
         filter: ResourceFilter::from_api_groups(&args.api_groups),
         debounce: Duration::from_millis(args.binding_debounce_ms),
-        transport: with_transport.then(|| ks_hub::transport::controller::Settings {
+        status: with("status").then(|| ks_hub::status::controller::Settings {
+            wds_name: args.wds_name.clone(),
+            after_transport: with("transport"),
+            metrics: status_metrics,
+        }),
+        transport: with("transport").then(|| ks_hub::transport::controller::Settings {
             wds_name: args.wds_name.clone(),
             limits: ks_hub::transport::sharding::Limits {
                 max_size: args.max_size_wrapped,

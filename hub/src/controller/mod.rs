@@ -36,6 +36,8 @@ pub struct Settings {
     pub filter: ResourceFilter,
     /// Run the transport controller too, on the same caches.
     pub transport: Option<crate::transport::controller::Settings>,
+    /// Run the status controller too, on the same caches.
+    pub status: Option<crate::status::controller::Settings>,
     /// How long to gather changes before writing Bindings.
     pub debounce: Duration,
 }
@@ -227,6 +229,16 @@ pub async fn run(
                 tracing::error!(error = format!("{err:#}"), "transport controller stopped");
             }
         });
+    }
+    if let Some(status) = settings.status.clone() {
+        let informers = caches.informers.clone();
+        tokio::spawn(crate::status::controller::run(
+            wds.clone(),
+            its.clone(),
+            informers,
+            status,
+            shutdown.clone(),
+        ));
     }
     metrics.informers.set(caches.informers.count() as i64);
     tracing::info!(informers = caches.informers.count(), "workload caches filled");

@@ -1,6 +1,7 @@
 //! Multi-WEC aggregation of `.status`: one status for the WDS object from the statuses its WECs
-//! reported. The rules are in `AGGREGATION.md` beside this file; in short, the aggregate looks as
-//! healthy as the least healthy WEC, and it never depends on the order the WECs come in.
+//! reported. The rules are in `AGGREGATION.md` beside this file; in short, counts are totals over
+//! the WECs, conditions look as healthy as the least healthy WEC, and nothing depends on the order
+//! the WECs come in.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, BTreeSet};
@@ -28,11 +29,9 @@ pub fn aggregate_status(group: &str, kind: &str, statuses: &[&Value]) -> Value {
 /// How one field of a well-known kind is combined.
 #[derive(Clone, Copy, Debug)]
 enum Rule {
-    /// An integer count, absent meaning 0 (Kubernetes omits zero counts): the smallest.
+    /// An integer, absent meaning 0 (Kubernetes omits zero counts): the smallest.
     Min,
-    /// An integer count, absent meaning 0: the largest.
-    Max,
-    /// An integer count, absent meaning 0: the total.
+    /// An integer count, absent meaning 0: the total over the WECs.
     Sum,
     /// Kept only when every WEC reports the same value.
     Agree,
@@ -44,41 +43,43 @@ enum Rule {
     Conditions,
 }
 
+// Counts are totals: each WEC runs the object's full spec, so the WDS object stands for the
+// rollout across all of them (1 replica on each of 2 WECs is 2 replicas). `observedGeneration`
+// is the oldest, so the aggregate is current only once every WEC is.
+
 const DEPLOYMENT: &[(&str, Rule)] = &[
     ("observedGeneration", Rule::Min),
-    ("replicas", Rule::Max),
-    ("updatedReplicas", Rule::Min),
-    ("readyReplicas", Rule::Min),
-    ("availableReplicas", Rule::Min),
-    ("unavailableReplicas", Rule::Max),
-    ("terminatingReplicas", Rule::Max),
+    ("replicas", Rule::Sum),
+    ("updatedReplicas", Rule::Sum),
+    ("readyReplicas", Rule::Sum),
+    ("availableReplicas", Rule::Sum),
+    ("unavailableReplicas", Rule::Sum),
+    ("terminatingReplicas", Rule::Sum),
     ("conditions", Rule::Conditions),
 ];
 
 const REPLICA_SET: &[(&str, Rule)] = &[
     ("observedGeneration", Rule::Min),
-    ("replicas", Rule::Max),
-    ("fullyLabeledReplicas", Rule::Min),
-    ("readyReplicas", Rule::Min),
-    ("availableReplicas", Rule::Min),
-    ("terminatingReplicas", Rule::Max),
+    ("replicas", Rule::Sum),
+    ("fullyLabeledReplicas", Rule::Sum),
+    ("readyReplicas", Rule::Sum),
+    ("availableReplicas", Rule::Sum),
+    ("terminatingReplicas", Rule::Sum),
     ("conditions", Rule::Conditions),
 ];
 
 const STATEFUL_SET: &[(&str, Rule)] = &[
     ("observedGeneration", Rule::Min),
-    ("replicas", Rule::Max),
-    ("readyReplicas", Rule::Min),
-    ("currentReplicas", Rule::Min),
-    ("updatedReplicas", Rule::Min),
-    ("availableReplicas", Rule::Min),
+    ("replicas", Rule::Sum),
+    ("readyReplicas", Rule::Sum),
+    ("currentReplicas", Rule::Sum),
+    ("updatedReplicas", Rule::Sum),
+    ("availableReplicas", Rule::Sum),
     ("currentRevision", Rule::Agree),
     ("updateRevision", Rule::Agree),
     ("conditions", Rule::Conditions),
 ];
 
-/// A DaemonSet's counts are relative to each other (nodes), not to a spec the WECs share, so
-/// totals across WECs keep their meaning: ready of desired, over the whole fleet.
 const DAEMON_SET: &[(&str, Rule)] = &[
     ("observedGeneration", Rule::Min),
     ("desiredNumberScheduled", Rule::Sum),
@@ -92,11 +93,11 @@ const DAEMON_SET: &[(&str, Rule)] = &[
 ];
 
 const JOB: &[(&str, Rule)] = &[
-    ("active", Rule::Max),
-    ("ready", Rule::Min),
-    ("terminating", Rule::Max),
-    ("succeeded", Rule::Min),
-    ("failed", Rule::Max),
+    ("active", Rule::Sum),
+    ("ready", Rule::Sum),
+    ("terminating", Rule::Sum),
+    ("succeeded", Rule::Sum),
+    ("failed", Rule::Sum),
     ("startTime", Rule::Earliest),
     ("completionTime", Rule::LatestOfAll),
     ("conditions", Rule::Conditions),
@@ -135,7 +136,7 @@ fn by_rules(rules: &[(&str, Rule)], objects: &[&Map<String, Value>]) -> Map<Stri
 
 fn apply(rule: Rule, present: &[&Value], everywhere: bool, objects: &[&Map<String, Value>]) -> Option<Value> {
     match rule {
-        Rule::Min | Rule::Max | Rule::Sum => count(rule, present, objects.len()),
+        Rule::Min | Rule::Sum => count(rule, present, objects.len()),
         Rule::Agree => everywhere.then(|| agreed(present)).flatten(),
         Rule::Earliest => timestamps(present)
             .filter(|(t, _)| t.is_some())
@@ -159,7 +160,6 @@ fn count(rule: Rule, present: &[&Value], wecs: usize) -> Option<Value> {
     values.resize(wecs, 0);
     let result = match rule {
         Rule::Min => values.into_iter().min(),
-        Rule::Max => values.into_iter().max(),
         _ => Some(values.into_iter().fold(0i64, i64::saturating_add)),
     };
     result.map(Value::from)
@@ -376,30 +376,39 @@ mod tests {
     }
 
     #[test]
-    fn deployment_looks_as_healthy_as_its_least_healthy_wec() {
+    fn deployment_counts_are_totals_and_its_generation_the_oldest() {
         let rolled_out = json!({"observedGeneration": 3, "replicas": 3, "updatedReplicas": 3,
             "readyReplicas": 3, "availableReplicas": 3, "collisionCount": 1});
         let rolling = json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1,
             "readyReplicas": 3, "availableReplicas": 3, "unavailableReplicas": 1});
         assert_eq!(
             aggregate("apps", "Deployment", &[rolled_out, rolling]),
-            json!({"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1, "readyReplicas": 3,
-                "availableReplicas": 3, "unavailableReplicas": 1})
+            json!({"observedGeneration": 2, "replicas": 7, "updatedReplicas": 4, "readyReplicas": 6,
+                "availableReplicas": 6, "unavailableReplicas": 1})
         );
     }
 
     #[test]
-    fn absent_counts_are_zero_but_only_reported_fields_appear() {
-        let ready = json!({"replicas": 1, "readyReplicas": 1});
+    fn one_replica_on_each_of_two_wecs_is_two_replicas() {
+        let one = json!({"replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 1});
+        assert_eq!(
+            aggregate("apps", "Deployment", &[one.clone(), one]),
+            json!({"replicas": 2, "readyReplicas": 2, "availableReplicas": 2, "updatedReplicas": 2})
+        );
+    }
+
+    #[test]
+    fn absent_numbers_are_zero_but_only_reported_fields_appear() {
+        let ready = json!({"observedGeneration": 2, "replicas": 1, "readyReplicas": 1});
         let starting = json!({"replicas": 1});
         assert_eq!(
             aggregate("apps", "ReplicaSet", &[ready, starting]),
-            json!({"replicas": 1, "readyReplicas": 0})
+            json!({"observedGeneration": 0, "replicas": 2, "readyReplicas": 1})
         );
     }
 
     #[test]
-    fn daemonset_counts_are_totals() {
+    fn daemonset_counts_are_totals_too() {
         let a = json!({"desiredNumberScheduled": 2, "numberReady": 2, "observedGeneration": 4});
         let b = json!({"desiredNumberScheduled": 3, "numberReady": 1, "numberUnavailable": 2, "observedGeneration": 5});
         assert_eq!(
@@ -414,7 +423,7 @@ mod tests {
         let b = json!({"replicas": 2, "currentRevision": "web-1", "updateRevision": "web-1"});
         assert_eq!(
             aggregate("apps", "StatefulSet", &[a, b]),
-            json!({"replicas": 2, "currentRevision": "web-1"})
+            json!({"replicas": 4, "currentRevision": "web-1"})
         );
     }
 
@@ -425,7 +434,7 @@ mod tests {
         let running = json!({"active": 1, "startTime": "2025-01-01T00:00:01Z"});
         assert_eq!(
             aggregate("batch", "Job", &[done.clone(), running]),
-            json!({"active": 1, "succeeded": 0, "startTime": "2025-01-01T00:00:01Z",
+            json!({"active": 1, "succeeded": 1, "startTime": "2025-01-01T00:00:01Z",
                 "conditions": [{"type": "Complete", "status": "Unknown", "reason": "Done", "message": "Done",
                     "lastTransitionTime": "2025-01-01T00:01:00Z"}]})
         );
@@ -545,6 +554,31 @@ mod tests {
         ])
     }
 
+    /// Every count and generation field of the well-known kinds.
+    const ALL_COUNTS: [&str; 21] = [
+        "observedGeneration",
+        "replicas",
+        "updatedReplicas",
+        "readyReplicas",
+        "availableReplicas",
+        "unavailableReplicas",
+        "terminatingReplicas",
+        "fullyLabeledReplicas",
+        "currentReplicas",
+        "desiredNumberScheduled",
+        "currentNumberScheduled",
+        "updatedNumberScheduled",
+        "numberReady",
+        "numberAvailable",
+        "numberUnavailable",
+        "numberMisscheduled",
+        "active",
+        "ready",
+        "terminating",
+        "succeeded",
+        "failed",
+    ];
+
     /// A well-known kind and a status with random values for some of its count fields.
     fn well_known_counts() -> impl Strategy<Value = (&'static str, &'static str, Value)> {
         kind()
@@ -556,7 +590,7 @@ mod tests {
     fn counts_status(rules: &'static [(&'static str, Rule)]) -> impl Strategy<Value = Value> {
         let count_fields: Vec<&str> = rules
             .iter()
-            .filter(|(_, r)| matches!(r, Rule::Min | Rule::Max | Rule::Sum))
+            .filter(|(_, r)| matches!(r, Rule::Min | Rule::Sum))
             .map(|(f, _)| *f)
             .collect();
         prop::collection::vec(prop::option::of(0i64..1_000_000), count_fields.len()).prop_map(move |values| {
@@ -592,16 +626,23 @@ mod tests {
         }
 
         #[test]
-        fn daemonset_sums_are_order_independent_totals(
-            wecs in prop::collection::vec(prop::option::of(0i64..1_000_000), 1..6).prop_shuffle(),
+        fn counts_are_totals_and_generations_the_oldest(
+            (group, kind, rules) in kind().prop_filter_map("well-known kinds", |(g, k)| Some((g, k, kind_rules(g, k)?))),
+            statuses in prop::collection::vec(
+                prop::collection::btree_map(prop::sample::select(ALL_COUNTS.to_vec()), 0i64..1_000_000, 0..4), 1..5),
         ) {
-            let statuses: Vec<Value> = wecs
-                .iter()
-                .map(|n| n.map_or_else(|| json!({}), |n| json!({"numberReady": n})))
-                .collect();
-            let total: i64 = wecs.iter().flatten().sum();
-            let expected = if wecs.iter().any(Option::is_some) { json!({"numberReady": total}) } else { json!({}) };
-            prop_assert_eq!(aggregate("apps", "DaemonSet", &statuses), expected);
+            let statuses: Vec<Value> = statuses.into_iter().map(|m| json!(m)).collect();
+            let aggregated = aggregate(group, kind, &statuses);
+            for &(field, rule) in rules {
+                let values = statuses.iter().map(|s| s[field].as_i64());
+                let expected = match rule {
+                    _ if values.clone().all(|v| v.is_none()) => Value::Null,
+                    Rule::Sum => values.flatten().sum::<i64>().into(),
+                    Rule::Min => values.map(|v| v.unwrap_or(0)).min().into(),
+                    _ => continue,
+                };
+                prop_assert_eq!(&aggregated[field], &expected, "{}", field);
+            }
         }
 
         #[test]

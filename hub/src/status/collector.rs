@@ -812,7 +812,9 @@ pub fn go_float(f: f64) -> String {
 /// Name, namespace, the five labels and the owner reference of the CombinedStatus for an object
 /// and a BindingPolicy (reference §5.8): named `<objectUID>.<policyUID>`, in the object's
 /// namespace or `kubestellar-report` for a cluster-scoped object, owned (not controlled) by the
-/// object.
+/// object. A label whose value cannot be a label value (object and policy names may be longer
+/// than 63 characters, RBAC names hold `:`) is left out: the apiserver would refuse the whole
+/// CombinedStatus, as it does upstream's.
 pub fn combined_status_metadata(
     object: &ObjectIdentity,
     object_uid: &str,
@@ -839,7 +841,13 @@ pub fn combined_status_metadata(
     ObjectMeta {
         name: Some(format!("{object_uid}.{policy_uid}")),
         namespace: Some(namespace.to_string()),
-        labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+        labels: Some(
+            labels
+                .iter()
+                .filter(|(_, v)| is_label_value(v))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        ),
         owner_references: Some(vec![OwnerReference {
             api_version,
             kind: object.kind.clone(),
@@ -849,6 +857,16 @@ pub fn combined_status_metadata(
         }]),
         ..Default::default()
     }
+}
+
+/// Whether the apiserver accepts `value` as a label value: at most 63 characters, alphanumeric
+/// at both ends, `-`, `_` and `.` inside.
+fn is_label_value(value: &str) -> bool {
+    let alphanumeric = |c: Option<char>| c.is_none_or(|c| c.is_ascii_alphanumeric());
+    value.len() <= 63
+        && value.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && alphanumeric(value.chars().next())
+        && alphanumeric(value.chars().last())
 }
 
 /// Lines for a StatusCollector's `status.errors` from one of its results, for the object that
@@ -1321,6 +1339,18 @@ mod tests {
         assert_eq!(meta.namespace.as_deref(), Some(REPORT_NAMESPACE));
         assert_eq!(meta.labels.unwrap()[combined_status_label::NAMESPACE], "");
         assert_eq!(meta.owner_references.unwrap()[0].api_version, "v1");
+
+        let long_policy = "p".repeat(64);
+        let role = ObjectIdentity {
+            name: "system:admin".into(),
+            ..web
+        };
+        let labels = combined_status_metadata(&role, "u4", &long_policy, "u2")
+            .labels
+            .unwrap();
+        assert!(!labels.contains_key(combined_status_label::BINDING_POLICY));
+        assert!(!labels.contains_key(combined_status_label::NAME));
+        assert_eq!(labels.len(), 3);
     }
 
     #[test]

@@ -1,8 +1,16 @@
-//! The status controller's pure logic: which `.status` a WDS object gets back from its WECs
-//! ([`singleton`]), how several WECs' statuses combine into one ([`aggregate`]), and the
-//! CombinedStatus that StatusCollectors compute with CEL ([`collector`]). No cluster, no client:
-//! the controller feeds these functions from its caches and writes what they return.
+//! The status controller ([`controller`]) and its pure logic: which `.status` a WDS object gets
+//! back from its WECs ([`singleton`]), how several WECs' statuses combine into one
+//! ([`aggregate`]), the CombinedStatus that StatusCollectors compute with CEL ([`collector`]),
+//! what the controller remembers between events ([`state`]) and what it decides for one object
+//! ([`plan`]). Only [`controller`], [`writes`] and [`metrics`] touch a cluster.
 
 pub mod aggregate;
 pub mod collector;
+pub mod controller;
+mod metrics;
+pub mod plan;
 pub mod singleton;
+pub mod state;
+mod writes;
+
+pub use metrics::Metrics;

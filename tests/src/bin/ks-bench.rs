@@ -44,6 +44,13 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         objects: usize,
     },
+    /// A Gauge bound to cluster1 with singleton status return: time WEC status change → WDS
+    /// `.status` updated, and count writes to the WDS object per change.
+    StatusLatency {
+        /// How many status changes to time.
+        #[arg(long, default_value_t = 50)]
+        changes: usize,
+    },
     /// With the stack's agent on cluster1: delete and recreate ManifestWorks of one Pod each, round
     /// after round, and print the agent's memory after each round.
     AgentChurn {
@@ -66,6 +73,7 @@ async fn main() -> anyhow::Result<()> {
         Command::AgentLatency { changes, objects } => agent::latency(&stack, changes, objects).await,
         Command::DeliveryLatency { objects } => delivery_latency(&stack, objects).await,
         Command::AgentChurn { rounds, works } => agent::churn(&stack, rounds, works).await,
+        Command::StatusLatency { changes } => status::latency(&stack, changes).await,
     }
 }
 
@@ -241,6 +249,37 @@ async fn binding_latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Installs the Gauge CRD (namespaced, any fields, a status subresource): a custom resource whose
+/// `.status` the bench writes stands for "a status change", with no controller in the way.
+async fn install_gauge_crd(client: &kube::Client) -> anyhow::Result<()> {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": GAUGE_CRD},
+        "spec": {"group": "bench.kubestellar.io", "scope": "Namespaced",
+                 "names": {"plural": "gauges", "singular": "gauge", "kind": "Gauge"},
+                 "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
+                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
+    });
+    crds.patch(GAUGE_CRD, &PatchParams::apply(MANAGER).force(), &Patch::Apply(crd))
+        .await?;
+    let established = kube::runtime::wait::conditions::is_crd_established();
+    wait_until(crds, GAUGE_CRD, "established", Duration::from_secs(120), established).await?;
+    Ok(())
+}
+
+const GAUGE_CRD: &str = "gauges.bench.kubestellar.io";
+
+/// The Gauge resource, for dynamic clients.
+fn gauge_resource() -> kube::core::ApiResource {
+    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+        "bench.kubestellar.io",
+        "v1",
+        "Gauge",
+    ))
+}
+
 mod agent {
     //! The agent measurements: a Gauge custom resource whose `.status` the bench writes on the
     //! WEC stands for "a status change", so nothing but the agent sits between the two clocks.
@@ -248,12 +287,10 @@ mod agent {
     use std::time::{Duration, Instant};
 
     use futures::StreamExt;
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use ks_shared::api::WorkStatus;
     use ks_tests::harness::wait_until;
     use ks_tests::stack::Stack;
     use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
-    use kube::core::{ApiResource, GroupVersionKind};
     use kube::runtime::wait::conditions;
     use kube::runtime::{WatchStreamExt, watcher};
     use serde_json::json;
@@ -333,25 +370,7 @@ mod agent {
         let id = std::process::id();
         let apply = PatchParams::apply(MANAGER).force();
 
-        let crds: Api<CustomResourceDefinition> = Api::all(wec.clone());
-        let crd = json!({
-            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-            "metadata": {"name": "gauges.bench.kubestellar.io"},
-            "spec": {"group": "bench.kubestellar.io", "scope": "Namespaced",
-                     "names": {"plural": "gauges", "singular": "gauge", "kind": "Gauge"},
-                     "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                                   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
-        });
-        crds.patch("gauges.bench.kubestellar.io", &apply, &Patch::Apply(crd))
-            .await?;
-        wait_until(
-            crds,
-            "gauges.bench.kubestellar.io",
-            "established",
-            DEADLINE,
-            conditions::is_crd_established(),
-        )
-        .await?;
+        super::install_gauge_crd(&wec).await?;
 
         let pid = stack.wait_agent_ready(WEC, DEADLINE).await?;
 
@@ -367,11 +386,7 @@ mod agent {
         ]}}});
         works.patch(&ns, &apply, &Patch::Apply(work)).await?;
 
-        let gauges: Api<DynamicObject> = Api::namespaced_with(
-            wec.clone(),
-            &ns,
-            &ApiResource::from_gvk(&GroupVersionKind::gvk("bench.kubestellar.io", "v1", "Gauge")),
-        );
+        let gauges: Api<DynamicObject> = Api::namespaced_with(wec.clone(), &ns, &super::gauge_resource());
         let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), WEC);
         let run_label = format!("bench.kubestellar.io/run={id}");
         let find = || async {
@@ -472,6 +487,119 @@ mod agent {
                 .await?;
         }
         works.delete(&ns, &DeleteParams::default()).await?;
+        Ok(())
+    }
+}
+
+mod status {
+    //! Status return: a Gauge in the WDS, bound to cluster1 with singleton status return; the
+    //! bench writes the `.status` of its copy on cluster1 and waits for the WDS Gauge to show it.
+    //! Between the two clocks: the status agent, the WorkStatus, and the hub's status controller.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::{Duration, Instant};
+
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::Namespace;
+    use ks_shared::api::BindingPolicy;
+    use ks_tests::harness::wait_until;
+    use ks_tests::stack::Stack;
+    use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+    use kube::runtime::{WatchStreamExt, watcher};
+    use serde_json::json;
+
+    use super::{MANAGER, gauge_resource, install_gauge_crd, summary};
+
+    const DEADLINE: Duration = Duration::from_secs(120);
+
+    pub async fn latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {
+        let wds = stack.client("wds1").await?;
+        let wec = stack.client("cluster1").await?;
+        install_gauge_crd(&wds).await?;
+        install_gauge_crd(&wec).await?;
+        let ns = format!("bench-status-{}", std::process::id());
+        let apply = PatchParams::apply(MANAGER).force();
+        let label = json!({"bench.kubestellar.io/status": ns});
+        let namespaces: Api<Namespace> = Api::all(wds.clone());
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+        namespaces.patch(&ns, &apply, &Patch::Apply(namespace)).await?;
+        let gauge = json!({"apiVersion": "bench.kubestellar.io/v1", "kind": "Gauge",
+                           "metadata": {"name": "g", "namespace": ns, "labels": label}, "spec": {}});
+        let in_wds: Api<DynamicObject> = Api::namespaced_with(wds.clone(), &ns, &gauge_resource());
+        in_wds.patch("g", &apply, &Patch::Apply(gauge)).await?;
+        let policies: Api<BindingPolicy> = Api::all(wds.clone());
+        let policy = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": ns},
+            "spec": {"clusterSelectors": [{"matchLabels": {"name": "cluster1"}}],
+                     "downsync": [{"apiGroup": "", "resources": ["namespaces"], "objectNames": [ns]},
+                                  {"namespaces": [ns], "objectSelectors": [{"matchLabels": label}], "wantSingletonReportedState": true}]}});
+        policies.patch(&ns, &apply, &Patch::Apply(policy)).await?;
+        let on_wec: Api<DynamicObject> = Api::namespaced_with(wec.clone(), &ns, &gauge_resource());
+        wait_until(
+            on_wec.clone(),
+            "g",
+            "delivered to cluster1",
+            DEADLINE,
+            |g: Option<&DynamicObject>| g.is_some(),
+        )
+        .await?;
+        // The status-request label is written before the first change: from then on, every
+        // write to the WDS Gauge is a status write.
+        let shows = |value: usize| {
+            move |g: Option<&DynamicObject>| g.is_some_and(|g| g.data["status"]["value"] == json!(value))
+        };
+        let write_status = |value: usize| {
+            let status = json!({"apiVersion": "bench.kubestellar.io/v1", "kind": "Gauge", "metadata": {"name": "g"},
+                                "status": {"value": value}});
+            let on_wec = on_wec.clone();
+            let apply = apply.clone();
+            async move { on_wec.patch_status("g", &apply, &Patch::Apply(status)).await }
+        };
+        write_status(0).await?;
+        wait_until(in_wds.clone(), "g", "returning status", DEADLINE, shows(0)).await?;
+
+        // Every write to the WDS Gauge is an event on this watch, which also notes the last
+        // value it saw (so counting waits for the watch to catch up).
+        let writes = Arc::new(AtomicUsize::new(0));
+        let last_seen = Arc::new(AtomicUsize::new(usize::MAX));
+        let (counted, seen) = (writes.clone(), last_seen.clone());
+        let fields = "metadata.name=g".to_string();
+        let events = watcher(in_wds.clone(), watcher::Config::default().fields(&fields)).applied_objects();
+        let watching = tokio::spawn(async move {
+            tokio::pin!(events);
+            while let Some(Ok(gauge)) = events.next().await {
+                counted.fetch_add(1, Ordering::Relaxed);
+                let value = gauge.data["status"]["value"].as_u64().unwrap_or(u64::MAX);
+                seen.store(usize::try_from(value).unwrap_or(usize::MAX), Ordering::Relaxed);
+            }
+        });
+        let caught_up = |value: usize| {
+            let seen = last_seen.clone();
+            ks_tests::stack::wait_for("the watch to catch up", DEADLINE, move || {
+                let seen = seen.clone();
+                async move { Ok(seen.load(Ordering::Relaxed) == value) }
+            })
+        };
+        caught_up(0).await?;
+        let before = writes.load(Ordering::Relaxed);
+
+        let mut latencies = Vec::new();
+        for value in 1..=changes {
+            let started = Instant::now();
+            write_status(value).await?;
+            wait_until(in_wds.clone(), "g", "showing the new status", DEADLINE, shows(value)).await?;
+            latencies.push(started.elapsed());
+        }
+        caught_up(changes).await?;
+        let written = writes.load(Ordering::Relaxed) - before;
+        watching.abort();
+        println!(
+            "status: WEC status change -> WDS .status over {} changes: {}; writes to the WDS object: {written} for {changes} changes",
+            latencies.len(),
+            summary(latencies)
+        );
+        policies.delete(&ns, &DeleteParams::default()).await?;
+        namespaces.delete(&ns, &DeleteParams::default()).await?;
         Ok(())
     }
 }

@@ -1,0 +1,606 @@
+//! The status controller: returns WEC status into WDS workload objects (singleton and multi-WEC),
+//! keeps one CombinedStatus per (object, BindingPolicy) that names StatusCollectors, validates the
+//! collectors into their status, and tells each Binding whether its collectors are available.
+//!
+//! Inputs are this WDS's WorkStatuses (ITS, by the origin label), Bindings, StatusCollectors and
+//! CombinedStatuses (own watches) and the workload objects (the binding controller's caches:
+//! nothing is fetched). A workload object's change reaches us as a change of the Bindings listing
+//! it (their entries carry its resourceVersion). The unit of work is one object: every input
+//! names the objects it may affect, and each is reconciled against the current caches, so the
+//! order of events never matters and a start-up pass over everything converges after a restart.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use ks_shared::api::{Binding, CombinedStatus, StatusCollector, WorkStatus, condition_type};
+use ks_shared::names::{ORIGIN_WDS_LABEL, REPORT_NAMESPACE, TRANSPORT_FINALIZER};
+use kube::api::{Api, DynamicObject};
+use kube::discovery::ApiResource;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use serde_json::{Value as Json, json};
+use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio_util::sync::CancellationToken;
+
+use super::collector::Collector;
+use super::metrics::Metrics;
+use super::plan::{self, StatusAction, Subject, WecStatus};
+use super::state::{BindingView, Bindings, CachedName, EvaluationErrors, Index, ObjectKey};
+use super::writes;
+use crate::binding::ObjectIdentity;
+use crate::informers::WorkloadInformers;
+
+/// Settings of the status controller.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// WorkStatuses carrying this origin WDS label are ours; others are another WDS's.
+    pub wds_name: String,
+    /// The transport controller runs too: a new Binding's condition waits until the transport
+    /// has put its finalizer on, or our status write would make that update conflict (it
+    /// carries the resourceVersion) and delay delivery by the transport's retry.
+    pub after_transport: bool,
+    pub metrics: Metrics,
+}
+
+/// A change seen by one of our watches.
+enum Input {
+    WorkStatus(CachedName),
+    WorkStatusesListed,
+    Binding(String),
+    BindingsListed,
+    Collector(String),
+    CollectorsListed,
+    CombinedStatus(CachedName),
+    CombinedStatusesListed,
+}
+
+fn cached_name<K: ResourceExt>(object: &K) -> CachedName {
+    (object.namespace().unwrap_or_default(), object.name_any())
+}
+
+/// The UID of the object a CombinedStatus summarises: its name is `<objectUID>.<policyUID>`.
+fn summarised_uid(name: &str) -> Option<String> {
+    name.split_once('.').map(|(uid, _)| uid.to_string())
+}
+
+/// A cache of `api`, reporting each change and each completed (re-)list as an input. A re-list
+/// is reported because deletions missed while the watch was down show only as absences.
+fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    inputs: UnboundedSender<Input>,
+    changed: fn(&K) -> Input,
+    listed: fn() -> Input,
+) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let events = watcher(api, config).default_backoff().reflect(writer);
+    tokio::spawn(async move {
+        tokio::pin!(events);
+        while let Some(event) = events.next().await {
+            let input = match event {
+                Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => changed(&object),
+                Ok(watcher::Event::InitDone) => listed(),
+                _ => continue,
+            };
+            // The controller has stopped.
+            if inputs.send(input).is_err() {
+                break;
+            }
+        }
+    });
+    store
+}
+
+/// The caches of our own watches.
+struct Stores {
+    work_statuses: Store<WorkStatus>,
+    bindings: Store<Binding>,
+    collectors: Store<StatusCollector>,
+    combined: Store<CombinedStatus>,
+}
+
+impl Stores {
+    fn start(wds: &Client, its: &Client, wds_name: &str, inputs: &UnboundedSender<Input>) -> Stores {
+        let ours = watcher::Config::default().labels(&format!("{ORIGIN_WDS_LABEL}={wds_name}"));
+        let all = watcher::Config::default;
+        Stores {
+            work_statuses: watch(
+                Api::all(its.clone()),
+                ours,
+                inputs.clone(),
+                |w| Input::WorkStatus(cached_name(w)),
+                || Input::WorkStatusesListed,
+            ),
+            bindings: watch(
+                Api::all(wds.clone()),
+                all(),
+                inputs.clone(),
+                |b| Input::Binding(b.name_any()),
+                || Input::BindingsListed,
+            ),
+            collectors: watch(
+                Api::all(wds.clone()),
+                all(),
+                inputs.clone(),
+                |c| Input::Collector(c.name_any()),
+                || Input::CollectorsListed,
+            ),
+            combined: watch(
+                Api::all(wds.clone()),
+                all(),
+                inputs.clone(),
+                |c| Input::CombinedStatus(cached_name(c)),
+                || Input::CombinedStatusesListed,
+            ),
+        }
+    }
+
+    async fn filled(&self) {
+        let _ = futures::join!(
+            self.work_statuses.wait_until_ready(),
+            self.bindings.wait_until_ready(),
+            self.collectors.wait_until_ready(),
+            self.combined.wait_until_ready(),
+        );
+    }
+}
+
+/// What is waiting to be reconciled.
+#[derive(Default)]
+struct Work {
+    objects: BTreeSet<ObjectKey>,
+    bindings: BTreeSet<String>,
+    collectors: BTreeSet<String>,
+}
+
+impl Work {
+    fn len(&self) -> usize {
+        self.objects.len() + self.bindings.len() + self.collectors.len()
+    }
+
+    fn append(&mut self, other: &mut Work) {
+        self.objects.append(&mut other.objects);
+        self.bindings.append(&mut other.bindings);
+        self.collectors.append(&mut other.collectors);
+    }
+}
+
+/// Back-off of failed reconciles.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// Runs the status controller until `shutdown`. `informers` are the binding controller's,
+/// already filled. Failures are logged and retried; it never stops on its own.
+pub async fn run(
+    wds: Client,
+    its: Client,
+    informers: WorkloadInformers,
+    settings: Settings,
+    shutdown: CancellationToken,
+) {
+    let (inputs, mut received) = mpsc::unbounded_channel();
+    let stores = Stores::start(&wds, &its, &settings.wds_name, &inputs);
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        _ = stores.filled() => {}
+    }
+    let mut controller = StatusController {
+        wds,
+        informers,
+        stores,
+        metrics: settings.metrics,
+        after_transport: settings.after_transport,
+        bindings: Bindings::default(),
+        reports: Index::default(),
+        combined: Index::default(),
+        errors: EvaluationErrors::default(),
+        collectors: BTreeMap::new(),
+        applied: BTreeMap::new(),
+        report_namespace_exists: false,
+    };
+    let mut work = controller.everything();
+    tracing::info!(objects = work.objects.len(), "status controller started");
+    let mut failed = Work::default();
+    let mut retry_due: Option<tokio::time::Instant> = None;
+    let mut retry_pause = RETRY_MIN;
+    loop {
+        controller.process(&mut work, &mut failed).await;
+        if failed.len() == 0 {
+            retry_pause = RETRY_MIN;
+        } else if retry_due.is_none() {
+            retry_due = Some(tokio::time::Instant::now() + retry_pause);
+            retry_pause = (retry_pause * 2).min(RETRY_MAX);
+        }
+        controller.metrics.queue_depth.set((work.len() + failed.len()) as i64);
+        tokio::select! {
+            _ = shutdown.cancelled() => return,
+            input = received.recv() => {
+                // A burst of inputs becomes one pass.
+                for input in input.into_iter().chain(std::iter::from_fn(|| received.try_recv().ok())) {
+                    controller.handle(input, &mut work);
+                }
+            }
+            _ = tokio::time::sleep_until(retry_due.unwrap_or_else(tokio::time::Instant::now)), if retry_due.is_some() => {
+                retry_due = None;
+                work.append(&mut failed);
+            }
+        }
+    }
+}
+
+/// A StatusCollector as last compiled, at its generation.
+struct Compiled {
+    generation: Option<i64>,
+    collector: Result<Collector, Vec<String>>,
+}
+
+struct StatusController {
+    wds: Client,
+    informers: WorkloadInformers,
+    stores: Stores,
+    metrics: Metrics,
+    after_transport: bool,
+    bindings: Bindings,
+    /// WorkStatuses by the object they report on.
+    reports: Index<ObjectKey>,
+    /// CombinedStatuses by the UID of the object they summarise (the first part of their name):
+    /// their labels cannot always name it, as label values are shorter than object names.
+    combined: Index<String>,
+    errors: EvaluationErrors,
+    collectors: BTreeMap<String, Compiled>,
+    /// The status last applied to each object, with what the apiserver stored (or, when it
+    /// refused it, what the object had): the same status is not applied again and again when the
+    /// apiserver stores something else (pruning, defaults) or refuses it.
+    applied: BTreeMap<ObjectKey, (Json, Option<Json>)>,
+    report_namespace_exists: bool,
+}
+
+impl StatusController {
+    /// Everything, as at start-up: every object some Binding, WorkStatus or CombinedStatus is
+    /// about (all new to the empty state), every object whose status we own (a policy may have
+    /// gone while we were down), every Binding and every StatusCollector.
+    fn everything(&mut self) -> Work {
+        let mut work = Work::default();
+        for input in [
+            Input::WorkStatusesListed,
+            Input::CombinedStatusesListed,
+            Input::BindingsListed,
+            Input::CollectorsListed,
+        ] {
+            self.handle(input, &mut work);
+        }
+        for (resource, _, object) in self.informers.all_objects() {
+            if plan::owns_status(object.managed_fields()) {
+                let namespace = object.namespace().unwrap_or_default();
+                let key = ObjectKey::new(&resource.group, &resource.resource, &namespace, &object.name_any());
+                work.objects.insert(key);
+            }
+        }
+        work
+    }
+
+    /// Notes an input and what it may affect.
+    fn handle(&mut self, input: Input, work: &mut Work) {
+        match input {
+            Input::WorkStatus((namespace, name)) => {
+                let found = self.stores.work_statuses.get(&ObjectRef::new(&name).within(&namespace));
+                let key = found.as_deref().and_then(plan::reported_object);
+                // The object it reports on, also when only its status changed.
+                work.objects.extend(key.clone());
+                work.objects.extend(self.reports.set((namespace, name), key));
+            }
+            Input::WorkStatusesListed => {
+                let all = self.stores.work_statuses.state();
+                let entries = all
+                    .iter()
+                    .filter_map(|w| Some((cached_name(&**w), plan::reported_object(w)?)));
+                work.objects.extend(self.reports.replace(entries));
+            }
+            Input::CombinedStatus((namespace, name)) => {
+                let found = self.stores.combined.get(&ObjectRef::new(&name).within(&namespace));
+                // Reconciling its object reverts an edit by hand or recreates it.
+                work.objects.extend(found.as_deref().and_then(plan::summarised_object));
+                self.combined.set((namespace, name.clone()), summarised_uid(&name));
+            }
+            Input::CombinedStatusesListed => {
+                let all = self.stores.combined.state();
+                work.objects
+                    .extend(all.iter().filter_map(|c| plan::summarised_object(c)));
+                let entries = all.iter().filter_map(|c| {
+                    let (namespace, name) = cached_name(&**c);
+                    let uid = summarised_uid(&name)?;
+                    Some(((namespace, name), uid))
+                });
+                self.combined.replace(entries);
+            }
+            Input::Binding(name) => self.binding_changed(&name, work),
+            Input::BindingsListed => {
+                let mut names: BTreeSet<String> = self.stores.bindings.state().iter().map(|b| b.name_any()).collect();
+                names.extend(self.bindings.names());
+                names.iter().for_each(|name| self.binding_changed(name, work));
+            }
+            Input::Collector(name) => self.collector_changed(&name, work),
+            Input::CollectorsListed => {
+                let mut names: BTreeSet<String> = self.stores.collectors.state().iter().map(|c| c.name_any()).collect();
+                names.extend(self.collectors.keys().cloned());
+                names.iter().for_each(|name| self.collector_changed(name, work));
+            }
+        }
+    }
+
+    /// A Binding being deleted no longer asks for anything.
+    fn binding_changed(&mut self, name: &str, work: &mut Work) {
+        let view = self
+            .stores
+            .bindings
+            .get(&ObjectRef::new(name))
+            .filter(|b| b.metadata.deletion_timestamp.is_none())
+            .map(|b| BindingView::of(&b));
+        if view.is_some() {
+            work.bindings.insert(name.to_string());
+        }
+        work.objects.extend(self.bindings.set(name, view));
+    }
+
+    /// A new spec (or a new or deleted collector) changes every result it takes part in; a
+    /// status-only update (ours) needs only its own status checked.
+    fn collector_changed(&mut self, name: &str, work: &mut Work) {
+        let current = self.stores.collectors.get(&ObjectRef::new(name));
+        let generation = current.as_ref().and_then(|c| c.metadata.generation);
+        let known = self.collectors.get(name).map(|c| c.generation);
+        match (&current, known) {
+            (Some(_), Some(known)) if known == generation => {
+                work.collectors.insert(name.to_string());
+                return;
+            }
+            (None, None) => return,
+            _ => {}
+        }
+        match current {
+            Some(collector) => {
+                let compiled = Compiled {
+                    generation,
+                    collector: Collector::new(name, &collector.spec),
+                };
+                self.collectors.insert(name.to_string(), compiled);
+                work.collectors.insert(name.to_string());
+            }
+            None => {
+                self.collectors.remove(name);
+            }
+        }
+        let (bindings, objects) = self.bindings.using_collector(name);
+        work.bindings.extend(bindings);
+        work.objects.extend(objects);
+    }
+
+    fn valid_collector(&self, name: &str) -> Option<&Collector> {
+        self.collectors.get(name)?.collector.as_ref().ok()
+    }
+
+    /// Reconciles what is waiting; what fails and may succeed later goes to `failed`.
+    async fn process(&mut self, work: &mut Work, failed: &mut Work) {
+        for key in std::mem::take(&mut work.objects) {
+            self.metrics.reconciles.inc();
+            match self.reconcile_object(&key).await {
+                Ok(collectors) => work.collectors.extend(collectors),
+                Err(err) => {
+                    if self.failed(&err, &key.to_string()) {
+                        failed.objects.insert(key);
+                    }
+                }
+            }
+        }
+        for name in std::mem::take(&mut work.bindings) {
+            if let Err(err) = self.reconcile_binding(&name).await
+                && self.failed(&err, &format!("Binding {name}"))
+            {
+                failed.bindings.insert(name);
+            }
+        }
+        for name in std::mem::take(&mut work.collectors) {
+            if let Err(err) = self.reconcile_collector(&name).await
+                && self.failed(&err, &format!("StatusCollector {name}"))
+            {
+                failed.collectors.insert(name);
+            }
+        }
+    }
+
+    /// Counts and logs a failure; true if trying again may help.
+    fn failed(&self, err: &kube::Error, what: &str) -> bool {
+        self.metrics.errors.inc();
+        let retry = writes::worth_retrying(err);
+        tracing::warn!(%what, error = %err, retry, "status write failed");
+        retry
+    }
+
+    /// What each WEC reported on the object, for the WECs with exactly one WorkStatus for it
+    /// (more than one cannot be told apart, so none counts).
+    fn wec_statuses(&self, key: &ObjectKey) -> BTreeMap<String, WecStatus> {
+        let mut by_wec: BTreeMap<&str, Vec<&CachedName>> = BTreeMap::new();
+        for cached in self.reports.of(key) {
+            by_wec.entry(&cached.0).or_default().push(cached);
+        }
+        by_wec
+            .into_iter()
+            .filter_map(|(wec, names)| {
+                let [(namespace, name)] = names.as_slice() else {
+                    return None;
+                };
+                let found = self.stores.work_statuses.get(&ObjectRef::new(name).within(namespace))?;
+                Some((wec.to_string(), WecStatus::of(&found)))
+            })
+            .collect()
+    }
+
+    /// Brings one object's returned status and CombinedStatuses in line with the caches;
+    /// returns the StatusCollectors whose evaluation errors changed.
+    async fn reconcile_object(&mut self, key: &ObjectKey) -> kube::Result<BTreeSet<String>> {
+        let object = self.informers.get(&key.resource, key.namespace(), &key.name);
+        let resource = self.informers.api_resource(&key.resource);
+        let (Some(object), Some(resource)) = (object, resource) else {
+            // Gone (or never here: a WorkStatus for an object this WDS does not have): nothing
+            // to write to, and its CombinedStatuses go with it (they are owned by it).
+            self.applied.remove(key);
+            return Ok(self.errors.set(key, BTreeMap::new()));
+        };
+        let selecting = self.bindings.selecting(key);
+        let wecs = self.wec_statuses(key);
+        let action = plan::returned_status(&resource.group, &resource.kind, &selecting, &wecs);
+        // CEL's `obj`, built only when some collector will look at it.
+        let collecting = selecting
+            .iter()
+            .any(|(_, _, e)| !e.modulation.status_collectors.is_empty());
+        let whole = if collecting {
+            let mut whole = serde_json::to_value(&*object).unwrap_or_default();
+            whole["apiVersion"] = json!(resource.api_version);
+            whole["kind"] = json!(resource.kind);
+            whole
+        } else {
+            Json::Null
+        };
+        let identity = ObjectIdentity {
+            group: resource.group.clone(),
+            version: resource.version.clone(),
+            resource: key.resource.resource.clone(),
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+            kind: resource.kind.clone(),
+        };
+        let uid = object.uid().unwrap_or_default();
+        let subject = Subject {
+            identity: &identity,
+            uid: &uid,
+            object: &whole,
+        };
+        let (desired, errors) = plan::combined_statuses(&subject, &selecting, &wecs, |c| self.valid_collector(c));
+        let changed = self.errors.set(key, errors);
+        self.write_status(key, &object, &resource, action).await?;
+        self.write_combined(&uid, desired).await?;
+        Ok(changed)
+    }
+
+    /// Writes the object's `.status` when it differs from what we want it to be.
+    async fn write_status(
+        &mut self,
+        key: &ObjectKey,
+        object: &DynamicObject,
+        resource: &ApiResource,
+        action: StatusAction,
+    ) -> kube::Result<()> {
+        let current = object.data.get("status");
+        let status = match action {
+            StatusAction::Leave => return Ok(()),
+            StatusAction::Clear if !plan::owns_status(object.managed_fields()) => return Ok(()),
+            StatusAction::Clear => json!({}),
+            StatusAction::Set(status) if current == Some(&status) => return Ok(()),
+            StatusAction::Set(status) => status,
+        };
+        let unchanged_since_ours = self
+            .applied
+            .get(key)
+            .is_some_and(|(applied, stored)| *applied == status && stored.as_ref() == current);
+        if unchanged_since_ours {
+            return Ok(());
+        }
+        match writes::apply_object_status(&self.wds, resource, key, &status).await {
+            Ok(stored) => {
+                self.metrics.status_writes.inc();
+                tracing::debug!(object = %key, "status written");
+                self.applied.insert(key.clone(), (status, stored));
+                Ok(())
+            }
+            // Deleted meanwhile, or a resource without a status subresource: nothing to write to.
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                tracing::debug!(object = %key, "no status to write to");
+                Ok(())
+            }
+            // Refused (e.g. a Job's status cannot lose its completion): not again until the
+            // object's status or what we want changes.
+            Err(err) if !writes::worth_retrying(&err) => {
+                self.applied.insert(key.clone(), (status, current.cloned()));
+                Err(err)
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// Writes the desired CombinedStatuses that differ and deletes the other ones of the object
+    /// (by its UID).
+    async fn write_combined(&mut self, uid: &str, desired: Vec<CombinedStatus>) -> kube::Result<()> {
+        let wanted: BTreeSet<CachedName> = desired.iter().map(cached_name).collect();
+        for combined in &desired {
+            let (namespace, name) = cached_name(combined);
+            let existing = self.stores.combined.get(&ObjectRef::new(&name).within(&namespace));
+            if existing.is_some_and(|e| !plan::combined_status_differs(&e, combined)) {
+                continue;
+            }
+            if namespace == REPORT_NAMESPACE && !self.report_namespace_exists {
+                writes::ensure_namespace(&self.wds, REPORT_NAMESPACE).await?;
+                self.report_namespace_exists = true;
+            }
+            let written = writes::apply_combined_status(&self.wds, combined).await;
+            // The report namespace may have been deleted since: create it on the retry.
+            self.report_namespace_exists &= written.is_ok();
+            written?;
+            self.metrics.combined_status_writes.inc();
+        }
+        let stale: Vec<CachedName> = self
+            .combined
+            .of(&uid.to_string())
+            .filter(|c| !wanted.contains(*c))
+            .cloned()
+            .collect();
+        for (namespace, name) in stale {
+            writes::delete_combined_status(&self.wds, &namespace, &name).await?;
+            self.metrics.combined_status_writes.inc();
+        }
+        Ok(())
+    }
+
+    /// Sets the Binding's `StatusCollectorsAvailable` condition when it changed.
+    async fn reconcile_binding(&self, name: &str) -> kube::Result<()> {
+        let (Some(binding), Some(view)) = (self.stores.bindings.get(&ObjectRef::new(name)), self.bindings.get(name))
+        else {
+            return Ok(());
+        };
+        if self.after_transport && !binding.finalizers().iter().any(|f| f == TRANSPORT_FINALIZER) {
+            // Its Binding event brings us back here.
+            return Ok(());
+        }
+        let previous = binding
+            .status
+            .as_ref()
+            .and_then(|s| s.condition(condition_type::STATUS_COLLECTORS_AVAILABLE));
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let condition = plan::collectors_condition(view, |c| self.valid_collector(c).is_some(), previous, now);
+        if previous == Some(&condition) {
+            return Ok(());
+        }
+        writes::apply_binding_condition(&self.wds, &binding, &condition).await
+    }
+
+    /// Sets the StatusCollector's status (validation or evaluation errors) when it changed.
+    async fn reconcile_collector(&self, name: &str) -> kube::Result<()> {
+        let Some(current) = self.stores.collectors.get(&ObjectRef::new(name)) else {
+            return Ok(());
+        };
+        let validation = match self.collectors.get(name).map(|c| &c.collector) {
+            Some(Err(errors)) => errors.as_slice(),
+            _ => &[],
+        };
+        let generation = current.metadata.generation.unwrap_or_default();
+        let status = plan::collector_status(generation, validation, self.errors.lines(name));
+        if current.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        writes::apply_collector_status(&self.wds, name, &status).await
+    }
+}

@@ -1,0 +1,459 @@
+//! The status controller (in ks-hub, run by the stack for wds1) with the real OCM work agents and
+//! our status agents: WEC status comes back into the WDS objects (singleton and summed over
+//! WECs), StatusCollectors become CombinedStatuses, bad collectors and bad WorkStatuses are
+//! reported or ignored, and a hub restarted after a policy change converges to the new policy.
+
+use std::time::Duration;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use ks_shared::api::{Binding, BindingPolicy, CombinedStatus, NamedStatusCombination, StatusCollector, WorkStatus};
+use ks_tests::harness::{Ctx, apply, run, wait_until};
+use ks_tests::stack_test;
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::runtime::wait::conditions;
+use serde_json::{Value, json};
+
+const DEADLINE: Duration = Duration::from_secs(120);
+const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
+
+fn main() -> std::process::ExitCode {
+    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
+    run(
+        ks_stack.parent().expect("binaries live in a directory"),
+        vec![
+            stack_test!(singleton_status_follows_qualified_wecs, PATH),
+            stack_test!(multi_wec_status_sums_replicas, PATH),
+            stack_test!(collectors_become_combined_status, PATH),
+            stack_test!(bad_collectors_and_workstatuses_are_reported_or_ignored, PATH),
+            stack_test!(restarted_hub_converges_to_the_new_policy, PATH),
+        ],
+    )
+}
+
+fn deployment(replicas: i32) -> Value {
+    json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"app": "web"}},
+           "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "web"}},
+                    "template": {"metadata": {"labels": {"app": "web"}},
+                                 "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}}}})
+}
+
+/// Applies a policy sending the test's namespace and its Deployment `web` to the WECs with
+/// `wecs` labels; `modulation` (want-flags, statusCollectors) applies to the Deployment only.
+async fn bind(wds: &Client, name: &str, ns: &str, wecs: Value, modulation: Value) -> anyhow::Result<()> {
+    let mut deployment = json!({"namespaces": [ns], "objectSelectors": [{"matchLabels": {"app": "web"}}]});
+    for (key, value) in modulation.as_object().into_iter().flatten() {
+        deployment[key] = value.clone();
+    }
+    let policy = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": name},
+           "spec": {"clusterSelectors": [{"matchLabels": wecs}],
+                    "downsync": [{"apiGroup": "", "resources": ["namespaces"], "objectNames": [ns]}, deployment]}});
+    apply(&Api::<BindingPolicy>::all(wds.clone()), policy).await?;
+    Ok(())
+}
+
+/// Only the WEC named `wec`, as cluster selector labels.
+fn only(wec: &str) -> Value {
+    json!({"name": wec})
+}
+
+fn collected_by(names: &[&String]) -> Value {
+    json!({"statusCollectors": names})
+}
+
+/// A collector counting the rows.
+fn counting() -> Value {
+    json!({"combinedFields": [{"name": "n", "type": "COUNT"}], "limit": 5})
+}
+
+/// A collector listing the WECs whose rows pass `filter`.
+fn listing_wecs(filter: &str) -> Value {
+    json!({"filter": filter, "select": [{"name": "wec", "def": "inventory.name"}], "limit": 5})
+}
+
+async fn put_collector(wds: &Client, name: &str, spec: Value) -> anyhow::Result<()> {
+    let collector = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "StatusCollector",
+                           "metadata": {"name": name}, "spec": spec});
+    apply(&Api::<StatusCollector>::all(wds.clone()), collector).await?;
+    Ok(())
+}
+
+/// The WDS Deployment's returned `availableReplicas` and `replicas`.
+fn returned(d: Option<&Deployment>) -> (Option<i32>, Option<i32>) {
+    let status = d.and_then(|d| d.status.as_ref());
+    (
+        status.and_then(|s| s.available_replicas),
+        status.and_then(|s| s.replicas),
+    )
+}
+
+/// Waits until the test's WDS Deployment `web` satisfies `condition`.
+async fn wait_web(
+    deployments: &Api<Deployment>,
+    what: &str,
+    condition: impl kube::runtime::wait::Condition<Deployment>,
+) -> anyhow::Result<()> {
+    wait_until(deployments.clone(), "web", what, DEADLINE, condition).await?;
+    Ok(())
+}
+
+fn cleared(d: Option<&Deployment>) -> bool {
+    d.is_some_and(|d| d.status.clone().unwrap_or_default() == Default::default())
+}
+
+/// Deletes the policies (waiting for the binding controller to let them go), the collectors and
+/// the namespace.
+async fn cleanup(ctx: &Ctx, policies: &[String], collectors: &[String], ns: &str) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let api: Api<BindingPolicy> = Api::all(wds.clone());
+    for name in policies {
+        api.delete(name, &DeleteParams::default()).await?;
+        wait_until(api.clone(), name, "deleted", DEADLINE, |p: Option<&BindingPolicy>| {
+            p.is_none()
+        })
+        .await?;
+    }
+    let api: Api<StatusCollector> = Api::all(wds);
+    for name in collectors {
+        api.delete(name, &DeleteParams::default()).await?;
+    }
+    ctx.delete_namespace("wds1", ns).await
+}
+
+async fn singleton_status_follows_qualified_wecs(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &ns);
+    apply(&deployments, deployment(1)).await?;
+    let singleton = format!("{ns}-singleton");
+    let asking = json!({"wantSingletonReportedState": true});
+    bind(&wds, &singleton, &ns, only("cluster1"), asking.clone()).await?;
+    wait_web(
+        &deployments,
+        "showing cluster1's 1 available replica",
+        |d: Option<&Deployment>| returned(d).0 == Some(1),
+    )
+    .await?;
+
+    // A policy without the flag also sends it to cluster2: cluster2 does not count, so the status
+    // still comes back from cluster1, and follows it when the Deployment scales.
+    let plain = format!("{ns}-plain");
+    bind(&wds, &plain, &ns, only("cluster2"), json!({})).await?;
+    let on_cluster2: Api<Deployment> = Api::namespaced(ctx.client("cluster2").await?, &ns);
+    wait_until(
+        on_cluster2,
+        "web",
+        "available on cluster2",
+        DEADLINE,
+        |d: Option<&Deployment>| returned(d).0 == Some(1),
+    )
+    .await?;
+    apply(&deployments, deployment(2)).await?;
+    wait_web(
+        &deployments,
+        "showing cluster1's 2 available replicas",
+        |d: Option<&Deployment>| returned(d) == (Some(2), Some(2)),
+    )
+    .await?;
+
+    // Retargeted to a WEC that does not exist, the policy has no WEC to return status from.
+    bind(&wds, &singleton, &ns, only("nowhere"), asking).await?;
+    wait_web(&deployments, "with its returned status cleared", cleared).await?;
+    cleanup(&ctx, &[singleton, plain], &[], &ns).await
+}
+
+async fn multi_wec_status_sums_replicas(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &ns);
+    apply(&deployments, deployment(1)).await?;
+    let name = format!("{ns}-multi");
+    let multi = json!({"wantMultiWECReportedState": true});
+    bind(&wds, &name, &ns, json!({"location-group": "edge"}), multi).await?;
+    let summed = |d: Option<&Deployment>| {
+        let available = d
+            .and_then(|d| d.status.as_ref())
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Available" && c.status == "True"));
+        returned(d) == (Some(2), Some(2)) && available
+    };
+    wait_web(&deployments, "showing 2 replicas, 2 available, Available", summed).await?;
+    cleanup(&ctx, &[name], &[], &ns).await
+}
+
+/// A result as text: one row per line, cells separated by `|`, numbers and strings as they are,
+/// objects as JSON.
+fn table(result: &NamedStatusCombination) -> Vec<String> {
+    result
+        .rows
+        .iter()
+        .map(|row| {
+            let cells: Vec<String> = row
+                .columns
+                .iter()
+                .map(|c| match c.type_.as_str() {
+                    "String" => c.string.clone().unwrap_or_default(),
+                    "Number" => c.float.clone().unwrap_or_default(),
+                    "Object" => c.object.clone().unwrap_or_default().to_string(),
+                    other => other.to_string(),
+                })
+                .collect();
+            cells.join("|")
+        })
+        .collect()
+}
+
+/// The results of a CombinedStatus as `collector -> table`.
+fn tables(combined: Option<&CombinedStatus>) -> std::collections::BTreeMap<String, Vec<String>> {
+    combined
+        .iter()
+        .flat_map(|c| c.spec.results.iter())
+        .map(|r| (r.name.clone(), table(r)))
+        .collect()
+}
+
+/// Waits until the policy's Binding says whether its StatusCollectors are all there.
+async fn collectors_condition(wds: &kube::Client, binding: &str, status: &str, message: &str) -> anyhow::Result<()> {
+    let has = |b: Option<&Binding>| {
+        b.and_then(|b| b.status.as_ref())
+            .and_then(|s| s.condition("StatusCollectorsAvailable"))
+            .is_some_and(|c| c.status == status && c.message == message)
+    };
+    let what = format!("StatusCollectorsAvailable={status} ({message})");
+    wait_until(Api::<Binding>::all(wds.clone()), binding, &what, DEADLINE, has).await?;
+    Ok(())
+}
+
+/// The name of the CombinedStatus of the test's Deployment for `policy`.
+async fn combined_status_name(wds: &kube::Client, ns: &str, policy: &str) -> anyhow::Result<String> {
+    let deployment = Api::<Deployment>::namespaced(wds.clone(), ns).get("web").await?;
+    let policy = Api::<BindingPolicy>::all(wds.clone()).get(policy).await?;
+    let uid = |m: &kube::api::ObjectMeta| m.uid.clone().unwrap_or_default();
+    Ok(format!("{}.{}", uid(&deployment.metadata), uid(&policy.metadata)))
+}
+
+async fn collectors_become_combined_status(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    apply(&Api::<Deployment>::namespaced(wds.clone(), &ns), deployment(1)).await?;
+    let name = |suffix: &str| format!("{ns}-{suffix}");
+    let over_available =
+        |op: &str| json!({"name": op.to_lowercase(), "type": op, "subject": "returned.status.availableReplicas"});
+    let specs = [
+        (
+            "full",
+            json!({"select": [{"name": "wec", "def": "inventory.name"}, {"name": "available", "def": "returned.status.availableReplicas"},
+                              {"name": "status", "def": "returned.status"}], "limit": 10}),
+        ),
+        (
+            "sum",
+            json!({"combinedFields": [{"name": "wecs", "type": "COUNT"}, over_available("SUM")], "limit": 10}),
+        ),
+        (
+            "names",
+            json!({"filter": "inventory.name != 'cluster1'", "select": [{"name": "wec", "def": "inventory.name"}], "limit": 10}),
+        ),
+        (
+            "none",
+            json!({"filter": "false", "combinedFields": [{"name": "count", "type": "COUNT"}, over_available("MAX"),
+                   over_available("MIN"), over_available("SUM"), over_available("AVG")], "limit": 10}),
+        ),
+    ];
+    for (suffix, spec) in &specs {
+        put_collector(&wds, &name(suffix), spec.clone()).await?;
+    }
+    // `late` is named by the policy before it exists.
+    let all = ["full", "sum", "names", "none", "late"].map(name);
+    let policy_name = name("collected");
+    let edge = json!({"location-group": "edge"});
+    bind(&wds, &policy_name, &ns, edge, json!({"statusCollectors": all})).await?;
+    let missing = format!("Missing StatusCollector(s) [{}]", name("late"));
+    collectors_condition(&wds, &policy_name, "False", &missing).await?;
+
+    let combined: Api<CombinedStatus> = Api::namespaced(wds.clone(), &ns);
+    let cs = combined_status_name(&wds, &ns, &policy_name).await?;
+    let full_row = |wec: &str| format!("{wec}|1|");
+    let expected = |with_late: bool| {
+        let mut expected = std::collections::BTreeMap::from([
+            (name("names"), vec!["cluster2".to_string()]),
+            (name("none"), vec!["0|-Inf|+Inf|0|NaN".to_string()]),
+            (name("sum"), vec!["2|2".to_string()]),
+        ]);
+        if with_late {
+            expected.insert(name("late"), vec!["2".to_string()]);
+        }
+        expected
+    };
+    // The full list has each WEC's whole status as its last column.
+    let matches = |with_late: bool| {
+        move |c: Option<&CombinedStatus>| {
+            let mut tables = tables(c);
+            let full = tables.remove(&name("full")).unwrap_or_default();
+            let full_ok = full.len() == 2
+                && ["cluster1", "cluster2"]
+                    .iter()
+                    .zip(&full)
+                    .all(|(wec, row)| row.starts_with(&full_row(wec)) && row.contains("\"availableReplicas\":1"));
+            full_ok && tables == expected(with_late)
+        }
+    };
+    let shown = wait_until(
+        combined.clone(),
+        &cs,
+        "holding the four collectors' results",
+        DEADLINE,
+        matches(false),
+    )
+    .await;
+    if let Err(err) = shown {
+        let now = combined.get_opt(&cs).await?;
+        anyhow::bail!("{err:#}; it holds {:?}", tables(now.as_ref()));
+    }
+    let labels = combined.get(&cs).await?.metadata.labels.unwrap_or_default();
+    anyhow::ensure!(
+        labels.get("status.kubestellar.io/binding-policy") == Some(&policy_name)
+            && labels.get("status.kubestellar.io/name").map(String::as_str) == Some("web"),
+        "labels {labels:?}"
+    );
+
+    // A collector created after the policy is picked up.
+    put_collector(&wds, &name("late"), counting()).await?;
+    collectors_condition(&wds, &policy_name, "True", "All StatusCollector(s) are available").await?;
+    wait_until(
+        combined,
+        &cs,
+        "holding the late collector's result",
+        DEADLINE,
+        matches(true),
+    )
+    .await?;
+    cleanup(&ctx, &[policy_name], &all, &ns).await
+}
+
+async fn bad_collectors_and_workstatuses_are_reported_or_ignored(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    // A WorkStatus from this WDS's WEC for an object the WDS does not have: nothing is created.
+    let mailbox: Api<WorkStatus> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    let ghost = format!("{ns}-ghost");
+    let work_status = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
+        "metadata": {"name": ghost, "labels": {"transport.kubestellar.io/originWdsName": "wds1"}},
+        "spec": {"sourceRef": {"group": "apps", "version": "v1", "resource": "deployments", "kind": "Deployment",
+                               "name": "ghost", "namespace": ns}}});
+    apply(&mailbox, work_status).await?;
+    let status = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
+                        "status": {"availableReplicas": 1}});
+    mailbox
+        .patch_status(&ghost, &PatchParams::apply("ks-tests").force(), &Patch::Apply(&status))
+        .await?;
+
+    apply(&Api::<Deployment>::namespaced(wds.clone(), &ns), deployment(1)).await?;
+    let collectors: Api<StatusCollector> = Api::all(wds.clone());
+    let broken = format!("{ns}-broken");
+    let mixed = format!("{ns}-mixed");
+    put_collector(&wds, &broken, listing_wecs("returned.status.(")).await?;
+    let mut mixed_spec = counting();
+    mixed_spec["select"] = listing_wecs("true")["select"].clone();
+    put_collector(&wds, &mixed, mixed_spec).await?;
+    let reports = |prefix: &'static str| {
+        move |c: Option<&StatusCollector>| {
+            c.and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.errors.iter().any(|e| e.starts_with(prefix)))
+        }
+    };
+    let syntax = "filter expression invalid: failed to parse expression";
+    wait_until(collectors.clone(), &broken, syntax, DEADLINE, reports(syntax)).await?;
+    let structure = "groupBy and combinedFields must be empty if select is not";
+    wait_until(collectors.clone(), &mixed, structure, DEADLINE, reports(structure)).await?;
+
+    // An invalid collector counts as missing for the policy naming it, until it is fixed.
+    let policy_name = format!("{ns}-bad");
+    bind(&wds, &policy_name, &ns, only("cluster1"), collected_by(&[&broken])).await?;
+    let missing = format!("Missing StatusCollector(s) [{broken}]");
+    collectors_condition(&wds, &policy_name, "False", &missing).await?;
+    put_collector(&wds, &broken, listing_wecs("has(returned.status)")).await?;
+    let fixed = |c: Option<&StatusCollector>| {
+        c.and_then(|c| c.status.as_ref())
+            .is_some_and(|s| s.errors.is_empty() && s.observed_generation == 2)
+    };
+    wait_until(collectors, &broken, "without errors", DEADLINE, fixed).await?;
+    collectors_condition(&wds, &policy_name, "True", "All StatusCollector(s) are available").await?;
+    let cs = combined_status_name(&wds, &ns, &policy_name).await?;
+    let listed = |c: Option<&CombinedStatus>| tables(c).get(&broken) == Some(&vec!["cluster1".to_string()]);
+    wait_until(
+        Api::namespaced(wds.clone(), &ns),
+        &cs,
+        "listing cluster1",
+        DEADLINE,
+        listed,
+    )
+    .await?;
+
+    // The WorkStatus for the missing object created nothing. (Had it crashed the hub, the hub
+    // would crash again at every start, as it looks at every WorkStatus then: the work above and
+    // the other tests would not get done.)
+    let absent = Api::<Deployment>::namespaced(wds.clone(), &ns).get_opt("ghost").await?;
+    anyhow::ensure!(absent.is_none(), "a WorkStatus created a WDS object");
+    mailbox.delete(&ghost, &DeleteParams::default()).await?;
+    cleanup(&ctx, &[policy_name], &[broken, mixed], &ns).await
+}
+
+async fn restarted_hub_converges_to_the_new_policy(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &ns);
+    apply(&deployments, deployment(1)).await?;
+    let count = format!("{ns}-count");
+    let wecs = format!("{ns}-wecs");
+    put_collector(&wds, &count, counting()).await?;
+    put_collector(&wds, &wecs, listing_wecs("true")).await?;
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let first = format!("{ns}-first");
+    let second = format!("{ns}-second");
+    let first_before = json!({"wantSingletonReportedState": true, "statusCollectors": [count]});
+    bind(&wds, &first, &ns, only("cluster1"), first_before).await?;
+    bind(&wds, &second, &ns, only("cluster2"), collected_by(&[&count])).await?;
+    wait_web(&deployments, "showing cluster1's status", |d: Option<&Deployment>| {
+        returned(d).0 == Some(1)
+    })
+    .await?;
+    let combined: Api<CombinedStatus> = Api::namespaced(wds.clone(), &ns);
+    let first_cs = combined_status_name(&wds, &ns, &first).await?;
+    let second_cs = combined_status_name(&wds, &ns, &second).await?;
+    let counted = |c: Option<&CombinedStatus>| tables(c).len() == 1;
+    wait_until(combined.clone(), &first_cs, "counting", DEADLINE, counted).await?;
+    let second_uid = wait_until(combined.clone(), &second_cs, "counting", DEADLINE, counted)
+        .await?
+        .and_then(|c| c.metadata.uid)
+        .unwrap_or_default();
+
+    // With the hub down, the first policy stops asking for status and changes collector, and
+    // the second policy goes (its finalizer holds it until the hub is back).
+    ctx.stack.procs.stop("hub-wds1", Duration::from_secs(10))?;
+    let first_after = json!({"statusCollectors": [wecs]});
+    bind(&wds, &first, &ns, only("cluster1"), first_after).await?;
+    policies.delete(&second, &DeleteParams::default()).await?;
+    ctx.stack.up().await?;
+
+    wait_web(&deployments, "with its returned status cleared", cleared).await?;
+    let only_wecs = |c: Option<&CombinedStatus>| {
+        tables(c) == std::collections::BTreeMap::from([(wecs.clone(), vec!["cluster1".to_string()])])
+    };
+    wait_until(
+        combined.clone(),
+        &first_cs,
+        "holding only the new collector's result",
+        DEADLINE,
+        only_wecs,
+    )
+    .await?;
+    wait_until(
+        combined,
+        &second_cs,
+        "deleted with its policy",
+        DEADLINE,
+        conditions::is_deleted(&second_uid),
+    )
+    .await?;
+    cleanup(&ctx, &[first], &[count, wecs], &ns).await
+}
