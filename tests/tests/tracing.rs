@@ -88,7 +88,8 @@ fn traces_of(name: &str) -> anyhow::Result<BTreeMap<String, Vec<Span>>> {
 }
 
 /// Whether `spans` hold the whole rollout to both WECs: packaging on the hub, then for each WEC
-/// a delivery under it and a status report under that.
+/// a delivery under it, a status report under that, and the hub's status propagation under the
+/// report.
 fn complete(spans: &[Span]) -> bool {
     let by = |service: &str, operation: &str, parent: Option<&str>, wec: Option<&str>| {
         spans.iter().find(|s| {
@@ -102,9 +103,14 @@ fn complete(spans: &[Span]) -> bool {
         return false;
     };
     ["cluster1", "cluster2"].iter().all(|wec| {
-        by("ks-agent", "delivery", Some(&packaging.id), Some(wec))
-            .and_then(|delivery| by("ks-agent", "status report", Some(&delivery.id), Some(wec)))
-            .is_some()
+        let Some(delivery) = by("ks-agent", "delivery", Some(&packaging.id), Some(wec)) else {
+            return false;
+        };
+        // Any of the WEC's reports may be the one whose status the hub wrote back.
+        spans
+            .iter()
+            .filter(|s| s.operation == "status report" && s.parent.as_deref() == Some(&delivery.id))
+            .any(|report| by("ks-hub", "status propagation", Some(&report.id), Some(wec)).is_some())
     })
 }
 
@@ -133,7 +139,8 @@ async fn rollout(ctx: &Ctx, annotations: Value) -> anyhow::Result<(String, Strin
         &Api::<BindingPolicy>::all(wds.clone()),
         json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": policy},
                "spec": {"clusterSelectors": [{"matchLabels": {"location-group": "edge"}}],
-                        "downsync": [{"objectSelectors": [{"matchLabels": selector}]}]}}),
+                        "downsync": [{"objectSelectors": [{"matchLabels": selector}],
+                                      "wantMultiWECReportedState": true}]}}),
     )
     .await?;
     Ok((ns, name, policy))
@@ -160,7 +167,8 @@ async fn complete_trace(name: &str) -> anyhow::Result<(String, Vec<Span>)> {
 }
 
 /// A Deployment sent to both WECs is one trace: packaging on the hub, delivery and status
-/// reports from the agent on each WEC, parent-linked in causal order and tagged with the
+/// reports from the agent on each WEC, status propagation back on the hub, parent-linked in
+/// causal order and tagged with the
 /// object, its generation, the BindingPolicy and the WEC; the latency histograms have samples;
 /// and re-rendering the Binding writes no ManifestWork because of tracing.
 async fn rollout_is_one_trace_across_hub_and_wecs(ctx: Ctx) -> anyhow::Result<()> {
@@ -185,12 +193,19 @@ async fn rollout_is_one_trace_across_hub_and_wecs(ctx: Ctx) -> anyhow::Result<()
     let hub = ("127.0.0.1", ctx.stack.hub_port("wds1"));
     let (code, metrics) = ks_tests::process::http_get(format!("{}:{}", hub.0, hub.1).parse()?, "/metrics");
     ensure!(code == 200, "hub /metrics answered {code}");
-    let count = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("kubestellar_downsync_packaging_duration_seconds_count "))
-        .and_then(|n| n.trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    ensure!(count > 0, "no packaging samples on the hub's /metrics");
+    for histogram in [
+        "kubestellar_downsync_packaging_duration_seconds",
+        "kubestellar_statusPropagation_finalization_duration_seconds",
+        "kubestellar_statusPropagation_duration_seconds",
+        "kubestellar_e2e_latency_duration_seconds",
+    ] {
+        let count = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{histogram}_count ")))
+            .and_then(|n| n.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+        ensure!(count > 0, "no {histogram} samples on the hub's /metrics");
+    }
 
     // A CustomTransform change re-renders every Binding: the trace context of the delivered
     // generation is reused, so no ManifestWork is written.

@@ -10,12 +10,13 @@
 //! order of events never matters and a start-up pass over everything converges after a restart.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ks_shared::api::{Binding, CombinedStatus, StatusCollector, WorkStatus, condition_type};
 use ks_shared::names::{ORIGIN_WDS_LABEL, REPORT_NAMESPACE, TRANSPORT_FINALIZER};
+use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -482,25 +483,29 @@ impl StatusController {
         };
         let (desired, errors) = plan::combined_statuses(&subject, &selecting, &wecs, |c| self.valid_collector(c));
         let changed = self.errors.set(key, errors);
-        self.write_status(key, &object, &resource, action).await?;
+        let started = SystemTime::now();
+        if self.write_status(key, &object, &resource, action).await? {
+            trace_propagation(key, &wecs, started);
+        }
         self.write_combined(&uid, desired).await?;
         Ok(changed)
     }
 
-    /// Writes the object's `.status` when it differs from what we want it to be.
+    /// Writes the object's `.status` when it differs from what we want it to be; true when it
+    /// wrote.
     async fn write_status(
         &mut self,
         key: &ObjectKey,
         object: &DynamicObject,
         resource: &ApiResource,
         action: StatusAction,
-    ) -> kube::Result<()> {
+    ) -> kube::Result<bool> {
         let current = object.data.get("status");
         let status = match action {
-            StatusAction::Leave => return Ok(()),
-            StatusAction::Clear if !plan::owns_status(object.managed_fields()) => return Ok(()),
+            StatusAction::Leave => return Ok(false),
+            StatusAction::Clear if !plan::owns_status(object.managed_fields()) => return Ok(false),
             StatusAction::Clear => json!({}),
-            StatusAction::Set(status) if current == Some(&status) => return Ok(()),
+            StatusAction::Set(status) if current == Some(&status) => return Ok(false),
             StatusAction::Set(status) => status,
         };
         let unchanged_since_ours = self
@@ -508,19 +513,19 @@ impl StatusController {
             .get(key)
             .is_some_and(|(applied, stored)| *applied == status && stored.as_ref() == current);
         if unchanged_since_ours {
-            return Ok(());
+            return Ok(false);
         }
         match writes::apply_object_status(&self.wds, resource, key, &status).await {
             Ok(stored) => {
                 self.metrics.status_writes.inc();
                 tracing::debug!(object = %key, "status written");
                 self.applied.insert(key.clone(), (status, stored));
-                Ok(())
+                Ok(true)
             }
             // Deleted meanwhile, or a resource without a status subresource: nothing to write to.
             Err(kube::Error::Api(e)) if e.code == 404 => {
                 tracing::debug!(object = %key, "no status to write to");
-                Ok(())
+                Ok(false)
             }
             // Refused (e.g. a Job's status cannot lose its completion): not again until the
             // object's status or what we want changes.
@@ -602,5 +607,32 @@ impl StatusController {
             return Ok(());
         }
         writes::apply_collector_status(&self.wds, name, &status).await
+    }
+}
+
+/// Continues the trace of each WEC's status report with the status propagation span (this
+/// write), and observes the status propagation and end-to-end latencies.
+fn trace_propagation(key: &ObjectKey, wecs: &BTreeMap<String, WecStatus>, started: SystemTime) {
+    let now = SystemTime::now();
+    for (wec, reported) in wecs {
+        let report = ks_shared::telemetry::extract_context(&reported.trace);
+        if !rollout::is_traced(&report) {
+            continue;
+        }
+        let attributes = vec![
+            KeyValue::new(attribute::GROUP, key.resource.group.clone()),
+            KeyValue::new(attribute::RESOURCE, key.resource.resource.clone()),
+            KeyValue::new(attribute::NAMESPACE, key.namespace.clone()),
+            KeyValue::new(attribute::NAME, key.name.clone()),
+            KeyValue::new(attribute::WEC, wec.clone()),
+        ];
+        rollout::record(stage::STATUS_PROPAGATION, &report, started, now, attributes);
+        let latencies = rollout::latencies();
+        if let Some(sent) = rollout::sent_at(&report) {
+            latencies.status_propagation.observe(rollout::seconds(sent, now));
+        }
+        if let Some(rollout_start) = rollout::started_at(&report) {
+            latencies.end_to_end.observe(rollout::seconds(rollout_start, now));
+        }
     }
 }

@@ -27,14 +27,21 @@ pub struct WecStatus {
     /// When that status was last written.
     pub last_update: Option<Time>,
     pub details: Option<StatusDetails>,
+    /// The trace context the agent's status report handed on (its WorkStatus's annotations).
+    pub trace: BTreeMap<String, String>,
 }
 
 impl WecStatus {
     pub fn of(work_status: &WorkStatus) -> WecStatus {
+        let annotations = work_status.metadata.annotations.iter().flatten();
         WecStatus {
             status: work_status.status.as_ref().map(|s| Json::Object(s.0.clone())),
             last_update: last_status_update(work_status.metadata.managed_fields.as_deref().unwrap_or_default()),
             details: work_status.spec.status_details.clone(),
+            trace: annotations
+                .filter(|(key, _)| ks_shared::names::is_trace_annotation(key))
+                .map(|(key, value)| (key.clone(), value.clone()))
+                .collect(),
         }
     }
 }
