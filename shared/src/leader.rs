@@ -3,7 +3,8 @@
 
 use std::future::Future;
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::{Api, Client};
 use kube_lease_manager::{LeaseManagerBuilder, LeaseManagerError};
 use tokio_util::sync::CancellationToken;
 
@@ -28,6 +29,8 @@ pub enum LeaderError {
     },
     #[error("lost the leader Lease {namespace}/{name}")]
     Lost { namespace: String, name: String },
+    #[error("the leader Lease {namespace}/{name} was deleted while waiting for it")]
+    Deleted { namespace: String, name: String },
 }
 
 /// A default identity: the pod name when running in a pod, else host name and process id.
@@ -56,6 +59,7 @@ where
         name: lease.name.clone(),
         source,
     };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &lease.namespace);
     let manager = LeaseManagerBuilder::new(client, &lease.name)
         .with_namespace(&lease.namespace)
         .with_identity(&lease.identity)
@@ -67,11 +71,26 @@ where
     let (mut is_leader, task) = manager.watch().await;
 
     tracing::info!(lease = %lease.name, identity = %lease.identity, "waiting for the leader lease");
+    // The lease manager never recreates a Lease deleted under it: a standby would wait forever,
+    // so it gives up (the caller exits, and a fresh start creates the Lease again).
+    let deleted = async {
+        let mut check = tokio::time::interval(std::time::Duration::from_secs(lease.duration_seconds.max(1)));
+        loop {
+            check.tick().await;
+            if let Ok(None) = leases.get_opt(&lease.name).await {
+                break;
+            }
+        }
+    };
+    let mut outcome = Ok(());
     let acquired = tokio::select! {
         changed = is_leader.wait_for(|leader| *leader) => changed.is_ok(),
         _ = shutdown.cancelled() => false,
+        _ = deleted => {
+            outcome = Err(LeaderError::Deleted { namespace: lease.namespace.clone(), name: lease.name.clone() });
+            false
+        }
     };
-    let mut outcome = Ok(());
     if acquired {
         tracing::info!(lease = %lease.name, "became leader");
         let work_token = shutdown.child_token();

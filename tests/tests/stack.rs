@@ -226,8 +226,19 @@ async fn leader_lease_hands_over(ctx: Ctx) -> anyhow::Result<()> {
         got == Some("second"),
         "the second contender takes over once the first steps down"
     );
+
+    // A Lease deleted under a waiting contender: it gives up (to be restarted) instead of
+    // waiting for ever.
+    let third = contender("third", CancellationToken::new());
+    leases.delete(&lease("x").name, &Default::default()).await?;
+    let waited = tokio::time::timeout(DEADLINE, third).await??;
+    anyhow::ensure!(
+        matches!(waited, Err(ks_shared::leader::LeaderError::Deleted { .. })),
+        "the waiting contender gives up on a deleted Lease: {waited:?}"
+    );
     second_shutdown.cancel();
-    second.await??;
+    // The leader whose Lease went may end either way.
+    let _ = second.await?;
     Ok(())
 }
 

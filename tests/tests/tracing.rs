@@ -6,12 +6,13 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use ks_shared::api::{BindingPolicy, CustomTransform};
+use ks_shared::api::{BindingPolicy, CustomTransform, WorkStatus};
 use ks_shared::names::{self, TRACEPARENT_ANNOTATION};
 use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, apply, run, wait_until};
-use ks_tests::stack::JAEGER_QUERY;
+use ks_tests::stack::{JAEGER_QUERY, Stack};
 use ks_tests::stack_test;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams};
 use serde_json::{Value, json};
 
@@ -168,9 +169,9 @@ async fn complete_trace(name: &str) -> anyhow::Result<(String, Vec<Span>)> {
 
 /// A Deployment sent to both WECs is one trace: packaging on the hub, delivery and status
 /// reports from the agent on each WEC, status propagation back on the hub, parent-linked in
-/// causal order and tagged with the
-/// object, its generation, the BindingPolicy and the WEC; the latency histograms have samples;
-/// and re-rendering the Binding writes no ManifestWork because of tracing.
+/// causal order and tagged with the object, its generation, the BindingPolicy and the WEC; the
+/// latency histograms have samples; and neither a re-render of the Binding nor a restart of an
+/// agent writes anything because of tracing.
 async fn rollout_is_one_trace_across_hub_and_wecs(ctx: Ctx) -> anyhow::Result<()> {
     let (ns, name, policy) = rollout(&ctx, json!({})).await?;
     let (_, spans) = complete_trace(&name).await?;
@@ -238,7 +239,48 @@ async fn rollout_is_one_trace_across_hub_and_wecs(ctx: Ctx) -> anyhow::Result<()
         "ManifestWorks rewritten by a re-render: {before:?} → {after:?}"
     );
     transforms.delete(&transform, &DeleteParams::default()).await?;
+    agent_restart_writes_nothing(&ctx, &policy).await?;
     finish(&ctx, &ns, &policy).await
+}
+
+/// A restarted agent re-evaluates every object and starts new delivery spans for them: the
+/// WorkStatuses stay as they are (their content did not change, only the trace context).
+async fn agent_restart_writes_nothing(ctx: &Ctx, policy: &str) -> anyhow::Result<()> {
+    let statuses: Api<WorkStatus> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    let ours = ListParams::default().labels(&format!("{}={policy}", names::ORIGIN_BINDING_LABEL));
+    let versions = |list: Vec<WorkStatus>| -> Vec<(String, String)> {
+        list.iter()
+            .map(|w| (w.name_any(), w.resource_version().unwrap_or_default()))
+            .collect()
+    };
+    let before = versions(statuses.list(&ours).await?.items);
+    ensure!(!before.is_empty(), "no WorkStatus for the rollout on cluster1");
+    let agent = Stack::agent_process("cluster1");
+    let old = ctx.stack.procs.running(&agent);
+    ctx.stack.procs.stop(&agent, Duration::from_secs(10))?;
+    let new = ctx.stack.wait_agent_ready("cluster1", DEADLINE).await?;
+    ensure!(Some(new) != old, "the agent was restarted");
+    // Ready means listed and queued; done when it has reconciled and nothing waits.
+    let address = ctx.stack.agent_address("cluster1").context("the agent's address")?;
+    ks_tests::stack::wait_for("the restarted agent to go through its objects", DEADLINE, || {
+        let (_, metrics) = ks_tests::process::http_get(address, "/metrics");
+        let value = |name: &str| {
+            metrics
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("{name} ")))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        };
+        let done = value("ks_agent_reconciles_total").is_some_and(|n| n >= before.len() as f64)
+            && value("ks_agent_queue_depth") == Some(0.0);
+        std::future::ready(Ok(done))
+    })
+    .await?;
+    let after = versions(statuses.list(&ours).await?.items);
+    ensure!(
+        before == after,
+        "WorkStatuses rewritten by a restarted agent: {before:?} → {after:?}"
+    );
+    Ok(())
 }
 
 /// A traceparent on the user's WDS object makes our spans part of that trace, under its span;

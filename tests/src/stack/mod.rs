@@ -632,25 +632,26 @@ impl Stack {
     /// listed the AppliedManifestWorks); returns its process id.
     pub async fn wait_agent_ready(&self, wec: &str, deadline: Duration) -> anyhow::Result<u32> {
         let name = Self::agent_process(wec);
-        let log = self.procs.log_file(&name);
         let mut ready = None;
         wait_for(&format!("the status agent on {wec} to be ready"), deadline, || {
             ready = self.procs.running(&name).filter(|_| {
-                // The log keeps earlier runs: the last address announced is the current one.
-                let text = std::fs::read_to_string(&log).unwrap_or_default();
-                text.lines()
-                    .rev()
-                    .find(|l| l.contains("serving /metrics"))
-                    .is_some_and(|line| {
-                        let address = crate::process::address_in(line);
-                        std::net::TcpStream::connect(address).is_ok()
-                            && crate::process::http_get(address, "/readyz").0 == 200
-                    })
+                self.agent_address(wec).is_some_and(|address| {
+                    std::net::TcpStream::connect(address).is_ok()
+                        && crate::process::http_get(address, "/readyz").0 == 200
+                })
             });
             std::future::ready(Ok(ready.is_some()))
         })
         .await?;
         ready.context("ready")
+    }
+
+    /// Where the status agent for `wec` serves /metrics, /healthz and /readyz, as it last said.
+    pub fn agent_address(&self, wec: &str) -> Option<std::net::SocketAddr> {
+        // The log keeps earlier runs: the last address announced is the current one.
+        let text = std::fs::read_to_string(self.procs.log_file(&Self::agent_process(wec))).ok()?;
+        let line = text.lines().rev().find(|l| l.contains("serving /metrics"))?;
+        Some(crate::process::address_in(line))
     }
 
     /// The stand-in kubelet that runs our images' Deployments on a WEC as local processes.
