@@ -58,6 +58,18 @@ fn policy(name: &str, clusters: Value, downsync: Value) -> Value {
            "spec": {"clusterSelectors": clusters, "downsync": downsync}})
 }
 
+/// Applies the policy `name`, sending the objects labelled `selector` to the WECs whose labels
+/// match `clusters`.
+async fn send(wds: &kube::Client, name: &str, clusters: Value, selector: &Value) -> anyhow::Result<()> {
+    let downsync = json!([{"objectSelectors": [{"matchLabels": selector}]}]);
+    apply(
+        &Api::<BindingPolicy>::all(wds.clone()),
+        policy(name, json!([{"matchLabels": clusters}]), downsync),
+    )
+    .await?;
+    Ok(())
+}
+
 fn replicas_are(n: i32) -> impl Fn(Option<&Deployment>) -> bool {
     move |d| d.and_then(|d| d.spec.as_ref()).and_then(|s| s.replicas) == Some(n)
 }
@@ -77,15 +89,7 @@ async fn objects_reach_wecs_follow_updates_and_leave(ctx: Ctx) -> anyhow::Result
     apply(&Api::<Service>::namespaced(wds.clone(), &ns), service).await?;
     let policies: Api<BindingPolicy> = Api::all(wds.clone());
     let name = format!("{ns}-edge");
-    apply(
-        &policies,
-        policy(
-            &name,
-            json!([{"matchLabels": {"location-group": "edge"}}]),
-            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
-        ),
-    )
-    .await?;
+    send(&wds, &name, json!({"location-group": "edge"}), &selector).await?;
 
     for wec in ["cluster1", "cluster2"] {
         let client = ctx.client(wec).await?;
@@ -116,15 +120,7 @@ async fn objects_reach_wecs_follow_updates_and_leave(ctx: Ctx) -> anyhow::Result
     }
 
     // Retargeting moves the objects: cluster2 only.
-    apply(
-        &policies,
-        policy(
-            &name,
-            json!([{"matchLabels": {"name": "cluster2"}}]),
-            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
-        ),
-    )
-    .await?;
+    send(&wds, &name, json!({"name": "cluster2"}), &selector).await?;
     let on_cluster1 = Api::<Deployment>::namespaced(ctx.client("cluster1").await?, &ns);
     let uid = on_cluster1.get("web").await?.metadata.uid.unwrap_or_default();
     wait_until(
@@ -249,15 +245,7 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
 
     // Editing the CustomTransform re-renders without touching the workload: now `owner` stays
     // and the other label goes; with createOnly the WEC keeps its object, so switch it off.
-    apply(
-        &policies,
-        policy(
-            &name,
-            json!([{"matchLabels": {"name": "cluster1"}}]),
-            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
-        ),
-    )
-    .await?;
+    send(&wds, &name, json!({"name": "cluster1"}), &selector).await?;
     apply(
         &transforms,
         json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "CustomTransform",
@@ -360,15 +348,7 @@ async fn templates_follow_wec_properties(ctx: Ctx) -> anyhow::Result<()> {
     let data = json!({"region": "{{.region}}", "cluster": "{{ .clusterName }}", "plain": "{x}"});
     apply(&wds_config_maps, config_map("site", &selector, expand.clone(), data)).await?;
     let name = format!("{ns}-templates");
-    apply(
-        &Api::<BindingPolicy>::all(wds.clone()),
-        policy(
-            &name,
-            json!([{"matchLabels": {"location-group": "edge"}}]),
-            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
-        ),
-    )
-    .await?;
+    send(&wds, &name, json!({"location-group": "edge"}), &selector).await?;
     let shows = |region: &'static str, cluster: &'static str| {
         move |c: Option<&ConfigMap>| {
             c.and_then(|c| c.data.as_ref()).is_some_and(|d| {
@@ -452,13 +432,6 @@ async fn templates_follow_wec_properties(ctx: Ctx) -> anyhow::Result<()> {
 async fn sharding_and_generated_names(ctx: Ctx) -> anyhow::Result<()> {
     let wds = ctx.client("wds1").await?;
     let policies = Api::<BindingPolicy>::all(wds.clone());
-    let to_cluster1 = |name: &str, selector: &Value| {
-        policy(
-            name,
-            json!([{"matchLabels": {"name": "cluster1"}}]),
-            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
-        )
-    };
 
     // By size: the Namespace and six ConfigMaps of 100 kB; five fill a ManifestWork.
     let by_size = ctx.namespace("wds1").await?;
@@ -474,7 +447,7 @@ async fn sharding_and_generated_names(ctx: Ctx) -> anyhow::Result<()> {
         .await?;
     }
     let sized = format!("{by_size}-size");
-    apply(&policies, to_cluster1(&sized, &selector)).await?;
+    send(&wds, &sized, json!({"name": "cluster1"}), &selector).await?;
     let on_wec = Api::<ConfigMap>::namespaced(ctx.client("cluster1").await?, &by_size);
     wait_until(on_wec, "big-5", "delivered", DEADLINE, |c: Option<&ConfigMap>| {
         c.is_some()
@@ -516,7 +489,7 @@ async fn sharding_and_generated_names(ctx: Ctx) -> anyhow::Result<()> {
                  "containers": [{"name": "c", "image": "busybox:1.36"}]}}}}))?;
     let job_name = jobs.create(&Default::default(), &job).await?.name_any();
     let counted = format!("{by_count}-count");
-    apply(&policies, to_cluster1(&counted, &selector)).await?;
+    send(&wds, &counted, json!({"name": "cluster1"}), &selector).await?;
     let on_wec = Api::<ConfigMap>::namespaced(ctx.client("cluster1").await?, &by_count);
     wait_until(
         on_wec.clone(),
@@ -572,15 +545,7 @@ async fn rejected_manifestwork_is_reported(ctx: Ctx) -> anyhow::Result<()> {
     label_namespace(&wds, &ns, &selector).await?;
     let name = format!("{ns}-{}", "long".repeat(20));
     let policies = Api::<BindingPolicy>::all(wds.clone());
-    apply(
-        &policies,
-        policy(
-            &name,
-            json!([{"matchLabels": {"name": "cluster1"}}]),
-            json!([{"objectSelectors": [{"matchLabels": selector}]}]),
-        ),
-    )
-    .await?;
+    send(&wds, &name, json!({"name": "cluster1"}), &selector).await?;
     let errors = binding_errors(&ctx, &name, Some("the ITS rejected ManifestWork cluster1/")).await?;
     anyhow::ensure!(
         errors.iter().all(|e| e.contains("must be no more than 63")),
