@@ -1,12 +1,12 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test crds deps up down bench-binding bench-agent bench-delivery
+.PHONY: help build lint test crds deps demo up down bench-binding bench-agent bench-delivery
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
 
 build: ## Build the three binaries (target/debug/ks-hub, ks-addon, ks-agent)
 	$(CARGO) build --workspace --bins
@@ -24,6 +24,10 @@ crds: ## Regenerate config/crds/ from the Rust API types
 deps: ## Build the pinned upstream components (deps/versions.env) into ~/.cache/kubestellar-rs
 	deps/build.sh all
 
+demo: deps build ## On a fresh machine: build everything, start the stack, run the quickstart workload and show what happened
+	$(STACK) up --wecs $(WECS)
+	$(CARGO) run -q -p ks-tests --bin ks-demo
+
 up: deps build ## Start the local stack in .stack/ (WECS=n for n WECs; idempotent)
 	$(STACK) up --wecs $(WECS)
 
@@ -39,3 +43,11 @@ bench-agent: build ## WEC status change -> WorkStatus latency, agent memory at 1
 
 bench-delivery: build ## Time WDS create -> present on every WEC for 50 Deployments (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- delivery-latency --objects 50
+
+.PHONY: images
+images: ## OCI image archives of ks-hub, ks-addon, ks-agent (release build): target/images/<name>.oci.tar
+	images/build.sh
+
+.PHONY: bench-status
+bench-status: build ## Time WEC status change -> WDS .status for 50 changes, writes per change (make up first)
+	$(CARGO) run -q -p ks-tests --bin ks-bench -- status-latency --changes 50

@@ -62,10 +62,12 @@ bins_of() {
                   kubectl=k8s.io/kubernetes/cmd/kubectl ;;
     # etcd's main package is the server module root (server/main.go).
     etcd)       echo etcd=go.etcd.io/etcd/server/v3 ;;
-    # Upstream names: cmd/addon is the binary of the "addon-manager" image (run as `addon manager`).
+    # Upstream names: cmd/addon is the binary of the "addon-manager" image (run as `addon manager`);
+    # placement (`placement controller`) decides Placements, e.g. for add-on install strategies.
     ocm)        printf '%s\n' registration=open-cluster-management.io/ocm/cmd/registration \
                   registration-operator=open-cluster-management.io/ocm/cmd/registration-operator \
-                  addon=open-cluster-management.io/ocm/cmd/addon ;;
+                  addon=open-cluster-management.io/ocm/cmd/addon \
+                  placement=open-cluster-management.io/ocm/cmd/placement ;;
     kwok)       echo kwok=sigs.k8s.io/kwok/cmd/kwok ;;
     helm)       echo helm=helm.sh/helm/v3/cmd/helm ;;
     jaeger)     echo jaeger=github.com/jaegertracing/jaeger/cmd/jaeger ;;

@@ -63,7 +63,8 @@ struct Args {
     /// Context of the hosting cluster in its kubeconfig.
     #[arg(long, env = "KS_KUBEFLEX_CONTEXT", value_name = "NAME", requires = "kubeflex")]
     kubeflex_context: Option<String>,
-    /// In KubeFlex mode, the ITS ControlPlane's name (needed when there are several).
+    /// In KubeFlex mode, the ITS ControlPlane's name (needed when there are several; empty is
+    /// the same as unset).
     #[arg(long, env = "KS_ITS_NAME", value_name = "NAME", requires = "kubeflex")]
     its_name: Option<String>,
     /// Controllers to run, comma-separated: `binding`, `transport`, `status` (the last two need
@@ -208,7 +209,9 @@ async fn spaces(
     let Some(wds) = kubeflex::kubeconfig(&hosting, CP_TYPE_WDS, Some(&args.wds_name), shutdown).await? else {
         return Ok(None);
     };
-    let Some(its) = kubeflex::kubeconfig(&hosting, CP_TYPE_ITS, args.its_name.as_deref(), shutdown).await? else {
+    // Empty means unset, as upstream's chart passes it when there is one ITS.
+    let its_name = args.its_name.as_deref().filter(|name| !name.is_empty());
+    let Some(its) = kubeflex::kubeconfig(&hosting, CP_TYPE_ITS, its_name, shutdown).await? else {
         return Ok(None);
     };
     let wds = limited_client_from_text(&wds, args.wds_qps, args.wds_burst)

@@ -293,12 +293,12 @@ impl Stack {
             "kube-scheduler",
             "kwok",
         ];
-        let ocm = ["registration", "addon", "registration-operator", "jaeger"];
+        let ocm = ["registration", "addon", "placement", "registration-operator", "jaeger"];
         let missing: Vec<String> = upstream
             .iter()
             .chain(ocm.iter())
             .map(|b| self.bin(b))
-            .chain(["ks-stack", "ks-hub"].map(|b| self.our_binaries.join(b)))
+            .chain(["ks-stack", "ks-hub", "ks-addon"].map(|b| self.our_binaries.join(b)))
             .filter(|p| !p.exists())
             .map(|p| p.display().to_string())
             .collect();
@@ -496,6 +496,7 @@ impl Stack {
             "ocm" => 100,
             "hub" => 300,
             "ks-addon" => 400,
+            "placement" => 500,
             _ => 200,
         };
         SIDE_BASE_PORT + offset + index
@@ -540,6 +541,11 @@ impl Stack {
         args.extend(common(self.side_port("addon", "its1")));
         self.procs
             .ensure("ocm-addon-manager-its1", &self.bin("addon"), &args, &[])?;
+        // Decides Placements, e.g. those of add-on install strategies (the status add-on chart's).
+        let mut args = vec!["controller".to_string()];
+        args.extend(common(self.side_port("placement", "its1")));
+        self.procs
+            .ensure("ocm-placement-its1", &self.bin("placement"), &args, &[])?;
         Ok(())
     }
 

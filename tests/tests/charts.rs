@@ -1,0 +1,835 @@
+//! The Helm charts in charts/ against the stack's real apiservers: `helm lint`; every rendered
+//! object (and every object inside a KubeFlex PostCreateHook, rendered as KubeFlex would)
+//! accepted by a server-side dry run; the hub chart installed into the `kubeflex` context
+//! creating its ControlPlanes and PostCreateHooks; the status add-on chart installed into `its1`
+//! creating the controller's objects and the ClusterManagementAddOn, from which OCM's
+//! addon-manager enables the add-on on every WEC; upgrades that change what they should, and
+//! uninstalls that leave nothing behind.
+//!
+//! Isolation from the stack and from other runs: releases go into namespaces of their own, and
+//! cluster-scoped names start with this run's id (the release name, the hub chart's
+//! `hookNamePrefix`, the add-on's name). The add-on chart is installed under another add-on name
+//! than `addon-status`, which the stack's ks-addon owns. No ks-addon runs from the chart here:
+//! the stack's stand-in kubelet runs our images on WECs only. OCM's placement controller, which
+//! decides the chart's Placement, runs on its1 as part of the stack.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Duration;
+
+use anyhow::{Context, bail, ensure};
+use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+use ks_shared::names::{KUBEFLEX_CP_TYPE_LABEL, STATUS_ADDON_NAME};
+use ks_shared::ocm::ManagedClusterAddOn;
+use ks_tests::harness::{Ctx, repo_root, run, wait_until};
+use ks_tests::stack_test;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use kube::runtime::wait::conditions;
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+
+const VERSION: &str = env!("CARGO_PKG_VERSION");
+const HUB_CHART: &str = "charts/kubestellar-rs";
+const ADDON_CHART: &str = "charts/ks-status-addon";
+const WORKSTATUS_CRD: &str = "control.kubestellar.io_workstatuses.yaml";
+const ADDON_MANAGER: &str = "ocm-addon-manager-its1";
+/// Prefix of this test's cluster-scoped names; a run adds its process id.
+const RUN_PREFIX: &str = "ks-charts-";
+/// The apiserver's own work (e.g. deleting an object without finalizers).
+const PROMPTLY: Duration = Duration::from_secs(30);
+/// A placement decision, then the addon-manager's reaction.
+const OCM: Duration = Duration::from_secs(90);
+
+fn main() -> ExitCode {
+    let ks_stack = Path::new(env!("CARGO_BIN_EXE_ks-stack"));
+    run(
+        ks_stack.parent().expect("binaries live in a directory"),
+        vec![
+            stack_test!(charts_pass_helm_lint_and_check_their_values, &[]),
+            stack_test!(status_addon_crd_is_the_generated_one, &[]),
+            stack_test!(charts_default_to_our_images, &[]),
+            stack_test!(
+                rendered_charts_pass_a_server_side_dry_run,
+                &["apiserver-kubeflex", "apiserver-its1"]
+            ),
+            stack_test!(hub_chart_installs_upgrades_and_uninstalls, &["apiserver-kubeflex"]),
+            stack_test!(
+                status_addon_chart_installs_upgrades_and_uninstalls,
+                &["apiserver-its1", ADDON_MANAGER, "ocm-placement-its1"]
+            ),
+        ],
+    )
+}
+
+// ---------------------------------------------------------------------------------------------
+// Values
+
+/// KubeFlex-mode values for the hub chart, with an ITS of each type.
+fn kubeflex_values(prefix: &str, wdses: &[&str]) -> Value {
+    json!({
+        "hookNamePrefix": prefix,
+        "ITSes": [
+            {"name": format!("{prefix}-its")},
+            {"name": format!("{prefix}-host"), "type": "host", "install_clusteradm": false},
+            {"name": format!("{prefix}-ext"), "type": "external"},
+        ],
+        "WDSes": wdses.iter().map(|w| json!({
+            "name": format!("{prefix}-{w}"), "ITSName": format!("{prefix}-its"), "APIGroups": ",apps",
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn direct_values() -> Value {
+    json!({
+        "mode": "direct",
+        "ITSes": [{"name": "its1", "kubeconfigSecret": {"name": "its1-kubeconfig"}}],
+        "WDSes": [{"name": "wds1", "kubeconfigSecret": {"name": "wds1-kubeconfig", "key": "config"}}],
+        "hub": {"otlpEndpoint": "http://jaeger:4317", "logFormat": "json"},
+    })
+}
+
+fn image(binary: &str) -> String {
+    format!("ghcr.io/kubestellar-rs/{binary}:{VERSION}")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tests
+
+async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "lint")?;
+    let manual = json!({"addon": {"installStrategy": "Manual"}, "controller": {"installAll": true}});
+    let good = [
+        (HUB_CHART, json!({})),
+        (HUB_CHART, kubeflex_values("lint", &["wds"])),
+        (HUB_CHART, direct_values()),
+        (ADDON_CHART, json!({})),
+        (ADDON_CHART, manual),
+    ];
+    for (chart, values) in &good {
+        let file = tools.values_file(values)?;
+        tools
+            .helm(&["lint", "--strict", &chart_path(chart), "--values", &file])
+            .with_context(|| format!("helm lint {chart} with {values}"))?;
+    }
+
+    // A WDS may leave out ITSName when the release has one ITS; ks-hub always gets a name.
+    let one_its = json!({"ITSes": [{"name": "i"}], "WDSes": [{"name": "w"}]});
+    let rendered = tools.render(HUB_CHART, "ns", &one_its)?;
+    let wds = find(&rendered, "ControlPlane", "w")?;
+    ensure!(wds["spec"]["globalVars"]["ITSName"] == "i", "{wds}");
+
+    // Values that cannot work fail the install, naming the problem.
+    let direct_without_its_secret = json!({"mode": "direct", "ITSes": [{"name": "i"}], "WDSes": [{"name": "w", "kubeconfigSecret": {"name": "s"}}]});
+    let bad = [
+        (
+            HUB_CHART,
+            json!({"mode": "kubeflex-ish"}),
+            "mode must be kubeflex or direct",
+        ),
+        (HUB_CHART, json!({"WDSes": [{"name": "w"}]}), "WDSes w: set ITSName"),
+        (
+            HUB_CHART,
+            json!({"ITSes": [{"name": "i", "type": "k3s"}]}),
+            "ITSes i: type must be",
+        ),
+        (
+            HUB_CHART,
+            direct_without_its_secret,
+            "needs an ITSes entry with kubeconfigSecret.name",
+        ),
+        (
+            ADDON_CHART,
+            json!({"addon": {"installStrategy": "All"}}),
+            "installStrategy must be",
+        ),
+    ];
+    for (chart, values, message) in &bad {
+        match tools.render(chart, "ns", values) {
+            Ok(_) => bail!("{chart} rendered with {values}"),
+            Err(err) => ensure!(format!("{err:#}").contains(message), "{chart} with {values}: {err:#}"),
+        }
+    }
+    Ok(())
+}
+
+async fn status_addon_crd_is_the_generated_one(_ctx: Ctx) -> anyhow::Result<()> {
+    let generated = std::fs::read(repo_root().join("config/crds").join(WORKSTATUS_CRD))?;
+    let crds = repo_root().join(ADDON_CHART).join("crds");
+    ensure!(
+        std::fs::read(crds.join(WORKSTATUS_CRD))? == generated,
+        "{ADDON_CHART}/crds/{WORKSTATUS_CRD} differs from config/crds/{WORKSTATUS_CRD}: copy it over after `make crds`"
+    );
+    let files = std::fs::read_dir(&crds)?.count();
+    ensure!(files == 1, "{ADDON_CHART}/crds holds more than the WorkStatus CRD");
+    Ok(())
+}
+
+/// The charts' default images are the ones `make images` builds (named in its index.json as
+/// ghcr.io/kubestellar-rs/<binary>:<crate version>), and the charts carry the crate version.
+async fn charts_default_to_our_images(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "images")?;
+    for chart in [HUB_CHART, ADDON_CHART] {
+        let meta: Value =
+            serde_saphyr::from_str(&std::fs::read_to_string(repo_root().join(chart).join("Chart.yaml"))?)?;
+        ensure!(
+            meta["appVersion"] == VERSION && meta["version"] == VERSION,
+            "{chart}/Chart.yaml: {meta}"
+        );
+    }
+    let hub = tools.render(HUB_CHART, "ns", &kubeflex_values("img", &["wds"]))?;
+    let in_hook = hook_deployment(find(&hub, "PostCreateHook", "img-hub")?)?;
+    ensure!(container(&in_hook)?["image"] == image("ks-hub").as_str(), "{in_hook}");
+    let direct = tools.render(HUB_CHART, "ns", &direct_values())?;
+    let direct = container(find(&direct, "Deployment", "ks-hub-wds1")?)?;
+    ensure!(direct["image"] == image("ks-hub").as_str(), "{direct}");
+
+    let addon = tools.render(ADDON_CHART, "ns", &json!({}))?;
+    let controller = container(find(&addon, "Deployment", "t-ks-status-addon")?)?;
+    ensure!(controller["image"] == image("ks-addon").as_str(), "{controller}");
+    let agent_image = format!("--agent-image={}", image("ks-agent"));
+    ensure!(args(controller).contains(&agent_image.as_str()), "{controller}");
+    Ok(())
+}
+
+async fn rendered_charts_pass_a_server_side_dry_run(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "dry-run")?;
+    for context in ["kubeflex", "its1"] {
+        remove_leftovers(&ctx, context, "rendered_charts_pass_a_server_side_dry_run", &[]).await?;
+    }
+    let namespace = ctx.namespace("kubeflex").await?;
+    let hub = tools.render(
+        HUB_CHART,
+        &namespace,
+        &kubeflex_values(&format!("{}-dry", run_id()), &["wds"]),
+    )?;
+    tools
+        .dry_run("kubeflex", &namespace, &hub)
+        .context("hub chart, kubeflex mode")?;
+    // What KubeFlex creates from each hook, with a WDS's or an ITS's variables.
+    for hook in hub.iter().filter(|o| o["kind"] == "PostCreateHook") {
+        let name = hook["metadata"]["name"].as_str().unwrap_or_default();
+        let vars = [
+            ("Namespace", namespace.as_str()),
+            ("ControlPlaneName", "cp1"),
+            ("HookName", name),
+            ("APIGroups", ",apps"),
+            ("ITSName", "its1"),
+            ("ITSSecretName", "vc-vcluster"),
+            ("ITSSecretKey", "config-incluster"),
+        ];
+        let objects = hook_templates(hook)
+            .iter()
+            .map(|t| kubeflex_render(t, &vars))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        tools
+            .dry_run("kubeflex", &namespace, &objects)
+            .with_context(|| format!("objects of PostCreateHook {name}"))?;
+    }
+    let direct = tools.render(HUB_CHART, &namespace, &direct_values())?;
+    tools
+        .dry_run("kubeflex", &namespace, &direct)
+        .context("hub chart, direct mode")?;
+    ctx.delete_namespace("kubeflex", &namespace).await?;
+
+    // The status add-on as users install it: the ClusterManagementAddOn is `addon-status`.
+    let namespace = ctx.namespace("its1").await?;
+    let addon = tools.render(ADDON_CHART, &namespace, &json!({}))?;
+    find(&addon, "ClusterManagementAddOn", STATUS_ADDON_NAME)?;
+    find(
+        &addon,
+        "CustomResourceDefinition",
+        "workstatuses.control.kubestellar.io",
+    )?;
+    tools
+        .dry_run("its1", &namespace, &addon)
+        .context("status add-on chart")?;
+    ctx.delete_namespace("its1", &namespace).await
+}
+
+async fn hub_chart_installs_upgrades_and_uninstalls(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "hub")?;
+    let hosting = ctx.client("kubeflex").await?;
+    let control_planes = Api::<DynamicObject>::all_with(hosting.clone(), &kubeflex("ControlPlane", "controlplanes"));
+    let hooks = Api::<DynamicObject>::all_with(hosting.clone(), &kubeflex("PostCreateHook", "postcreatehooks"));
+    let test = "hub_chart_installs_upgrades_and_uninstalls";
+    remove_leftovers(&ctx, "kubeflex", test, &[&control_planes, &hooks]).await?;
+    let prefix = run_id();
+    let release = Release {
+        context: "kubeflex",
+        namespace: ctx.namespace("kubeflex").await?,
+        name: prefix.clone(),
+        chart: HUB_CHART,
+    };
+    let named = |suffix: &str| format!("{prefix}-{suffix}");
+
+    tools.deploy("install", &release, &kubeflex_values(&prefix, &["wds"]))?;
+    let its = control_planes.get(&named("its")).await?;
+    expect_control_plane(
+        &its,
+        "its",
+        "vcluster",
+        &[&named("its-hub-init"), &named("status-addon")],
+    )?;
+    let secret = json!({"ITSSecretName": "vc-vcluster", "ITSSecretKey": "config-incluster"});
+    ensure!(its.data["spec"]["globalVars"] == secret, "{}", its.data["spec"]);
+    let host = control_planes.get(&named("host")).await?;
+    expect_control_plane(&host, "its", "host", &[&named("status-addon")])?;
+    let external = control_planes.get(&named("ext")).await?;
+    let bootstrap =
+        json!({"name": named("ext-bootstrap"), "namespace": release.namespace, "inClusterKey": "kubeconfig-incluster"});
+    ensure!(
+        external.data["spec"]["bootstrapSecretRef"] == bootstrap,
+        "{}",
+        external.data["spec"]
+    );
+    let wds = control_planes.get(&named("wds")).await?;
+    expect_control_plane(&wds, "wds", "k8s", &[&named("hub")])?;
+    ensure!(wds.data["spec"]["postCreateHooks"][0]["vars"] == json!({"APIGroups": ",apps"}));
+    ensure!(wds.data["spec"]["globalVars"] == json!({"ITSName": named("its")}));
+    for (hook, cp_type) in [("hub", "wds"), ("its-hub-init", "its"), ("status-addon", "its")] {
+        let hook = hooks.get(&named(hook)).await?;
+        ensure!(
+            hook.labels().get(KUBEFLEX_CP_TYPE_LABEL).map(String::as_str) == Some(cp_type),
+            "{hook:?}"
+        );
+        ensure!(!hook_templates(&serde_json::to_value(&hook)?).is_empty(), "{hook:?}");
+    }
+
+    // An upgrade adds a WDS and reaches into the hooks' objects.
+    let mut upgraded = kubeflex_values(&prefix, &["wds", "wds2"]);
+    upgraded["hub"] = json!({"logFormat": "json"});
+    tools.deploy("upgrade", &release, &upgraded)?;
+    control_planes.get(&named("wds2")).await?;
+    let in_hook = hook_deployment(&serde_json::to_value(hooks.get(&named("hub")).await?)?)?;
+    ensure!(args(container(&in_hook)?).contains(&"--log-format=json"), "{in_hook}");
+
+    // An upgrade that drops the WDS deletes its ControlPlane.
+    let wds2 = control_planes.get(&named("wds2")).await?;
+    tools.deploy("upgrade", &release, &kubeflex_values(&prefix, &["wds"]))?;
+    let uid = wds2.uid().unwrap_or_default();
+    wait_until(
+        control_planes.clone(),
+        &wds2.name_any(),
+        "deleted",
+        PROMPTLY,
+        conditions::is_deleted(&uid),
+    )
+    .await?;
+
+    tools.uninstall(&release)?;
+    ctx.delete_namespace(release.context, &release.namespace).await
+}
+
+async fn status_addon_chart_installs_upgrades_and_uninstalls(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "addon")?;
+    let hub = ctx.client("its1").await?;
+    let cmas = Api::<DynamicObject>::all_with(hub.clone(), &ocm("addon", "v1alpha1", "ClusterManagementAddOn"));
+    let cluster_roles = Api::all_with(hub.clone(), &ApiResource::erase::<ClusterRole>(&()));
+    let cluster_role_bindings = Api::all_with(hub.clone(), &ApiResource::erase::<ClusterRoleBinding>(&()));
+    let test = "status_addon_chart_installs_upgrades_and_uninstalls";
+    remove_leftovers(&ctx, "its1", test, &[&cmas, &cluster_roles, &cluster_role_bindings]).await?;
+    let release = Release {
+        context: "its1",
+        namespace: ctx.namespace("its1").await?,
+        name: run_id(),
+        chart: ADDON_CHART,
+    };
+    let addon = format!("{}-addon", run_id());
+    tools.deploy("install", &release, &json!({"addon": {"name": addon}}))?;
+
+    // The controller and its RBAC.
+    let objects = tools.manifest(&release)?;
+    let name = format!("{}-ks-status-addon", release.name);
+    for kind in ["ServiceAccount", "Deployment", "ClusterRole", "ClusterRoleBinding"] {
+        find(&objects, kind, &name)?;
+    }
+    for kind in ["Role", "RoleBinding"] {
+        find(&objects, kind, &format!("{name}-leader-election"))?;
+    }
+    let controller_args = args(container(find(&objects, "Deployment", &name)?)?).join(" ");
+    for expected in [
+        format!("--agent-image={}", image("ks-agent")),
+        format!("--leader-elect-namespace={}", release.namespace),
+    ] {
+        ensure!(controller_args.contains(&expected), "{controller_args}");
+    }
+    controller_may_do_exactly_its_job(&hub, &release.namespace, &name).await?;
+
+    // The add-on, and OCM enabling it on every WEC through the Placement.
+    let strategy = cmas.get(&addon).await?.data["spec"]["installStrategy"].clone();
+    let placement = json!({"name": addon, "namespace": release.namespace});
+    ensure!(
+        strategy["type"] == "Placements"
+            && strategy["placements"].as_array().map(Vec::len) == Some(1)
+            && strategy["placements"][0]["name"] == placement["name"]
+            && strategy["placements"][0]["namespace"] == placement["namespace"],
+        "{strategy}"
+    );
+    find(&objects, "Placement", &addon)?;
+    find(&objects, "ManagedClusterSetBinding", "global")?;
+    let wecs = ctx.stack.wec_names();
+    for wec in &wecs {
+        let present = |a: Option<&ManagedClusterAddOn>| a.is_some();
+        wait_until(addons(&hub, wec), &addon, "created by OCM", OCM, present)
+            .await
+            .with_context(|| format!("the add-on on {wec}"))?;
+    }
+
+    // An upgrade narrows the Placement to the first WEC and changes the agent image.
+    let narrowed = json!({
+        "addon": {"name": addon, "clusterSelector": {"matchLabels": {"name": wecs[0]}}},
+        "agent": {"image": {"tag": "upgraded"}},
+    });
+    tools.deploy("upgrade", &release, &narrowed)?;
+    let objects = tools.manifest(&release)?;
+    let controller_args = args(container(find(&objects, "Deployment", &name)?)?).join(" ");
+    ensure!(
+        controller_args.contains("--agent-image=ghcr.io/kubestellar-rs/ks-agent:upgraded"),
+        "{controller_args}"
+    );
+    for wec in &wecs[1..] {
+        addon_is_gone(&hub, wec, &addon)
+            .await
+            .with_context(|| format!("{wec} left the Placement"))?;
+    }
+    addons(&hub, &wecs[0])
+        .get(&addon)
+        .await
+        .context("the add-on left the WEC the Placement still selects")?;
+
+    tools.uninstall(&release)?;
+    for wec in &wecs {
+        addon_is_gone(&hub, wec, &addon)
+            .await
+            .with_context(|| format!("{wec} after uninstall"))?;
+    }
+    ctx.delete_namespace(release.context, &release.namespace).await
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helm, kubectl and rendered objects
+
+/// A release of one of the charts on the stack.
+struct Release {
+    context: &'static str,
+    namespace: String,
+    name: String,
+    chart: &'static str,
+}
+
+impl Release {
+    /// helm arguments `args` for this release: with its `--kube-context` and `--namespace`.
+    fn args<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        let mut args = args.to_vec();
+        args.extend(["--kube-context", self.context, "--namespace", &self.namespace]);
+        args
+    }
+}
+
+/// helm and kubectl (from `make deps`) against the stack's kubeconfig, with helm's cache and
+/// configuration in a scratch directory of this test.
+struct Tools {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+    scratch: PathBuf,
+}
+
+impl Tools {
+    fn new(ctx: &Ctx, test: &str) -> anyhow::Result<Tools> {
+        let scratch = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("charts-{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch)?;
+        Ok(Tools {
+            bin: ctx.stack.cache.join("bin"),
+            kubeconfig: ctx.stack.kubeconfig(),
+            scratch,
+        })
+    }
+
+    fn helm(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut command = Command::new(self.bin.join("helm"));
+        command
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HELM_CACHE_HOME", self.scratch.join("cache"))
+            .env("HELM_CONFIG_HOME", self.scratch.join("config"))
+            .env("HELM_DATA_HOME", self.scratch.join("data"));
+        output(&mut command)
+    }
+
+    fn kubectl(&self, context: &str, args: &[&str]) -> anyhow::Result<String> {
+        let kubeconfig = self.kubeconfig.to_string_lossy();
+        output(
+            Command::new(self.bin.join("kubectl"))
+                .args(["--kubeconfig", &kubeconfig, "--context", context])
+                .args(args),
+        )
+    }
+
+    /// Writes `text` into the scratch directory; the file's path.
+    fn scratch_file(&self, extension: &str, text: &str) -> anyhow::Result<String> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        let path = self.scratch.join(format!("{:016x}.{extension}", hasher.finish()));
+        std::fs::write(&path, text)?;
+        Ok(path.to_string_lossy().into_owned())
+    }
+
+    /// `values` as a values file (JSON is YAML).
+    fn values_file(&self, values: &Value) -> anyhow::Result<String> {
+        self.scratch_file("json", &serde_json::to_string_pretty(values)?)
+    }
+
+    /// `helm template` (release `t`, CRDs included): the rendered objects.
+    fn render(&self, chart: &str, namespace: &str, values: &Value) -> anyhow::Result<Vec<Value>> {
+        let file = self.values_file(values)?;
+        let chart = chart_path(chart);
+        let args = [
+            "template",
+            "t",
+            &chart,
+            "--namespace",
+            namespace,
+            "--include-crds",
+            "--values",
+            &file,
+        ];
+        objects(&self.helm(&args)?)
+    }
+
+    /// `helm install` or `helm upgrade` (without `--wait`: nothing runs our Pods on these spaces).
+    fn deploy(&self, verb: &str, release: &Release, values: &Value) -> anyhow::Result<()> {
+        let file = self.values_file(values)?;
+        let chart = chart_path(release.chart);
+        self.helm(&release.args(&[verb, &release.name, &chart, "--values", &file]))?;
+        Ok(())
+    }
+
+    /// The objects of the release, as Helm recorded them.
+    fn manifest(&self, release: &Release) -> anyhow::Result<Vec<Value>> {
+        objects(&self.helm(&release.args(&["get", "manifest", &release.name]))?)
+    }
+
+    /// `helm uninstall`, checking that none of the release's objects is left.
+    fn uninstall(&self, release: &Release) -> anyhow::Result<()> {
+        let manifest = self.helm(&release.args(&["get", "manifest", &release.name]))?;
+        let file = self.scratch_file("yaml", &manifest)?;
+        // --wait: until every object is gone, not only marked for deletion.
+        self.helm(&release.args(&["uninstall", &release.name, "--wait"]))?;
+        let args = ["get", "--ignore-not-found", "-o", "name", "-f", &file];
+        let left = self.kubectl(release.context, &args)?;
+        ensure!(left.trim().is_empty(), "left after helm uninstall:\n{left}");
+        Ok(())
+    }
+
+    /// Server-side applies `objects` with `--dry-run=server`: the apiserver validates them
+    /// against its schemas (CRDs included) without storing anything.
+    fn dry_run(&self, context: &str, namespace: &str, objects: &[Value]) -> anyhow::Result<()> {
+        ensure!(!objects.is_empty(), "nothing to apply");
+        let text: String = objects.iter().map(|o| format!("---\n{o}\n")).collect();
+        let file = self.scratch_file("yaml", &text)?;
+        let printed = self.kubectl(
+            context,
+            &[
+                "--namespace",
+                namespace,
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--force-conflicts",
+                "--field-manager=ks-tests-charts",
+                "-f",
+                &file,
+            ],
+        )?;
+        let applied = printed.lines().filter(|l| l.contains("(server dry run)")).count();
+        ensure!(
+            applied == objects.len(),
+            "{applied} of {} objects applied:\n{printed}",
+            objects.len()
+        );
+        Ok(())
+    }
+}
+
+/// Runs a command to success; its standard output.
+fn output(command: &mut Command) -> anyhow::Result<String> {
+    let result = command.output().with_context(|| format!("running {command:?}"))?;
+    if !result.status.success() {
+        bail!(
+            "{:?} failed ({}): {}{}",
+            command.get_args().collect::<Vec<_>>(),
+            result.status,
+            String::from_utf8_lossy(&result.stderr),
+            String::from_utf8_lossy(&result.stdout)
+        );
+    }
+    Ok(String::from_utf8(result.stdout)?)
+}
+
+/// The objects of a multi-document YAML stream (empty documents dropped).
+fn objects(yaml: &str) -> anyhow::Result<Vec<Value>> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple(yaml)?;
+    Ok(documents.into_iter().filter(Value::is_object).collect())
+}
+
+fn chart_path(chart: &str) -> String {
+    repo_root().join(chart).to_string_lossy().into_owned()
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> anyhow::Result<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .with_context(|| format!("no {kind} {name} rendered"))
+}
+
+fn hook_templates(hook: &Value) -> Vec<Value> {
+    hook["spec"]["templates"].as_array().cloned().unwrap_or_default()
+}
+
+fn hook_deployment(hook: &Value) -> anyhow::Result<Value> {
+    hook_templates(hook)
+        .into_iter()
+        .find(|t| t["kind"] == "Deployment")
+        .with_context(|| format!("no Deployment in the hook {}", hook["metadata"]["name"]))
+}
+
+/// A hook template as KubeFlex renders it (Go templates over the object's JSON text), for the
+/// plain `{{.Name}}` references the charts use; anything else is left and reported.
+fn kubeflex_render(template: &Value, vars: &[(&str, &str)]) -> anyhow::Result<Value> {
+    let mut text = template.to_string();
+    for (name, value) in vars {
+        text = text.replace(&format!("{{{{.{name}}}}}"), value);
+    }
+    ensure!(
+        !text.contains("{{"),
+        "a template reference KubeFlex would have to resolve is left: {text}"
+    );
+    Ok(serde_json::from_str(&text)?)
+}
+
+fn container(deployment: &Value) -> anyhow::Result<&Value> {
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    ensure!(container.is_object(), "no container in {deployment}");
+    Ok(container)
+}
+
+fn args(container: &Value) -> Vec<&str> {
+    container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stack
+
+fn kubeflex(kind: &str, plural: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk("tenancy.kflex.kubestellar.org", "v1alpha1", kind);
+    ApiResource::from_gvk_with_plural(&gvk, plural)
+}
+
+fn ocm(group: &str, version: &str, kind: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(&format!("{group}.open-cluster-management.io"), version, kind);
+    ApiResource::from_gvk(&gvk)
+}
+
+fn addons(hub: &Client, wec: &str) -> Api<ManagedClusterAddOn> {
+    Api::namespaced(hub.clone(), wec)
+}
+
+async fn addon_is_gone(hub: &Client, wec: &str, name: &str) -> anyhow::Result<()> {
+    let absent = |a: Option<&ManagedClusterAddOn>| a.is_none();
+    wait_until(addons(hub, wec), name, "deleted", OCM, absent).await?;
+    Ok(())
+}
+
+fn expect_control_plane(cp: &DynamicObject, cp_type: &str, space_type: &str, hooks: &[&str]) -> anyhow::Result<()> {
+    let spec = &cp.data["spec"];
+    let names: Vec<&str> = spec["postCreateHooks"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|h| h["hookName"].as_str())
+        .collect();
+    ensure!(
+        cp.labels().get(KUBEFLEX_CP_TYPE_LABEL).map(String::as_str) == Some(cp_type)
+            && spec["type"] == space_type
+            && spec["backend"] == "shared"
+            && spec["waitForPostCreateHooks"] == true
+            && names == hooks,
+        "ControlPlane {}: labels {:?}, spec {spec}",
+        cp.name_any(),
+        cp.labels()
+    );
+    Ok(())
+}
+
+/// The prefix of this run's cluster-scoped names.
+fn run_id() -> String {
+    format!("{RUN_PREFIX}{}", std::process::id())
+}
+
+/// Deletes what an interrupted run of `test` left in `context`: cluster-scoped objects (which
+/// their release's namespace going does not take along) named with another run's id, and the
+/// test's namespaces of other runs (`<test>-<pid>-<n>`, see `Ctx::namespace`).
+async fn remove_leftovers(ctx: &Ctx, context: &str, test: &str, apis: &[&Api<DynamicObject>]) -> anyhow::Result<()> {
+    let leftover = |name: &str, prefix: &str, ours: &str| name.starts_with(prefix) && !name.starts_with(ours);
+    for api in apis {
+        for object in api.list(&ListParams::default()).await? {
+            if leftover(&object.name_any(), RUN_PREFIX, &run_id()) {
+                api.delete(&object.name_any(), &DeleteParams::default()).await?;
+            }
+        }
+    }
+    let prefix = format!("{}-", test.replace('_', "-"));
+    let ours = format!("{prefix}{}-", std::process::id());
+    let namespaces = Api::<Namespace>::all(ctx.client(context).await?);
+    for namespace in namespaces.list(&ListParams::default()).await? {
+        if leftover(&namespace.name_any(), &prefix, &ours) && namespace.metadata.deletion_timestamp.is_none() {
+            namespaces
+                .delete(&namespace.name_any(), &DeleteParams::default())
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The chart's RBAC lets ks-addon make each request its code makes (addon/src), and no more
+/// than needed: e.g. no Secrets, and the ClusterManagementAddOn of no other add-on.
+async fn controller_may_do_exactly_its_job(hub: &Client, namespace: &str, account: &str) -> anyhow::Result<()> {
+    const ADDON: &str = "addon.open-cluster-management.io";
+    const CERTIFICATES: &str = "certificates.k8s.io";
+    const WORK: &str = "work.open-cluster-management.io";
+    const RBAC: &str = "rbac.authorization.k8s.io";
+    let cluster = "cluster1";
+    // (allowed, verb, group, resource/subresource, namespace, name)
+    let requests = [
+        (true, "patch", ADDON, "clustermanagementaddons", "", STATUS_ADDON_NAME),
+        (true, "create", ADDON, "clustermanagementaddons", "", ""),
+        (false, "patch", ADDON, "clustermanagementaddons", "", "another-addon"),
+        (true, "watch", ADDON, "managedclusteraddons", "", ""),
+        (
+            true,
+            "patch",
+            ADDON,
+            "managedclusteraddons/status",
+            cluster,
+            STATUS_ADDON_NAME,
+        ),
+        (
+            true,
+            "update",
+            ADDON,
+            "managedclusteraddons/finalizers",
+            cluster,
+            STATUS_ADDON_NAME,
+        ),
+        (true, "get", ADDON, "addondeploymentconfigs", cluster, "config"),
+        (
+            true,
+            "watch",
+            "cluster.open-cluster-management.io",
+            "managedclusters",
+            "",
+            "",
+        ),
+        (true, "watch", WORK, "manifestworks", "", ""),
+        (
+            true,
+            "patch",
+            WORK,
+            "manifestworks",
+            cluster,
+            "addon-addon-status-deploy-0",
+        ),
+        (
+            false,
+            "delete",
+            WORK,
+            "manifestworks",
+            cluster,
+            "addon-addon-status-deploy-0",
+        ),
+        (true, "patch", RBAC, "roles", cluster, "role"),
+        (true, "patch", RBAC, "rolebindings", cluster, "binding"),
+        (true, "watch", CERTIFICATES, "certificatesigningrequests", "", ""),
+        (
+            true,
+            "patch",
+            CERTIFICATES,
+            "certificatesigningrequests/approval",
+            "",
+            "csr",
+        ),
+        (
+            true,
+            "approve",
+            CERTIFICATES,
+            "signers",
+            "",
+            "kubernetes.io/kube-apiserver-client",
+        ),
+        (
+            false,
+            "approve",
+            CERTIFICATES,
+            "signers",
+            "",
+            "kubernetes.io/kubelet-serving",
+        ),
+        (true, "patch", "coordination.k8s.io", "leases", namespace, "ks-addon"),
+        (
+            false,
+            "patch",
+            "coordination.k8s.io",
+            "leases",
+            "kube-system",
+            "ks-addon",
+        ),
+        (false, "get", "", "secrets", cluster, "secret"),
+    ];
+    let reviews: Api<SubjectAccessReview> = Api::all(hub.clone());
+    let mut wrong = Vec::new();
+    for (allowed, verb, group, resource, in_namespace, name) in requests {
+        let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
+        let attributes = ResourceAttributes {
+            verb: Some(verb.into()),
+            group: Some(group.into()),
+            resource: Some(resource.into()),
+            subresource: Some(subresource.into()),
+            namespace: Some(in_namespace.into()),
+            name: Some(name.into()),
+            ..Default::default()
+        };
+        let review = SubjectAccessReview {
+            spec: SubjectAccessReviewSpec {
+                user: Some(format!("system:serviceaccount:{namespace}:{account}")),
+                groups: Some(vec![
+                    "system:serviceaccounts".into(),
+                    format!("system:serviceaccounts:{namespace}"),
+                ]),
+                resource_attributes: Some(attributes),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = reviews.create(&PostParams::default(), &review).await?;
+        if answer.status.is_none_or(|s| s.allowed != allowed) {
+            wrong.push(format!(
+                "{verb} {group} {resource}/{subresource} {in_namespace}/{name}: should be allowed={allowed}"
+            ));
+        }
+    }
+    ensure!(
+        wrong.is_empty(),
+        "the controller's RBAC is wrong:\n{}",
+        wrong.join("\n")
+    );
+    Ok(())
+}
