@@ -187,7 +187,10 @@ fn stamp(cx: &Context, started: SystemTime, sent: SystemTime) -> Context {
     let span = cx.span();
     let sc = span.span_context();
     let millis = |t: SystemTime| t.duration_since(UNIX_EPOCH).unwrap_or_default().as_millis();
-    match sc.trace_state().insert(STAMP_KEY, format!("{}.{}", millis(started), millis(sent))) {
+    match sc
+        .trace_state()
+        .insert(STAMP_KEY, format!("{}.{}", millis(started), millis(sent)))
+    {
         Ok(state) if sc.is_valid() => cx.with_remote_span_context(SpanContext::new(
             sc.trace_id(),
             sc.span_id(),

@@ -120,8 +120,7 @@ pub fn http_get(address: SocketAddr, path: &str) -> (u16, String) {
     let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(5)).expect("connect");
     stream.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     // HTTP/1.0, so that the answer is never chunked.
-    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")
-    .unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).expect("read response");
     let (head, body) = response.split_once("\r\n\r\n").unwrap_or((&response, ""));

@@ -562,11 +562,7 @@ impl<P: Plugin> Transport<P> {
     /// Writes the desired ManifestWorks that differ and deletes this Binding's others, several
     /// at a time (they are mostly in different WECs' mailboxes). Returns the ITS's rejections
     /// of ManifestWorks, for the Binding's status; other failures are errors (to retry).
-    async fn apply_works(
-        &self,
-        binding: &str,
-        desired: Works<P>,
-    ) -> anyhow::Result<Vec<String>> {
+    async fn apply_works(&self, binding: &str, desired: Works<P>) -> anyhow::Result<Vec<String>> {
         let current = self.current_works(binding);
         let mut changes: Vec<BoxFuture<'_, anyhow::Result<Option<String>>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
