@@ -178,6 +178,8 @@ impl Stack {
             self.start_controllers(&pki, &space)?;
         }
         self.install_crds().await?;
+        // The WorkStatus CRD on the ITS, as the status add-on chart installs it.
+        ks_shared::crds::install(&self.client("its1").await?, ks_shared::crds::Space::Its, FIELD_MANAGER).await?;
         ocm::prepare_hub(&self.client("its1").await?).await?;
         self.start_ocm_hub()?;
         for wec in self.wec_names() {
