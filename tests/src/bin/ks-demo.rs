@@ -80,9 +80,12 @@ async fn main() -> anyhow::Result<()> {
         .await?
         .context("returned")?;
     let status = returned.status.unwrap_or_default();
+    let count = |n: Option<i32>| n.unwrap_or(0);
     println!(
-        "   replicas {:?}, readyReplicas {:?}, availableReplicas {:?}",
-        status.replicas, status.ready_replicas, status.available_replicas
+        "   replicas {}, readyReplicas {}, availableReplicas {}",
+        count(status.replicas),
+        count(status.ready_replicas),
+        count(status.available_replicas)
     );
 
     println!("\n4. CombinedStatus (StatusCollector {COLLECTOR}, one row per WEC):");
