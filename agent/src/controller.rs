@@ -462,8 +462,8 @@ impl Agent {
             Plan::Nothing => {}
             Plan::Apply { mut main, status } => {
                 let (wrote_main, wrote_status) = (main.is_some(), status.is_some());
-                if let (Some(parent), Some(main)) = (&trace_parent, main.as_mut()) {
-                    // The WorkStatus carries the report's span, for the status controller to continue.
+                // Only objects delivered with a trace get report spans (no stray root traces).
+                if let Some(parent) = trace_parent.as_ref().filter(|p| rollout::is_traced(p)) {
                     let report = rollout::record(
                         stage::STATUS_REPORT,
                         parent,
@@ -471,20 +471,13 @@ impl Agent {
                         SystemTime::now(),
                         self.attributes(key),
                     );
-                    if rollout::is_traced(&report) {
-                        // Sent when the status change was seen: where status propagation starts.
+                    // The WorkStatus carries the report's span, for the status controller to
+                    // continue, sent when the status change was seen (where status propagation starts).
+                    if let Some(main) = main.as_mut() {
                         let mut annotations = BTreeMap::new();
                         ks_shared::telemetry::inject_context(&rollout::stamp_sent(&report, started), &mut annotations);
                         main["metadata"]["annotations"] = serde_json::json!(annotations);
                     }
-                } else if let Some(parent) = &trace_parent {
-                    rollout::record(
-                        stage::STATUS_REPORT,
-                        parent,
-                        started,
-                        SystemTime::now(),
-                        self.attributes(key),
-                    );
                 }
                 if let Some(main) = main {
                     let written = api.patch(&key.work_status, &apply, &Patch::Apply(&main)).await?;
