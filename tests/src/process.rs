@@ -173,6 +173,11 @@ pub fn check_binary(binary: &str, name: &str, args: &[&str], ready: bool) {
 pub fn unreachable_kubeconfig() -> std::path::PathBuf {
     let path = std::env::temp_dir().join(format!("ks-unreachable-{}.kubeconfig", std::process::id()));
     let config = "apiVersion: v1\nkind: Config\ncurrent-context: nowhere\nclusters:\n- name: nowhere\n  cluster: {server: \"https://127.0.0.1:1\"}\nusers:\n- name: nobody\n  user: {}\ncontexts:\n- name: nowhere\n  context: {cluster: nowhere, user: nobody}\n";
-    std::fs::write(&path, config).expect("write kubeconfig");
+    // Tests of one binary run in parallel and share the path: write aside, then rename, so that
+    // a process starting meanwhile never reads a half-written file.
+    let aside =
+        path.with_extension(format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), ""));
+    std::fs::write(&aside, config).expect("write kubeconfig");
+    std::fs::rename(&aside, &path).expect("move kubeconfig into place");
     path
 }

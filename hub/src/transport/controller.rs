@@ -350,13 +350,16 @@ impl<P: Plugin> Transport<P> {
             }));
         let mut deliveries: BTreeMap<String, Item> = BTreeMap::new();
         let current = self.current_works(&binding.name_any());
+        // One look at the existing works serves the trace reuse below and the shard assignment.
         let delivered = trace::delivered(current.iter().flat_map(|w| self.plugin.manifests(w)));
+        let binding_name = binding.name_any();
         let wecs: Vec<&str> = binding
             .spec
             .destinations
             .iter()
             .map(|d| d.cluster_id.as_str())
             .collect();
+        let wecs = wecs.join(",");
         for (group, resource, namespace, name, create_only) in entries {
             let gr = GroupResource {
                 group: group.clone(),
@@ -384,16 +387,13 @@ impl<P: Plugin> Transport<P> {
                     .get(&wrap::identity(&manifest))
                     .filter(|(at, _)| *at == generation)
                     .map(|(_, trace)| trace);
-                let first_seen = object
-                    .metadata
-                    .generation
-                    .and_then(|g| self.informers.first_seen().get(&object.uid().unwrap_or_default(), g));
                 let subject = trace::Subject {
                     group,
                     resource,
-                    binding: &binding.name_any(),
-                    wecs: wecs.join(","),
+                    binding: &binding_name,
+                    wecs: &wecs,
                 };
+                let first_seen = self.informers.first_seen();
                 trace::set(
                     &mut manifest,
                     &self.packaging.annotations(&object, already, first_seen, &subject),
@@ -452,7 +452,7 @@ impl<P: Plugin> Transport<P> {
                 .iter()
                 .map(|(k, item)| (k.clone(), item.delivery.manifest.to_string().len()))
                 .collect();
-            let previous = self.previous_shards(&origin, mailbox, &deliveries);
+            let previous = self.previous_shards(&current, &origin, mailbox, &deliveries);
             let assigned = match sharding::assign(&sizes, &previous, self.settings.limits) {
                 Ok(assigned) => assigned,
                 Err(err) => {
@@ -529,16 +529,13 @@ impl<P: Plugin> Transport<P> {
     /// Which shard each object is in now, read from the existing ManifestWorks' contents.
     fn previous_shards(
         &self,
+        current: &[std::sync::Arc<P::Wrapped>],
         origin: &Origin<'_>,
         mailbox: &str,
         deliveries: &BTreeMap<String, Item>,
     ) -> BTreeMap<String, usize> {
         let mut previous = BTreeMap::new();
-        for work in self
-            .current_works(origin.binding)
-            .iter()
-            .filter(|w| w.namespace().as_deref() == Some(mailbox))
-        {
+        for work in current.iter().filter(|w| w.namespace().as_deref() == Some(mailbox)) {
             let name = work.name_any();
             let Some(shard) = name.rsplit('-').next().and_then(|s| s.parse::<usize>().ok()) else {
                 continue;

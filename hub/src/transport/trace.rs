@@ -17,6 +17,7 @@ use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::wrap::Identity;
+use crate::informers::FirstSeen;
 
 /// Trace annotations of a manifest.
 pub type TraceAnnotations = BTreeMap<String, String>;
@@ -33,7 +34,7 @@ pub struct Subject<'a> {
     pub group: &'a str,
     pub resource: &'a str,
     pub binding: &'a str,
-    pub wecs: String,
+    pub wecs: &'a str,
 }
 
 impl Packaging {
@@ -43,7 +44,7 @@ impl Packaging {
         &self,
         object: &DynamicObject,
         delivered: Option<&TraceAnnotations>,
-        first_seen: Option<SystemTime>,
+        first_seen: &FirstSeen,
         subject: &Subject<'_>,
     ) -> TraceAnnotations {
         if let Some(delivered) = delivered {
@@ -65,9 +66,9 @@ impl Packaging {
             KeyValue::new(attribute::NAME, object.name_any()),
             KeyValue::new(attribute::GENERATION, generation),
             KeyValue::new(attribute::BINDING_POLICY, subject.binding.to_string()),
-            KeyValue::new(attribute::WEC, subject.wecs.clone()),
+            KeyValue::new(attribute::WEC, subject.wecs.to_string()),
         ];
-        let start = first_seen.unwrap_or(now).min(now);
+        let start = first_seen.get(&uid, generation).unwrap_or(now).min(now);
         let packaged = rollout::record(stage::PACKAGING, &parent, start, now, attributes);
         let mut annotations = TraceAnnotations::new();
         if rollout::is_traced(&packaged) {

@@ -585,6 +585,10 @@ impl Stack {
             &[format!("--config={}", config.display())],
             &[],
         )?;
+        // Processes export to it and tests query it as soon as `up` returns.
+        for port in [JAEGER_OTLP_GRPC, JAEGER_QUERY] {
+            wait_tcp(port, Duration::from_secs(30)).with_context(|| self.procs.tail("jaeger", 20))?;
+        }
         Ok(())
     }
 
