@@ -118,9 +118,10 @@ pub fn inject_context(cx: &opentelemetry::Context, annotations: &mut BTreeMap<St
     TraceContextPropagator::new().inject_context(cx, &mut AnnotationCarrier(annotations));
 }
 
-/// The trace context carried by the annotations; an empty context when there is none.
+/// The trace context carried by the annotations; an empty context when there is none (never the
+/// caller's current span: an object without a trace must not join whatever trace is active).
 pub fn extract_context(annotations: &BTreeMap<String, String>) -> opentelemetry::Context {
-    TraceContextPropagator::new().extract(&AnnotationReader(annotations))
+    TraceContextPropagator::new().extract_with_context(&opentelemetry::Context::new(), &AnnotationReader(annotations))
 }
 
 /// Maps W3C header names to annotation keys: `traceparent` → `tracing.k8s.io/traceparent`.
@@ -239,6 +240,14 @@ mod tests {
         assert!(!cx.span().span_context().is_valid());
         let garbage = BTreeMap::from([(TRACEPARENT_ANNOTATION.to_string(), "not-a-traceparent".to_string())]);
         assert!(!extract_context(&garbage).span().span_context().is_valid());
+    }
+
+    #[test]
+    fn an_active_span_is_not_a_parent() {
+        let (provider, _) = in_memory();
+        let active = opentelemetry::Context::current_with_span(provider.tracer("test").start("reconcile"));
+        let _guard = active.attach();
+        assert!(!extract_context(&BTreeMap::new()).span().span_context().is_valid());
     }
 
     #[test]

@@ -3,7 +3,9 @@
 
 pub mod binaries;
 pub mod crd_fields;
+pub mod gauge;
 pub mod harness;
+pub mod metrics;
 pub mod process;
 pub mod stack;
 pub mod upstream;

@@ -113,7 +113,13 @@ async fn main() -> anyhow::Result<()> {
 
     println!("\n5. The rollout's trace (packaging on the hub, delivery and status reports per WEC):");
     match trace_of(APP).await {
-        Some(id) => println!("   http://127.0.0.1:{JAEGER_QUERY}/trace/{id}"),
+        Some(trace) => {
+            let id = trace["traceID"].as_str().unwrap_or_default();
+            println!("   http://127.0.0.1:{JAEGER_QUERY}/trace/{id}");
+            for line in span_tree(&trace) {
+                println!("   {line}");
+            }
+        }
         None => println!("   not in Jaeger yet: http://127.0.0.1:{JAEGER_QUERY}/search?service=ks-hub"),
     }
 
@@ -186,8 +192,8 @@ fn print_table(result: &Value) {
     }
 }
 
-/// The id of a trace in Jaeger holding the packaging of `name`.
-async fn trace_of(name: &str) -> Option<String> {
+/// A trace in Jaeger holding the packaging of `name`, as Jaeger's API returns it.
+async fn trace_of(name: &str) -> Option<Value> {
     let path =
         format!("/api/traces?service=ks-hub&limit=1&lookback=1h&tags=%7B%22k8s.object.name%22%3A%22{name}%22%7D");
     let mut found = None;
@@ -196,9 +202,83 @@ async fn trace_of(name: &str) -> Option<String> {
         found = (code == 200)
             .then(|| serde_json::from_str::<Value>(&body).ok())
             .flatten()
-            .and_then(|v| v["data"][0]["traceID"].as_str().map(str::to_string));
+            .and_then(|v| v["data"].get(0).cloned())
+            .filter(complete);
         std::future::ready(Ok(found.is_some()))
     })
     .await;
     found
+}
+
+/// Whether a trace holds every WEC's delivery and every span's parent (the agents' spans reach
+/// Jaeger a few seconds after the hub's).
+fn complete(trace: &Value) -> bool {
+    let spans = trace["spans"].as_array().cloned().unwrap_or_default();
+    let ids: Vec<&str> = spans.iter().filter_map(|s| s["spanID"].as_str()).collect();
+    let delivered_to = |wec: &str| {
+        spans.iter().any(|s| {
+            s["operationName"] == "delivery"
+                && s["tags"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|t| t["key"] == "kubestellar.wec" && t["value"] == wec)
+        })
+    };
+    let orphans = spans
+        .iter()
+        .filter(|s| s["references"][0]["spanID"].as_str().is_some_and(|p| !ids.contains(&p)))
+        .count();
+    WECS.iter().all(|w| delivered_to(w)) && orphans == 0
+}
+
+/// A Jaeger trace as text: one line per span, indented under its parent, with the service, the
+/// stage, the WEC, and when it started (from the trace's start) and how long it took.
+fn span_tree(trace: &Value) -> Vec<String> {
+    let spans = trace["spans"].as_array().cloned().unwrap_or_default();
+    let start = spans.iter().filter_map(|s| s["startTime"].as_i64()).min().unwrap_or(0);
+    let parent = |s: &Value| s["references"][0]["spanID"].as_str().map(str::to_string);
+    let ids: std::collections::BTreeSet<String> = spans
+        .iter()
+        .filter_map(|s| s["spanID"].as_str().map(str::to_string))
+        .collect();
+    let mut lines = Vec::new();
+    // Roots are spans whose parent is not in the trace (e.g. a user's own span).
+    let mut stack: Vec<(Value, usize)> = spans
+        .iter()
+        .filter(|s| parent(s).is_none_or(|p| !ids.contains(&p)))
+        .map(|s| (s.clone(), 0))
+        .collect();
+    stack.sort_by_key(|(s, _)| std::cmp::Reverse(s["startTime"].as_i64()));
+    while let Some((span, depth)) = stack.pop() {
+        let service = trace["processes"][span["processID"].as_str().unwrap_or_default()]["serviceName"]
+            .as_str()
+            .unwrap_or_default();
+        let wec = span["tags"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|t| t["key"] == "kubestellar.wec")
+            .and_then(|t| t["value"].as_str())
+            .unwrap_or_default();
+        // Jaeger's times are in microseconds.
+        let at = (span["startTime"].as_i64().unwrap_or(0) - start) as f64 / 1000.0;
+        let took = span["duration"].as_i64().unwrap_or(0) as f64 / 1000.0;
+        lines.push(format!(
+            "{:indent$}{} ({service}{}{wec}) at +{at:.0} ms, {took:.0} ms",
+            "",
+            span["operationName"].as_str().unwrap_or_default(),
+            if wec.is_empty() { "" } else { ", " },
+            indent = depth * 2
+        ));
+        let id = span["spanID"].as_str().map(str::to_string);
+        let mut children: Vec<(Value, usize)> = spans
+            .iter()
+            .filter(|s| parent(s) == id)
+            .map(|s| (s.clone(), depth + 1))
+            .collect();
+        children.sort_by_key(|(s, _)| std::cmp::Reverse(s["startTime"].as_i64()));
+        stack.extend(children);
+    }
+    lines
 }

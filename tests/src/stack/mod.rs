@@ -13,6 +13,7 @@ pub mod kubelet;
 mod ocm;
 mod pki;
 mod procs;
+mod upstream_hub;
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -34,16 +35,40 @@ pub const FIELD_MANAGER: &str = "ks-stack";
 pub const HUB_MAX_NUM_WRAPPED: usize = 20;
 /// The process name of our status add-on controller on its1.
 pub const ADDON_PROCESS: &str = "ks-addon-its1";
-const ETCD_PORT: u16 = 32379;
-const ETCD_PEER_PORT: u16 = 32380;
+const ETCD_PORT: u16 = 22379;
+const ETCD_PEER_PORT: u16 = 22380;
 /// Apiserver ports: kubeflex, wds1, its1, then one per WEC.
-const APISERVER_BASE_PORT: u16 = 32443;
+const APISERVER_BASE_PORT: u16 = 22443;
 /// Serving ports of OCM processes and kwok, one per process.
-const SIDE_BASE_PORT: u16 = 32543;
+const SIDE_BASE_PORT: u16 = 22543;
 /// Jaeger's standard ports, as users and tools expect them.
 pub const JAEGER_OTLP_GRPC: u16 = 4317;
 pub const JAEGER_OTLP_HTTP: u16 = 4318;
 pub const JAEGER_QUERY: u16 = 16686;
+
+/// Whether a process of ours exports traces to the stack's Jaeger.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tracing {
+    On,
+    Off,
+}
+
+/// How the stack runs our hub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HubOptions {
+    pub tracing: Tracing,
+    /// `--max-num-wrapped=HUB_MAX_NUM_WRAPPED` (so tests see sharding by count) instead of the
+    /// shipped default.
+    pub small_shards: bool,
+}
+
+impl HubOptions {
+    /// As `make up` runs it.
+    pub const STACK: HubOptions = HubOptions {
+        tracing: Tracing::On,
+        small_shards: true,
+    };
+}
 
 /// What a space is for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -192,7 +217,7 @@ impl Stack {
         for wec in self.wec_names() {
             self.start_kubelet(&wec)?;
         }
-        self.start_hub("wds1")?;
+        self.start_hub("wds1", HubOptions::STACK)?;
         self.start_addon()?;
         self.write_env()?;
         println!("stack up in {:.1}s", started.elapsed().as_secs_f64());
@@ -499,6 +524,11 @@ impl Stack {
             "hub" => 300,
             "ks-addon" => 400,
             "placement" => 500,
+            "upstream-metrics" => 600,
+            "upstream-probes" => 650,
+            "upstream-pprof" => 700,
+            "upstream-transport-metrics" => 750,
+            "upstream-transport-pprof" => 800,
             _ => 200,
         };
         SIDE_BASE_PORT + offset + index
@@ -592,24 +622,51 @@ impl Stack {
         Ok(())
     }
 
-    /// Our hub process for a WDS, exporting traces to the stack's Jaeger.
-    fn start_hub(&self, wds: &str) -> anyhow::Result<()> {
-        let args = [
+    /// Our hub process for a WDS, exporting traces to the stack's Jaeger when tracing is on.
+    fn start_hub(&self, wds: &str, options: HubOptions) -> anyhow::Result<()> {
+        let mut args = vec![
             format!("--wds-kubeconfig={}", self.space_kubeconfig(wds).display()),
             format!("--its-kubeconfig={}", self.space_kubeconfig("its1").display()),
             format!("--wds-name={wds}"),
             format!("--http-address=127.0.0.1:{}", self.hub_port(wds)),
-            // Low enough that the tests see ManifestWorks sharded by count.
-            format!("--max-num-wrapped={HUB_MAX_NUM_WRAPPED}"),
         ];
+        if options.small_shards {
+            args.push(format!("--max-num-wrapped={HUB_MAX_NUM_WRAPPED}"));
+        }
         let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
-        let env = [
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()),
-            ("OTEL_SERVICE_NAME", "ks-hub"),
-        ];
+        let mut env = vec![("OTEL_SERVICE_NAME", "ks-hub")];
+        if options.tracing == Tracing::On {
+            env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()));
+        }
         self.procs
-            .ensure(&format!("hub-{wds}"), &self.our_binaries.join("ks-hub"), &args, &env)?;
+            .ensure(&Self::hub_process(wds), &self.our_binaries.join("ks-hub"), &args, &env)?;
         Ok(())
+    }
+
+    /// The process name of our hub for a WDS.
+    pub fn hub_process(wds: &str) -> String {
+        format!("hub-{wds}")
+    }
+
+    /// Restarts our hub for a WDS with other options, and waits until it is ready. A test or
+    /// benchmark that changes them restores [`HubOptions::STACK`] when done.
+    pub async fn restart_hub(&self, wds: &str, options: HubOptions) -> anyhow::Result<()> {
+        self.procs.stop(&Self::hub_process(wds), Duration::from_secs(10))?;
+        self.start_hub(wds, options)?;
+        self.wait_hub_ready(wds, Duration::from_secs(60)).await
+    }
+
+    /// Waits until our hub for a WDS answers /readyz with 200.
+    pub async fn wait_hub_ready(&self, wds: &str, deadline: Duration) -> anyhow::Result<()> {
+        let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.hub_port(wds)));
+        let name = Self::hub_process(wds);
+        wait_for(&format!("{name} to be ready"), deadline, || {
+            let alive = self.procs.check_alive(&name);
+            let ready =
+                std::net::TcpStream::connect(address).is_ok() && crate::process::http_get(address, "/readyz").0 == 200;
+            std::future::ready(alive.map(|()| ready))
+        })
+        .await
     }
 
     /// Where the hub of a WDS serves /metrics, /healthz and /readyz.

@@ -1,5 +1,8 @@
-//! ks-bench: latency measurements on the running local stack (`make up` first). Prints numbers;
-//! never asserts them.
+//! ks-bench: measurements on the running local stack (`make up` first), and the side-by-side
+//! comparison with upstream KubeStellar (`compare`). Prints numbers; never asserts them.
+
+mod compare;
+mod report;
 
 use std::time::{Duration, Instant};
 
@@ -14,7 +17,13 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 #[derive(Parser)]
-#[command(version, about = "Latency measurements on the running local stack")]
+#[command(
+    version,
+    about = "Measurements on the running local stack (`make up` first)",
+    long_about = "Measurements on the running local stack (`make up` first). `compare` runs every scenario \
+                  against our hub and upstream KubeStellar v0.30.0's in turn (`make bench`); the others \
+                  measure one part of ours."
+)]
 struct Args {
     #[command(subcommand)]
     command: Command,
@@ -59,9 +68,54 @@ enum Command {
         #[arg(long, default_value_t = 20)]
         works: usize,
     },
+    /// Delivery and singleton status latency with the hub's tracing off and on, alternating.
+    TracingOverhead {
+        /// Rounds per setting.
+        #[arg(long, default_value_t = 2)]
+        rounds: usize,
+        #[arg(long, default_value_t = 30)]
+        objects: usize,
+        #[arg(long, default_value_t = 30)]
+        changes: usize,
+    },
+    /// Every scenario against our hub and upstream KubeStellar v0.30.0's, alternating; prints a
+    /// table and writes it as JSON and Markdown.
+    Compare(compare::Knobs),
 }
 
 const MANAGER: &str = "ks-bench";
+
+/// A scenario's namespace, labelled `label`, and a BindingPolicy named `policy` that sends
+/// what carries that label to the WECs `clusters` select; `clause` adds to its downsync clause.
+pub async fn scenario(
+    wds: &kube::Client,
+    ns: &str,
+    policy: &str,
+    label: &serde_json::Value,
+    clusters: serde_json::Value,
+    clause: serde_json::Value,
+) -> anyhow::Result<(Api<Namespace>, Api<BindingPolicy>)> {
+    let apply = PatchParams::apply(MANAGER).force();
+    let namespaces: Api<Namespace> = Api::all(wds.clone());
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": label}});
+    namespaces.patch(ns, &apply, &Patch::Apply(namespace)).await?;
+    let mut downsync = json!({"objectSelectors": [{"matchLabels": label}]});
+    if let (Some(to), Some(extra)) = (downsync.as_object_mut(), clause.as_object()) {
+        to.extend(extra.clone());
+    }
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let body = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": policy},
+        "spec": {"clusterSelectors": clusters, "downsync": [downsync]}});
+    policies.patch(policy, &apply, &Patch::Apply(body)).await?;
+    Ok((namespaces, policies))
+}
+
+/// A name no other run or scenario of this process uses.
+pub fn unique(prefix: &str) -> String {
+    static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{prefix}-{}-{n}", std::process::id())
+}
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -74,7 +128,45 @@ async fn main() -> anyhow::Result<()> {
         Command::DeliveryLatency { objects } => delivery_latency(&stack, objects).await,
         Command::AgentChurn { rounds, works } => agent::churn(&stack, rounds, works).await,
         Command::StatusLatency { changes } => status::latency(&stack, changes).await,
+        Command::TracingOverhead {
+            rounds,
+            objects,
+            changes,
+        } => tracing_overhead(&stack, rounds, objects, changes).await,
+        Command::Compare(knobs) => compare::run(&stack, &knobs).await,
     }
+}
+
+/// Delivery and status latency with our hub's tracing off, then on, `rounds` times; the stack's
+/// hub is restored afterwards.
+async fn tracing_overhead(stack: &Stack, rounds: usize, objects: usize, changes: usize) -> anyhow::Result<()> {
+    use ks_tests::stack::{HubOptions, Tracing};
+    let mut measured: Vec<(Tracing, Vec<Duration>, Vec<Duration>)> =
+        vec![(Tracing::Off, vec![], vec![]), (Tracing::On, vec![], vec![])];
+    for round in 0..rounds {
+        for (tracing, delivered, returned) in measured.iter_mut() {
+            println!("round {} with tracing {tracing:?}", round + 1);
+            let options = HubOptions {
+                tracing: *tracing,
+                ..HubOptions::STACK
+            };
+            stack.restart_hub("wds1", options).await?;
+            delivered.extend(delivery(stack, objects).await?.total);
+            returned.extend(status::singleton(stack, changes).await?.0);
+        }
+    }
+    stack.restart_hub("wds1", HubOptions::STACK).await?;
+    for (tracing, delivered, returned) in measured {
+        println!(
+            "tracing {tracing:?}: delivery (WDS create -> both WECs) {}",
+            summary(delivered)
+        );
+        println!(
+            "tracing {tracing:?}: status (WEC change -> WDS .status) {}",
+            summary(returned)
+        );
+    }
+    Ok(())
 }
 
 /// p50/p90/p99/max of some durations.
@@ -90,27 +182,45 @@ fn summary(mut latencies: Vec<Duration>) -> String {
     )
 }
 
+/// Per-object times of the delivery scenario.
+pub struct Delivery {
+    /// WDS create -> present on both WECs.
+    pub total: Vec<Duration>,
+    /// WDS create -> the Binding lists it.
+    pub to_binding: Vec<Duration>,
+    /// WDS create -> cluster1's ManifestWork holds it.
+    pub to_work: Vec<Duration>,
+    /// ManifestWork generations added.
+    pub writes: i64,
+}
+
 async fn delivery_latency(stack: &Stack, objects: usize) -> anyhow::Result<()> {
+    let d = delivery(stack, objects).await?;
+    println!(
+        "delivery: WDS create -> present on both WECs over {} Deployments: {}; ManifestWork generations added: {}",
+        d.total.len(),
+        summary(d.total),
+        d.writes
+    );
+    println!("  of which WDS create -> Binding lists it: {}", summary(d.to_binding));
+    println!(
+        "  of which WDS create -> cluster1's ManifestWork holds it: {}",
+        summary(d.to_work)
+    );
+    Ok(())
+}
+
+/// Creates `objects` Deployments one after another, each waited for on both WECs.
+pub async fn delivery(stack: &Stack, objects: usize) -> anyhow::Result<Delivery> {
     use k8s_openapi::api::apps::v1::Deployment;
     let wds = stack.client("wds1").await?;
     let wecs = [stack.client("cluster1").await?, stack.client("cluster2").await?];
     let its = stack.client("its1").await?;
-    let ns = format!("bench-delivery-{}", std::process::id());
+    let ns = unique("bench-delivery");
     let apply = PatchParams::apply(MANAGER).force();
     let label = json!({"bench.kubestellar.io/delivery": ns});
-    let namespaces: Api<Namespace> = Api::all(wds.clone());
-    namespaces
-        .patch(
-            &ns,
-            &apply,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": label}})),
-        )
-        .await?;
-    let policies: Api<BindingPolicy> = Api::all(wds.clone());
-    let policy = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": ns},
-        "spec": {"clusterSelectors": [{"matchLabels": {"location-group": "edge"}}],
-                 "downsync": [{"objectSelectors": [{"matchLabels": label}]}]}});
-    policies.patch(&ns, &apply, &Patch::Apply(policy)).await?;
+    let edge = json!([{"matchLabels": {"location-group": "edge"}}]);
+    let (namespaces, policies) = scenario(&wds, &ns, &ns, &label, edge, json!({})).await?;
     let works: Api<ks_shared::ocm::ManifestWork> = Api::all(its);
     let generations = |list: Vec<ks_shared::ocm::ManifestWork>| -> i64 {
         list.iter()
@@ -171,19 +281,14 @@ async fn delivery_latency(stack: &Stack, objects: usize) -> anyhow::Result<()> {
         latencies.push(started.elapsed());
     }
     let writes = generations(works.list(&Default::default()).await?.items) - writes_before;
-    println!(
-        "delivery: WDS create -> present on both WECs over {} Deployments: {}; ManifestWork generations added: {writes}",
-        latencies.len(),
-        summary(latencies)
-    );
-    println!("  of which WDS create -> Binding lists it: {}", summary(to_binding));
-    println!(
-        "  of which WDS create -> cluster1's ManifestWork holds it: {}",
-        summary(to_work)
-    );
     policies.delete(&ns, &DeleteParams::default()).await?;
     namespaces.delete(&ns, &DeleteParams::default()).await?;
-    Ok(())
+    Ok(Delivery {
+        total: latencies,
+        to_binding,
+        to_work,
+        writes,
+    })
 }
 
 async fn binding_latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {
@@ -247,37 +352,6 @@ async fn binding_latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {
     policies.delete(&ns, &DeleteParams::default()).await?;
     namespaces.delete(&ns, &DeleteParams::default()).await?;
     Ok(())
-}
-
-/// Installs the Gauge CRD (namespaced, any fields, a status subresource): a custom resource whose
-/// `.status` the bench writes stands for "a status change", with no controller in the way.
-async fn install_gauge_crd(client: &kube::Client) -> anyhow::Result<()> {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let crd = json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": GAUGE_CRD},
-        "spec": {"group": "bench.kubestellar.io", "scope": "Namespaced",
-                 "names": {"plural": "gauges", "singular": "gauge", "kind": "Gauge"},
-                 "versions": [{"name": "v1", "served": true, "storage": true, "subresources": {"status": {}},
-                               "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}
-    });
-    crds.patch(GAUGE_CRD, &PatchParams::apply(MANAGER).force(), &Patch::Apply(crd))
-        .await?;
-    let established = kube::runtime::wait::conditions::is_crd_established();
-    wait_until(crds, GAUGE_CRD, "established", Duration::from_secs(120), established).await?;
-    Ok(())
-}
-
-const GAUGE_CRD: &str = "gauges.bench.kubestellar.io";
-
-/// The Gauge resource, for dynamic clients.
-fn gauge_resource() -> kube::core::ApiResource {
-    kube::core::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
-        "bench.kubestellar.io",
-        "v1",
-        "Gauge",
-    ))
 }
 
 mod agent {
@@ -370,7 +444,7 @@ mod agent {
         let id = std::process::id();
         let apply = PatchParams::apply(MANAGER).force();
 
-        super::install_gauge_crd(&wec).await?;
+        ks_tests::gauge::install(&wec, MANAGER).await?;
 
         let pid = stack.wait_agent_ready(WEC, DEADLINE).await?;
 
@@ -386,7 +460,7 @@ mod agent {
         ]}}});
         works.patch(&ns, &apply, &Patch::Apply(work)).await?;
 
-        let gauges: Api<DynamicObject> = Api::namespaced_with(wec.clone(), &ns, &super::gauge_resource());
+        let gauges: Api<DynamicObject> = Api::namespaced_with(wec.clone(), &ns, &ks_tests::gauge::resource());
         let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), WEC);
         let run_label = format!("bench.kubestellar.io/run={id}");
         let find = || async {
@@ -509,16 +583,30 @@ mod status {
     use kube::runtime::{WatchStreamExt, watcher};
     use serde_json::json;
 
-    use super::{MANAGER, gauge_resource, install_gauge_crd, summary};
+    use ks_tests::gauge::{self, resource as gauge_resource};
+
+    use super::{MANAGER, summary};
 
     const DEADLINE: Duration = Duration::from_secs(120);
 
     pub async fn latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {
+        let (latencies, written) = singleton(stack, changes).await?;
+        println!(
+            "status: WEC status change -> WDS .status over {} changes: {}; writes to the WDS object: {written} for {changes} changes",
+            latencies.len(),
+            summary(latencies)
+        );
+        Ok(())
+    }
+
+    /// Times `changes` status changes of a Gauge on cluster1 until the WDS Gauge shows each;
+    /// also returns the count of writes to the WDS Gauge meanwhile.
+    pub async fn singleton(stack: &Stack, changes: usize) -> anyhow::Result<(Vec<Duration>, usize)> {
         let wds = stack.client("wds1").await?;
         let wec = stack.client("cluster1").await?;
-        install_gauge_crd(&wds).await?;
-        install_gauge_crd(&wec).await?;
-        let ns = format!("bench-status-{}", std::process::id());
+        gauge::install(&wds, MANAGER).await?;
+        gauge::install(&wec, MANAGER).await?;
+        let ns = super::unique("bench-status");
         let apply = PatchParams::apply(MANAGER).force();
         let label = json!({"bench.kubestellar.io/status": ns});
         let namespaces: Api<Namespace> = Api::all(wds.clone());
@@ -593,13 +681,8 @@ mod status {
         caught_up(changes).await?;
         let written = writes.load(Ordering::Relaxed) - before;
         watching.abort();
-        println!(
-            "status: WEC status change -> WDS .status over {} changes: {}; writes to the WDS object: {written} for {changes} changes",
-            latencies.len(),
-            summary(latencies)
-        );
         policies.delete(&ns, &DeleteParams::default()).await?;
         namespaces.delete(&ns, &DeleteParams::default()).await?;
-        Ok(())
+        Ok((latencies, written))
     }
 }
