@@ -63,12 +63,22 @@ pub async fn limited_client(
     qps: f32,
     burst: u32,
 ) -> Result<Client, ClientError> {
-    let config = config(kubeconfig, context).await?;
-    let origin = config.cluster_url.to_string();
+    limited(config(kubeconfig, context).await?, "", qps, burst)
+}
+
+/// A client for `config` with our layers: rate limited, and every call timed.
+fn limited(config: Config, origin: &str, qps: f32, burst: u32) -> Result<Client, ClientError> {
+    let server = config.cluster_url.to_string();
+    let origin = if origin.is_empty() {
+        server.clone()
+    } else {
+        origin.to_string()
+    };
     let builder =
         kube::client::ClientBuilder::try_from(config).map_err(|source| ClientError::Build { origin, source })?;
     Ok(builder
         .with_layer(&crate::ratelimit::RateLimitLayer::new(qps, burst))
+        .with_layer(&crate::apilatency::ApiLatencyLayer::new(&server))
         .build())
 }
 
@@ -86,11 +96,7 @@ pub async fn limited_client_from_text(kubeconfig: &str, qps: f32, burst: u32) ->
             origin: origin.clone(),
             source,
         })?;
-    let builder =
-        kube::client::ClientBuilder::try_from(config).map_err(|source| ClientError::Build { origin, source })?;
-    Ok(builder
-        .with_layer(&crate::ratelimit::RateLimitLayer::new(qps, burst))
-        .build())
+    limited(config, &origin, qps, burst)
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 //! telemetry and Kubernetes plumbing.
 
 pub mod api;
+pub mod apilatency;
 pub mod cli;
 pub mod client;
 pub mod crds;

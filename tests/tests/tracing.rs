@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
         vec![
             stack_test!(rollout_is_one_trace_across_hub_and_wecs, PATH),
             stack_test!(user_traceparent_is_joined, PATH),
+            stack_test!(dashboard_queries_served_metrics, PATH),
         ],
     )
 }
@@ -309,4 +310,39 @@ async fn user_traceparent_is_joined(ctx: Ctx) -> anyhow::Result<()> {
         "the user's object keeps its own traceparent"
     );
     finish(&ctx, &ns, &policy).await
+}
+
+/// Every metric the Grafana dashboard queries is one the hub or an agent serves.
+async fn dashboard_queries_served_metrics(ctx: Ctx) -> anyhow::Result<()> {
+    let dashboard = std::fs::read_to_string(ks_tests::harness::repo_root().join("docs/grafana/kubestellar-rs.json"))?;
+    let hub = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
+    ctx.stack.wait_agent_ready("cluster1", DEADLINE).await?;
+    let agent = ctx.stack.agent_address("cluster1").context("the agent's address")?;
+    let served: String = [hub, agent]
+        .iter()
+        .map(|a| ks_tests::process::http_get(*a, "/metrics").1)
+        .collect();
+    let mut queried: Vec<String> = dashboard
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("kubestellar_") || w.starts_with("ks_"))
+        .map(|w| {
+            let base = ["_bucket", "_count", "_sum", "_total"]
+                .iter()
+                .find_map(|suffix| w.strip_suffix(suffix))
+                .unwrap_or(w);
+            base.to_string()
+        })
+        .collect();
+    queried.sort();
+    queried.dedup();
+    ensure!(queried.len() >= 10, "the dashboard queries only {queried:?}");
+    let missing: Vec<&String> = queried
+        .iter()
+        .filter(|m| !served.contains(&format!("# TYPE {m} ")))
+        .collect();
+    ensure!(
+        missing.is_empty(),
+        "the dashboard queries metrics nobody serves: {missing:?}"
+    );
+    Ok(())
 }

@@ -892,8 +892,9 @@ changed a ManifestWork's spec.\n\
 controller) bound to cluster1 with `wantSingletonReportedState`; the bench writes its `.status` on cluster1 \
 and times until the WDS Gauge shows it. Between the clocks: our agent, the WorkStatus, the hub's status controller.\n\
 - **Status, multi-WEC**: a Deployment bound to both WECs with `wantMultiWECReportedState`, scaled between 1 \
-and 2 replicas in the WDS; timed until the WDS status shows the ready replicas of both WECs summed (upstream \
-aggregates only apps kinds, so a Deployment; this includes delivery and the WECs' controllers).\n\
+and 2 replicas in the WDS; timed until the WDS status shows the new ready replicas aggregated over both WECs \
+(ours sums them, upstream v0.30.0 takes the minimum; upstream aggregates only apps kinds, hence a Deployment). \
+This includes delivery and the WECs' own controllers.\n\
 - **Bulk** ({bulk:?} objects, half ConfigMaps and half Deployments of 0 replicas, created 16 at a time) to \
 both WECs and {sims} simulated WECs (ManagedClusters with a mailbox namespace but no agent, to load the hub): \
 time to every mailbox holding every object (a watch on ManifestWorks) and to every object existing on both \
