@@ -339,7 +339,7 @@ impl Usage {
             let mut tick = tokio::time::interval(Duration::from_millis(250));
             loop {
                 tick.tick().await;
-                let rss: u64 = watched.iter().map(|p| proc_rss_kib(*p)).sum();
+                let rss: u64 = watched.iter().map(|p| crate::rss_kib(*p)).sum();
                 let mut peak = peak.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
                 *peak = (*peak).max(rss);
             }
@@ -364,19 +364,6 @@ impl Drop for Usage {
     fn drop(&mut self) {
         self.sampler.abort();
     }
-}
-
-fn proc_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines().find_map(|l| {
-                l.strip_prefix("VmRSS:")
-                    .map(|v| v.trim().trim_end_matches(" kB").parse().ok())
-            })
-        })
-        .flatten()
-        .unwrap_or(0)
 }
 
 /// User plus system CPU time of a process, in seconds (clock ticks of 1/100 s).
@@ -795,7 +782,7 @@ async fn agent_churn(stack: &Stack, knobs: &Knobs, figures: &mut Figures) -> any
     })
     .await?;
     let gauges: Api<DynamicObject> = Api::namespaced_with(wec.clone(), &ns, &ks_tests::gauge::resource());
-    let mut memory = vec![proc_rss_kib(pid) / 1024];
+    let mut memory = vec![crate::rss_kib(pid) / 1024];
     let before = apiserver_writes(&hub).await?;
     let started = Instant::now();
     for round in 1..=rounds as u64 {
@@ -812,7 +799,7 @@ async fn agent_churn(stack: &Stack, knobs: &Knobs, figures: &mut Figures) -> any
             Ok(showing(Some(round)).await? == count)
         })
         .await?;
-        memory.push(proc_rss_kib(pid) / 1024);
+        memory.push(crate::rss_kib(pid) / 1024);
     }
     let took = started.elapsed();
     let written = ks_tests::metrics::total(

@@ -110,6 +110,20 @@ pub async fn scenario(
     Ok((namespaces, policies))
 }
 
+/// Resident memory of a process, in KiB (0 once it is gone).
+pub fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("VmRSS:")
+                    .map(|v| v.trim().trim_end_matches(" kB").parse().ok())
+            })
+        })
+        .flatten()
+        .unwrap_or(0)
+}
+
 /// A name no other run or scenario of this process uses.
 pub fn unique(prefix: &str) -> String {
     static COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -369,24 +383,10 @@ mod agent {
     use kube::runtime::{WatchStreamExt, watcher};
     use serde_json::json;
 
-    use super::{MANAGER, summary};
+    use super::{MANAGER, rss_kib as rss, summary};
 
     const WEC: &str = "cluster1";
     const DEADLINE: Duration = Duration::from_secs(120);
-
-    /// Resident memory of a process, in KiB.
-    fn rss(pid: u32) -> u64 {
-        std::fs::read_to_string(format!("/proc/{pid}/status"))
-            .ok()
-            .and_then(|s| {
-                s.lines().find_map(|l| {
-                    l.strip_prefix("VmRSS:")
-                        .map(|v| v.trim().trim_end_matches(" kB").parse().ok())
-                })
-            })
-            .flatten()
-            .unwrap_or(0)
-    }
 
     pub async fn churn(stack: &Stack, rounds: usize, count: usize) -> anyhow::Result<()> {
         let hub = stack.client("its1").await?;
