@@ -136,12 +136,8 @@ async fn rollout(ctx: &Ctx, tracing: Tracing) -> anyhow::Result<Writes> {
     }
     settled(ctx).await?;
     let counted = (
-        works
-            .count_when_caught_up(|w| w.metadata.generation.unwrap_or(0).to_string())
-            .await?,
-        reports
-            .count_when_caught_up(|w| w.resource_version().unwrap_or_default())
-            .await?,
+        works.count_when_caught_up().await?,
+        reports.count_when_caught_up().await?,
     );
 
     policies.delete(&policy, &DeleteParams::default()).await?;
@@ -188,6 +184,7 @@ async fn settled(ctx: &Ctx) -> anyhow::Result<()> {
 struct Versions<K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static> {
     api: Api<K>,
     selector: ListParams,
+    version_of: fn(&K) -> String,
     seen: Arc<Mutex<BTreeSet<(String, String)>>>,
     watching: tokio::task::JoinHandle<()>,
 }
@@ -216,6 +213,7 @@ where
         Versions {
             api,
             selector: selector.clone(),
+            version_of,
             seen,
             watching,
         }
@@ -223,7 +221,8 @@ where
 
     /// Waits until the watch has seen the current version of every object, then counts the
     /// versions seen.
-    async fn count_when_caught_up(self, version_of: fn(&K) -> String) -> anyhow::Result<u64> {
+    async fn count_when_caught_up(self) -> anyhow::Result<u64> {
+        let version_of = self.version_of;
         ks_tests::stack::wait_for("the watch to catch up", DEADLINE, || async {
             let current = self.api.list(&self.selector).await?.items;
             let seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);

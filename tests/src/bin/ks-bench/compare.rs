@@ -618,15 +618,8 @@ async fn bulk(
 /// once) from a tight client loop with 8 writes in flight, into a namespace no agent reads.
 async fn physical_limit(its: &kube::Client, works: &[ManifestWork]) -> anyhow::Result<Duration> {
     let ns = unique("bench-floor");
-    let namespaces: Api<Namespace> = Api::all(its.clone());
+    let namespaces = crate::apply_namespace(its, &ns, &json!({})).await?;
     let apply = PatchParams::apply(MANAGER).force();
-    namespaces
-        .patch(
-            &ns,
-            &apply,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
-        )
-        .await?;
     let api: Api<ManifestWork> = Api::namespaced(its.clone(), &ns);
     let started = Instant::now();
     futures::stream::iter(works.iter().enumerate())

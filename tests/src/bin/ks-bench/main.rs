@@ -96,9 +96,7 @@ pub async fn scenario(
     clause: serde_json::Value,
 ) -> anyhow::Result<(Api<Namespace>, Api<BindingPolicy>)> {
     let apply = PatchParams::apply(MANAGER).force();
-    let namespaces: Api<Namespace> = Api::all(wds.clone());
-    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": label}});
-    namespaces.patch(ns, &apply, &Patch::Apply(namespace)).await?;
+    let namespaces = apply_namespace(wds, ns, label).await?;
     let mut downsync = json!({"objectSelectors": [{"matchLabels": label}]});
     if let (Some(to), Some(extra)) = (downsync.as_object_mut(), clause.as_object()) {
         to.extend(extra.clone());
@@ -122,6 +120,20 @@ pub fn rss_kib(pid: u32) -> u64 {
         })
         .flatten()
         .unwrap_or(0)
+}
+
+/// Applies a Namespace with `labels` (`{}` for none); returns the Namespace API of that space.
+pub async fn apply_namespace(
+    client: &kube::Client,
+    ns: &str,
+    labels: &serde_json::Value,
+) -> anyhow::Result<Api<Namespace>> {
+    let namespaces: Api<Namespace> = Api::all(client.clone());
+    let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns, "labels": labels}});
+    namespaces
+        .patch(ns, &PatchParams::apply(MANAGER).force(), &Patch::Apply(namespace))
+        .await?;
+    Ok(namespaces)
 }
 
 /// A name no other run or scenario of this process uses.
@@ -308,15 +320,8 @@ pub async fn delivery(stack: &Stack, objects: usize) -> anyhow::Result<Delivery>
 async fn binding_latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {
     let wds = stack.client("wds1").await?;
     let ns = format!("bench-{}", std::process::id());
-    let namespaces: Api<Namespace> = Api::all(wds.clone());
+    let namespaces = apply_namespace(&wds, &ns, &json!({})).await?;
     let apply = PatchParams::apply(MANAGER).force();
-    namespaces
-        .patch(
-            &ns,
-            &apply,
-            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})),
-        )
-        .await?;
     let cms: Api<ConfigMap> = Api::namespaced(wds.clone(), &ns);
     for name in ["a", "b"] {
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}});
@@ -575,7 +580,6 @@ mod status {
     use std::time::{Duration, Instant};
 
     use futures::StreamExt;
-    use k8s_openapi::api::core::v1::Namespace;
     use ks_shared::api::BindingPolicy;
     use ks_tests::harness::wait_until;
     use ks_tests::stack::Stack;
@@ -609,9 +613,7 @@ mod status {
         let ns = super::unique("bench-status");
         let apply = PatchParams::apply(MANAGER).force();
         let label = json!({"bench.kubestellar.io/status": ns});
-        let namespaces: Api<Namespace> = Api::all(wds.clone());
-        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-        namespaces.patch(&ns, &apply, &Patch::Apply(namespace)).await?;
+        let namespaces = super::apply_namespace(&wds, &ns, &json!({})).await?;
         let gauge = json!({"apiVersion": "bench.kubestellar.io/v1", "kind": "Gauge",
                            "metadata": {"name": "g", "namespace": ns, "labels": label}, "spec": {}});
         let in_wds: Api<DynamicObject> = Api::namespaced_with(wds.clone(), &ns, &gauge_resource());
