@@ -4,12 +4,13 @@
 //! - AppliedManifestWorks on the WEC → the `works` queue → the tracker, which says which
 //!   informers to start or stop and which objects to report on.
 //! - Delivered objects (one informer per GVR), the ManifestWorks and our WorkStatuses in the
-//!   mailbox namespace on the hub → the `objects` queue → one WorkStatus per object. Watching
-//!   our own WorkStatuses is what recreates one deleted by hand, and corrects edits, promptly.
+//!   mailbox namespace on the hub → the `objects` queue → one WorkStatus per object, however
+//!   many AppliedManifestWorks list it (the tracker picks the reporting one). Watching our own
+//!   WorkStatuses is what recreates one deleted by hand, and corrects edits, promptly.
 //! - WorkStatuses no followed object owns (objects removed while the agent was down) → the
 //!   `leftovers` queue → deleted.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::SystemTime;
@@ -62,8 +63,9 @@ pub struct Agent {
     objects: WorkQueue<ObjectKey>,
     /// WorkStatus names that may be left over (see [`Tracker::is_stale_work_status`]).
     leftovers: WorkQueue<String>,
-    /// Whether the one sweep for leftovers after start-up has run.
-    swept: AtomicBool,
+    /// Whether every AppliedManifestWork listed at start-up has been through the tracker and
+    /// the reporting deliveries were taken back from the hub (see [`Agent::settle_once`]).
+    settled: AtomicBool,
     applied_listed: Arc<AtomicBool>,
     applied: Store<AppliedManifestWork>,
     manifest_works: Store<ManifestWork>,
@@ -105,7 +107,7 @@ pub async fn run(
         works: WorkQueue::default(),
         objects: WorkQueue::default(),
         leftovers: WorkQueue::default(),
-        swept: AtomicBool::new(false),
+        settled: AtomicBool::new(false),
         applied_listed: Arc::default(),
         applied,
         manifest_works,
@@ -151,7 +153,7 @@ pub async fn run(
         while let Some(name) = a.works.next(&a.shutdown).await {
             let result = a.reconcile_work(&name).await;
             a.finish(&a.works, name, result, "AppliedManifestWork");
-            a.sweep_once_settled();
+            a.settle_once();
         }
     }));
     let a = agent.clone();
@@ -208,7 +210,7 @@ impl Agent {
                 names.extend(lock(&self.tracker).work_names());
                 names.into_iter().for_each(|n| self.works.add(n));
                 ready.open();
-                self.sweep_once_settled();
+                self.settle_once();
             }
         }
     }
@@ -241,32 +243,51 @@ impl Agent {
                 // The fresh list has everything written before it.
                 self.written.clear();
                 self.enqueue(lock(&self.tracker).all_keys());
-                self.sweep_once_settled();
+                self.settle_once();
             }
         }
     }
 
-    /// True for one of our WorkStatuses that no followed object owns any more.
+    /// True for one of our WorkStatuses that no reporting delivery owns any more. Not before
+    /// settling: until then which delivery reports an object may still change.
     fn is_leftover(&self, ws: &WorkStatus) -> bool {
         let owner = ws
             .owner_references()
             .iter()
             .find(|o| o.controller == Some(true) && o.kind == "ManifestWork");
-        owner.is_some_and(|o| lock(&self.tracker).is_stale_work_status(&ws.name_any(), &o.name))
+        self.settled.load(Ordering::Acquire)
+            && owner.is_some_and(|o| lock(&self.tracker).is_stale_work_status(&ws.name_any(), &o.name))
     }
 
-    /// Once, after start-up, when every AppliedManifestWork has been through the tracker:
-    /// queues the WorkStatuses of objects removed while the agent was not running. (Later
+    /// Once, after start-up, when every AppliedManifestWork has been through the tracker: takes
+    /// back from the hub which delivery reports each object (the AppliedManifestWorks were read
+    /// back in any order, so a restart rewrites nothing), lets reports start, and queues the
+    /// WorkStatuses left over from objects removed while the agent was not running. (Later
     /// removals delete their WorkStatus directly.)
-    fn sweep_once_settled(&self) {
-        let settled = self.applied_listed.load(Ordering::Acquire)
+    fn settle_once(&self) {
+        let ready = self.applied_listed.load(Ordering::Acquire)
             && self.work_statuses_listed.load(Ordering::Acquire)
             && self.works.is_empty();
-        if settled && !self.swept.swap(true, Ordering::AcqRel) {
-            for ws in self.work_statuses.state() {
-                if self.is_leftover(&ws) {
-                    self.leftovers.add(ws.name_any());
-                }
+        if !ready || self.settled.load(Ordering::Acquire) {
+            return;
+        }
+        let on_hub: HashSet<String> = self.work_statuses.state().iter().map(|ws| ws.name_any()).collect();
+        let changes = {
+            // Under the tracker's lock: settling runs once, and a worker that sees `settled`
+            // sees the adopted choices.
+            let mut tracker = lock(&self.tracker);
+            if self.settled.load(Ordering::Acquire) {
+                return;
+            }
+            let changes = tracker.adopt(|name| on_hub.contains(name));
+            self.settled.store(true, Ordering::Release);
+            changes
+        };
+        self.apply_changes(changes);
+        self.enqueue(lock(&self.tracker).all_keys());
+        for ws in self.work_statuses.state() {
+            if self.is_leftover(&ws) {
+                self.leftovers.add(ws.name_any());
             }
         }
     }
@@ -401,7 +422,7 @@ impl Agent {
         Arc::new(move |event| {
             let Some(agent) = me.upgrade() else { return };
             let keys = match event {
-                InformerEvent::Changed(id) => lock(&agent.tracker).keys_of_object(&id),
+                InformerEvent::Changed(id) => lock(&agent.tracker).key_of_object(&id).into_iter().collect(),
                 InformerEvent::Listed(gvr) => lock(&agent.tracker).keys_of_gvr(&gvr),
             };
             agent.enqueue(keys);
@@ -410,8 +431,10 @@ impl Agent {
 
     /// Makes the WorkStatus of `key` what it should be, writing only what differs.
     async fn reconcile_object(&self, key: &ObjectKey, span: &tracing::Span) -> Result<(), ReconcileError> {
-        if !self.manifest_works_listed.load(Ordering::Acquire) || !self.work_statuses_listed.load(Ordering::Acquire) {
-            // The first complete list of each queues every key again.
+        if !self.manifest_works_listed.load(Ordering::Acquire) || !self.settled.load(Ordering::Acquire) {
+            // The first complete list of the ManifestWorks queues every key again, and so does
+            // settling (after the WorkStatuses have listed): until then the reporting delivery
+            // of an object may still change.
             return Ok(());
         }
         let started = SystemTime::now();

@@ -1,6 +1,15 @@
-//! Which delivered objects the agent follows, from the AppliedManifestWorks on the WEC, and how
-//! many of them each resource (GVR) has: the reference counts that start an informer for a GVR
-//! when its first object is followed and stop it after the last one goes.
+//! Which delivered objects the agent follows, from the AppliedManifestWorks on the WEC, which
+//! one of the AppliedManifestWorks listing an object reports it, and how many followed objects
+//! each resource (GVR) has: the reference counts that start an informer for a GVR when its first
+//! object is followed and stop it after the last one goes.
+//!
+//! One WorkStatus per object on the WEC: two BindingPolicies sending one object to one WEC make
+//! two ManifestWorks, so two AppliedManifestWorks list it, but the hub reads a WEC's status of an
+//! object only from its one WorkStatus. So one delivery reports (names and owns the WorkStatus):
+//! the first one seen, kept while it lists the object, so another delivery coming or going never
+//! rewrites the WorkStatus; when it stops listing the object, the delivery with the smallest
+//! ManifestWork name left takes over. After a restart, when every AppliedManifestWork has been
+//! read back, [`Tracker::adopt`] takes back the choice the hub's WorkStatuses show.
 //!
 //! Pure bookkeeping: the caller resolves kinds through discovery, feeds each AppliedManifestWork
 //! in, and acts on the [`Changes`] it gets back (start and stop informers, queue reports).
@@ -34,22 +43,35 @@ impl std::fmt::Display for Gvr {
     }
 }
 
-/// One object as one AppliedManifestWork delivered it: the agent keeps one WorkStatus for each.
+/// A followed object with the delivery that reports it: one WorkStatus each.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ObjectKey {
+    /// The reporting AppliedManifestWork's UID (the WorkStatus is named after it).
     pub amw_uid: String,
-    /// The ManifestWork on the hub (in the mailbox namespace) that delivered it.
+    /// Its ManifestWork on the hub (in the mailbox namespace): the WorkStatus's labels and owner.
     pub manifest_work: String,
     pub gvr: Gvr,
     pub kind: String,
     /// `""` for cluster-scoped objects.
     pub namespace: String,
     pub name: String,
-    /// The WorkStatus's name, fixed when the object starts being followed.
+    /// The WorkStatus's name, fixed when the delivery starts reporting.
     pub work_status: String,
 }
 
 impl ObjectKey {
+    fn new(id: &ObjectId, kind: &str, delivery: &Delivery) -> ObjectKey {
+        ObjectKey {
+            amw_uid: delivery.uid.clone(),
+            manifest_work: delivery.manifest_work.clone(),
+            gvr: id.gvr.clone(),
+            kind: kind.to_string(),
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            work_status: String::new(),
+        }
+    }
+
     fn name_parts(&self) -> NameParts<'_> {
         NameParts {
             amw_uid: &self.amw_uid,
@@ -61,7 +83,7 @@ impl ObjectKey {
         }
     }
 
-    /// The object on the WEC, whichever AppliedManifestWork delivered it.
+    /// The object on the WEC.
     pub fn object(&self) -> ObjectId {
         ObjectId {
             gvr: self.gvr.clone(),
@@ -88,12 +110,24 @@ pub struct AppliedObject {
     pub name: String,
 }
 
+impl AppliedObject {
+    pub fn id(&self) -> ObjectId {
+        ObjectId {
+            gvr: self.gvr.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
 /// What changed when an AppliedManifestWork was recorded or forgotten.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Changes {
-    /// Newly followed objects: their WorkStatus must be written.
+    /// Keys that now report (a newly followed object, or another delivery taking over): their
+    /// WorkStatus must be written.
     pub added: Vec<ObjectKey>,
-    /// Objects no longer followed: their WorkStatus must go.
+    /// Keys that no longer report (the object is no longer followed, or another delivery took
+    /// over): their WorkStatus must go.
     pub removed: Vec<ObjectKey>,
     /// GVRs whose first object is now followed: start an informer.
     pub start: Vec<Gvr>,
@@ -110,12 +144,29 @@ impl Changes {
     }
 }
 
+/// One AppliedManifestWork as a delivery of objects. Ordered by ManifestWork name first: the
+/// smallest one left takes over reporting an object.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Delivery {
+    manifest_work: String,
+    amw: String,
+    uid: String,
+}
+
 /// What one AppliedManifestWork delivered.
 #[derive(Debug)]
 struct Work {
-    uid: String,
-    manifest_work: String,
-    keys: BTreeSet<ObjectKey>,
+    delivery: Delivery,
+    objects: BTreeSet<ObjectId>,
+}
+
+/// A followed object: every delivery listing it, and the one reporting it.
+#[derive(Debug)]
+struct Followed {
+    kind: String,
+    deliveries: BTreeSet<Delivery>,
+    reporting: Delivery,
+    key: ObjectKey,
 }
 
 /// The followed objects and the indexes the controllers look them up by.
@@ -123,10 +174,12 @@ struct Work {
 pub struct Tracker {
     /// By AppliedManifestWork name.
     works: HashMap<String, Work>,
-    by_object: HashMap<ObjectId, BTreeSet<ObjectKey>>,
+    by_object: HashMap<ObjectId, Followed>,
     /// ManifestWork name → AppliedManifestWork names (normally one).
     by_manifest_work: HashMap<String, BTreeSet<String>>,
+    /// Reporting keys by WorkStatus name.
     by_work_status: HashMap<String, ObjectKey>,
+    /// Followed objects per GVR.
     gvr_refs: BTreeMap<Gvr, usize>,
 }
 
@@ -136,44 +189,21 @@ impl Tracker {
     /// one is released.
     pub fn set_work(&mut self, amw: &str, uid: &str, manifest_work: &str, objects: &[AppliedObject]) -> Changes {
         let mut changes = Changes::default();
-        let old = match self.works.remove(amw) {
-            Some(work) if work.uid == uid && work.manifest_work == manifest_work => work.keys,
-            Some(work) => {
-                self.unindex_work(amw, &work.manifest_work);
-                for key in work.keys {
-                    self.release(key, &mut changes);
-                }
-                BTreeSet::new()
-            }
-            None => BTreeSet::new(),
+        let delivery = Delivery {
+            manifest_work: manifest_work.to_string(),
+            amw: amw.to_string(),
+            uid: uid.to_string(),
         };
-        let wanted: BTreeSet<AppliedObject> = objects.iter().cloned().collect();
-        let mut keys = BTreeSet::new();
-        for key in old {
-            let still = AppliedObject {
-                gvr: key.gvr.clone(),
-                kind: key.kind.clone(),
-                namespace: key.namespace.clone(),
-                name: key.name.clone(),
-            };
-            if wanted.contains(&still) {
-                keys.insert(key);
-            } else {
-                self.release(key, &mut changes);
+        let wanted: BTreeMap<ObjectId, &str> = objects.iter().map(|o| (o.id(), o.kind.as_str())).collect();
+        if let Some(old) = self.works.remove(amw) {
+            self.unindex_work(&old.delivery);
+            let same = old.delivery == delivery;
+            for id in old.objects.iter().filter(|id| !same || !wanted.contains_key(id)) {
+                self.withdraw(id, &old.delivery, &mut changes);
             }
         }
-        let kept: BTreeSet<ObjectId> = keys.iter().map(ObjectKey::object).collect();
-        for object in wanted {
-            let id = ObjectId {
-                gvr: object.gvr.clone(),
-                namespace: object.namespace.clone(),
-                name: object.name.clone(),
-            };
-            if kept.contains(&id) {
-                continue;
-            }
-            let key = self.follow(uid, manifest_work, object, &mut changes);
-            keys.insert(key);
+        for (id, kind) in &wanted {
+            self.deliver(id, kind, &delivery, &mut changes);
         }
         self.by_manifest_work
             .entry(manifest_work.to_string())
@@ -182,9 +212,8 @@ impl Tracker {
         self.works.insert(
             amw.to_string(),
             Work {
-                uid: uid.to_string(),
-                manifest_work: manifest_work.to_string(),
-                keys,
+                delivery,
+                objects: wanted.into_keys().collect(),
             },
         );
         changes.net();
@@ -195,33 +224,110 @@ impl Tracker {
     pub fn remove_work(&mut self, amw: &str) -> Changes {
         let mut changes = Changes::default();
         if let Some(work) = self.works.remove(amw) {
-            self.unindex_work(amw, &work.manifest_work);
-            for key in work.keys {
-                self.release(key, &mut changes);
+            self.unindex_work(&work.delivery);
+            for id in &work.objects {
+                self.withdraw(id, &work.delivery, &mut changes);
             }
         }
         changes
     }
 
-    fn unindex_work(&mut self, amw: &str, manifest_work: &str) {
-        if let Some(amws) = self.by_manifest_work.get_mut(manifest_work) {
-            amws.remove(amw);
+    /// After a restart, once every AppliedManifestWork has been recorded (in whatever order):
+    /// an object whose reporting delivery has no WorkStatus on the hub (`on_hub` says which
+    /// names exist) while another delivery of it has one is reported by that one again, so a
+    /// restart rewrites nothing.
+    pub fn adopt(&mut self, on_hub: impl Fn(&str) -> bool) -> Changes {
+        let mut changes = Changes::default();
+        let unreported: Vec<ObjectId> = self
+            .by_object
+            .iter()
+            .filter(|(_, f)| f.deliveries.len() > 1 && !on_hub(&f.key.work_status))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in unreported {
+            let Some(mut followed) = self.by_object.remove(&id) else {
+                continue;
+            };
+            let found = followed
+                .deliveries
+                .iter()
+                .filter(|d| **d != followed.reporting)
+                .find_map(|d| {
+                    let key = ObjectKey::new(&id, &followed.kind, d);
+                    let parts = key.name_parts();
+                    // Either form of the name (see `naming`), unless another key has it.
+                    [naming::work_status_name(parts), naming::shortened_name(parts)]
+                        .into_iter()
+                        .find(|n| on_hub(n) && !self.by_work_status.contains_key(n))
+                        .map(|work_status| (d.clone(), ObjectKey { work_status, ..key }))
+                });
+            if let Some((delivery, key)) = found {
+                self.unname(&followed.key);
+                self.by_work_status.insert(key.work_status.clone(), key.clone());
+                changes.removed.push(std::mem::replace(&mut followed.key, key.clone()));
+                changes.added.push(key);
+                followed.reporting = delivery;
+            }
+            self.by_object.insert(id, followed);
+        }
+        changes
+    }
+
+    fn unindex_work(&mut self, delivery: &Delivery) {
+        if let Some(amws) = self.by_manifest_work.get_mut(&delivery.manifest_work) {
+            amws.remove(&delivery.amw);
             if amws.is_empty() {
-                self.by_manifest_work.remove(manifest_work);
+                self.by_manifest_work.remove(&delivery.manifest_work);
             }
         }
     }
 
-    fn follow(&mut self, uid: &str, manifest_work: &str, object: AppliedObject, changes: &mut Changes) -> ObjectKey {
-        let mut key = ObjectKey {
-            amw_uid: uid.to_string(),
-            manifest_work: manifest_work.to_string(),
-            gvr: object.gvr,
-            kind: object.kind,
-            namespace: object.namespace,
-            name: object.name,
-            work_status: String::new(),
+    /// Notes that `delivery` lists `id`; the first delivery of an object reports it.
+    fn deliver(&mut self, id: &ObjectId, kind: &str, delivery: &Delivery, changes: &mut Changes) {
+        if let Some(followed) = self.by_object.get_mut(id) {
+            // The reporting delivery stays: another one never renames the WorkStatus.
+            followed.deliveries.insert(delivery.clone());
+            return;
+        }
+        let refs = self.gvr_refs.entry(id.gvr.clone()).or_default();
+        *refs += 1;
+        if *refs == 1 {
+            changes.start.push(id.gvr.clone());
+        }
+        let key = self.name(ObjectKey::new(id, kind, delivery));
+        changes.added.push(key.clone());
+        let followed = Followed {
+            kind: kind.to_string(),
+            deliveries: BTreeSet::from([delivery.clone()]),
+            reporting: delivery.clone(),
+            key,
         };
+        self.by_object.insert(id.clone(), followed);
+    }
+
+    /// Notes that `delivery` no longer lists `id`. If it reported it, the delivery with the
+    /// smallest ManifestWork name left takes over.
+    fn withdraw(&mut self, id: &ObjectId, delivery: &Delivery, changes: &mut Changes) {
+        let Some(mut followed) = self.by_object.remove(id) else {
+            return;
+        };
+        followed.deliveries.remove(delivery);
+        if followed.reporting == *delivery {
+            self.unname(&followed.key);
+            changes.removed.push(followed.key.clone());
+            let Some(next) = followed.deliveries.first().cloned() else {
+                self.release(&id.gvr, changes);
+                return;
+            };
+            followed.key = self.name(ObjectKey::new(id, &followed.kind, &next));
+            followed.reporting = next;
+            changes.added.push(followed.key.clone());
+        }
+        self.by_object.insert(id.clone(), followed);
+    }
+
+    /// Gives `key` its WorkStatus name and indexes it by that.
+    fn name(&mut self, mut key: ObjectKey) -> ObjectKey {
         // Upstream's format can give two objects one name (see `naming`); the later one then
         // takes the shortened form.
         let verbatim = naming::work_status_name(key.name_parts());
@@ -231,76 +337,71 @@ impl Tracker {
             verbatim
         };
         self.by_work_status.insert(key.work_status.clone(), key.clone());
-        self.by_object.entry(key.object()).or_default().insert(key.clone());
-        let refs = self.gvr_refs.entry(key.gvr.clone()).or_default();
-        *refs += 1;
-        if *refs == 1 {
-            changes.start.push(key.gvr.clone());
-        }
-        changes.added.push(key.clone());
         key
     }
 
-    fn release(&mut self, key: ObjectKey, changes: &mut Changes) {
-        if self.by_work_status.get(&key.work_status) == Some(&key) {
+    fn unname(&mut self, key: &ObjectKey) {
+        if self.by_work_status.get(&key.work_status) == Some(key) {
             self.by_work_status.remove(&key.work_status);
         }
-        let id = key.object();
-        if let Some(keys) = self.by_object.get_mut(&id) {
-            keys.remove(&key);
-            if keys.is_empty() {
-                self.by_object.remove(&id);
-            }
-        }
-        if let Some(refs) = self.gvr_refs.get_mut(&key.gvr) {
-            *refs -= 1;
-            if *refs == 0 {
-                self.gvr_refs.remove(&key.gvr);
-                changes.stop.push(key.gvr.clone());
-            }
-        }
-        changes.removed.push(key);
     }
 
-    /// True while `key` is followed.
+    /// One followed object of `gvr` fewer.
+    fn release(&mut self, gvr: &Gvr, changes: &mut Changes) {
+        if let Some(refs) = self.gvr_refs.get_mut(gvr) {
+            *refs -= 1;
+            if *refs == 0 {
+                self.gvr_refs.remove(gvr);
+                changes.stop.push(gvr.clone());
+            }
+        }
+    }
+
+    /// True while `key` reports its object.
     pub fn contains(&self, key: &ObjectKey) -> bool {
         self.by_work_status.get(&key.work_status) == Some(key)
     }
 
-    /// The followed key that owns a WorkStatus name.
+    /// The reporting key that owns a WorkStatus name.
     pub fn by_work_status(&self, name: &str) -> Option<&ObjectKey> {
         self.by_work_status.get(name)
     }
 
     /// True for a WorkStatus (by name) of a ManifestWork whose delivery is followed but that no
-    /// followed object owns: left over from an object removed while the agent was not running.
+    /// reporting key owns: left over from an object removed while the agent was not running,
+    /// or from a delivery that no longer reports.
     pub fn is_stale_work_status(&self, name: &str, manifest_work: &str) -> bool {
         !self.by_work_status.contains_key(name) && self.by_manifest_work.contains_key(manifest_work)
     }
 
-    /// The keys of an object on the WEC (one per AppliedManifestWork that delivered it).
-    pub fn keys_of_object(&self, id: &ObjectId) -> Vec<ObjectKey> {
-        self.by_object.get(id).into_iter().flatten().cloned().collect()
+    /// The reporting key of an object on the WEC.
+    pub fn key_of_object(&self, id: &ObjectId) -> Option<ObjectKey> {
+        self.by_object.get(id).map(|f| f.key.clone())
     }
 
-    /// Every followed key of a GVR (e.g. when its informer has listed).
+    /// The reporting keys of a GVR's objects (e.g. when its informer has listed).
     pub fn keys_of_gvr(&self, gvr: &Gvr) -> Vec<ObjectKey> {
-        self.works
-            .values()
-            .flat_map(|w| w.keys.iter())
-            .filter(|k| &k.gvr == gvr)
-            .cloned()
+        self.by_object
+            .iter()
+            .filter(|(id, _)| &id.gvr == gvr)
+            .map(|(_, f)| f.key.clone())
             .collect()
     }
 
-    /// Every followed key delivered by a ManifestWork (e.g. when its labels changed).
+    /// The keys a ManifestWork's deliveries report (e.g. when its labels changed).
     pub fn keys_of_manifest_work(&self, manifest_work: &str) -> Vec<ObjectKey> {
         self.by_manifest_work
             .get(manifest_work)
             .into_iter()
             .flatten()
             .filter_map(|amw| self.works.get(amw))
-            .flat_map(|w| w.keys.iter().cloned())
+            .flat_map(|w| {
+                w.objects
+                    .iter()
+                    .filter_map(|id| self.by_object.get(id))
+                    .filter(|f| f.reporting == w.delivery)
+                    .map(|f| f.key.clone())
+            })
             .collect()
     }
 
@@ -309,9 +410,9 @@ impl Tracker {
         self.works.keys().cloned().collect()
     }
 
-    /// Every followed key.
+    /// Every reporting key (one per followed object).
     pub fn all_keys(&self) -> Vec<ObjectKey> {
-        self.works.values().flat_map(|w| w.keys.iter().cloned()).collect()
+        self.by_object.values().map(|f| f.key.clone()).collect()
     }
 
     /// How many GVRs have followed objects (= informers that should run).
@@ -405,7 +506,7 @@ mod tests {
         let mut tracker = Tracker::default();
         let changes = tracker.set_work("h-mw", "uid", "mw", &[deployment("ns", "a"), namespace("ns")]);
         let key = changes.added.iter().find(|k| k.kind == "Deployment").unwrap();
-        assert_eq!(tracker.keys_of_object(&key.object()), vec![key.clone()]);
+        assert_eq!(tracker.key_of_object(&key.object()).as_ref(), Some(key));
         assert_eq!(tracker.keys_of_manifest_work("mw").len(), 2);
         assert_eq!(tracker.by_work_status(&key.work_status), Some(key));
         assert_eq!(tracker.keys_of_gvr(&gvr("", "namespaces")).len(), 1);
@@ -433,47 +534,243 @@ mod tests {
         assert_ne!(changes.added[0].work_status, changes.added[1].work_status);
     }
 
+    /// The hub as the controller's reconciles leave it after the tracker's changes: a reporting
+    /// key's WorkStatus is created, that of a key no longer reporting is deleted. Counts writes.
+    #[derive(Default)]
+    struct Hub {
+        /// WorkStatus name → the ManifestWork controlling it.
+        work_statuses: BTreeMap<String, String>,
+        writes: usize,
+    }
+
+    impl Hub {
+        fn reconcile(&mut self, tracker: &Tracker, changes: &Changes) -> usize {
+            let before = self.writes;
+            for key in &changes.removed {
+                let owned = tracker.by_work_status(&key.work_status).is_some();
+                if !owned && self.work_statuses.remove(&key.work_status).is_some() {
+                    self.writes += 1;
+                }
+            }
+            for key in &changes.added {
+                let name = &key.work_status;
+                if tracker.contains(key) && !self.work_statuses.contains_key(name) {
+                    self.work_statuses.insert(name.clone(), key.manifest_work.clone());
+                    self.writes += 1;
+                }
+            }
+            self.writes - before
+        }
+
+        /// The writes of an agent that (re)starts with `tracker` fed every AppliedManifestWork:
+        /// what it takes back from the hub, a reconcile of every key, and the leftover sweep.
+        fn settle(&mut self, tracker: &mut Tracker) -> usize {
+            let adopted = tracker.adopt(|name| self.work_statuses.contains_key(name));
+            let every = Changes {
+                added: tracker.all_keys(),
+                removed: adopted.removed,
+                ..Changes::default()
+            };
+            let mut writes = self.reconcile(tracker, &every);
+            let before = self.work_statuses.len();
+            self.work_statuses
+                .retain(|name, work| !tracker.is_stale_work_status(name, work));
+            writes += before - self.work_statuses.len();
+            self.writes += before - self.work_statuses.len();
+            writes
+        }
+    }
+
+    #[test]
+    fn one_work_status_per_object_however_many_works_list_it() {
+        let mut tracker = Tracker::default();
+        let mut hub = Hub::default();
+        let first = tracker.set_work("h-nginx", "uid1", "nginx", &[deployment("nginx", "nginx")]);
+        assert_eq!(hub.reconcile(&tracker, &first), 1);
+        let second = tracker.set_work("h-single", "uid2", "nginx-singleton", &[deployment("nginx", "nginx")]);
+        assert_eq!(second, Changes::default(), "a second delivery changes nothing");
+        assert_eq!(hub.reconcile(&tracker, &second), 0);
+        assert_eq!(tracker.all_keys(), first.added, "the first delivery keeps reporting");
+        assert_eq!(hub.work_statuses.len(), 1);
+    }
+
+    #[test]
+    fn removing_a_delivery_that_does_not_report_writes_nothing() {
+        let mut tracker = Tracker::default();
+        let mut hub = Hub::default();
+        let first = tracker.set_work("h-nginx", "uid1", "nginx", &[deployment("nginx", "nginx")]);
+        hub.reconcile(&tracker, &first);
+        let second = tracker.set_work("h-single", "uid2", "nginx-singleton", &[deployment("nginx", "nginx")]);
+        hub.reconcile(&tracker, &second);
+        let writes = hub.writes;
+        let gone = tracker.remove_work("h-single");
+        assert_eq!(gone, Changes::default());
+        assert_eq!(hub.reconcile(&tracker, &gone), 0);
+        // Nor when the object is only dropped from the second ManifestWork.
+        let second = tracker.set_work("h-single", "uid2", "nginx-singleton", &[deployment("nginx", "nginx")]);
+        let dropped = tracker.set_work("h-single", "uid2", "nginx-singleton", &[]);
+        assert_eq!(hub.reconcile(&tracker, &second) + hub.reconcile(&tracker, &dropped), 0);
+        assert_eq!(hub.writes, writes);
+        assert_eq!(tracker.all_keys(), first.added);
+    }
+
+    #[test]
+    fn when_the_reporting_delivery_goes_the_smallest_manifest_work_left_takes_over_once() {
+        let mut tracker = Tracker::default();
+        let mut hub = Hub::default();
+        let object = deployment("nginx", "nginx");
+        for (amw, uid, work) in [
+            ("h-z", "uid-z", "zeta"),
+            ("h-b", "uid-b", "beta"),
+            ("h-g", "uid-g", "gamma"),
+        ] {
+            let changes = tracker.set_work(amw, uid, work, std::slice::from_ref(&object));
+            hub.reconcile(&tracker, &changes);
+        }
+        let reporting = |t: &Tracker| t.all_keys().into_iter().map(|k| k.manifest_work).collect::<Vec<_>>();
+        assert_eq!(reporting(&tracker), ["zeta"], "the first delivery reports");
+
+        // Its ManifestWork deleted: one delete and one create, to the smallest name left.
+        let moved = tracker.remove_work("h-z");
+        assert_eq!((moved.removed.len(), moved.added.len()), (1, 1));
+        assert!(
+            moved.start.is_empty() && moved.stop.is_empty(),
+            "the informer keeps running"
+        );
+        assert_eq!(hub.reconcile(&tracker, &moved), 2);
+        assert_eq!(reporting(&tracker), ["beta"]);
+        assert_eq!(hub.work_statuses.values().collect::<Vec<_>>(), ["beta"]);
+
+        // The object dropped from the reporting ManifestWork: the same, to the one left.
+        let moved = tracker.set_work("h-b", "uid-b", "beta", &[]);
+        assert_eq!(hub.reconcile(&tracker, &moved), 2);
+        assert_eq!(reporting(&tracker), ["gamma"]);
+        assert_eq!(tracker.key_of_object(&object.id()), moved.added.first().cloned());
+        assert_eq!(hub.work_statuses.values().collect::<Vec<_>>(), ["gamma"]);
+    }
+
+    #[test]
+    fn a_restart_takes_the_reporting_delivery_back_from_the_hub() {
+        let object = deployment("nginx", "nginx");
+        let mut before = Tracker::default();
+        let mut hub = Hub::default();
+        // "beta" reports: it came first, and stays when "alpha" comes.
+        for (amw, uid, work) in [("h-b", "uid-b", "beta"), ("h-a", "uid-a", "alpha")] {
+            let changes = before.set_work(amw, uid, work, std::slice::from_ref(&object));
+            hub.reconcile(&before, &changes);
+        }
+        let reported = hub.work_statuses.clone();
+        assert_eq!(reported.values().collect::<Vec<_>>(), ["beta"]);
+
+        // After a restart the AppliedManifestWorks are read back in another order.
+        let mut after = Tracker::default();
+        for (amw, uid, work) in [("h-a", "uid-a", "alpha"), ("h-b", "uid-b", "beta")] {
+            after.set_work(amw, uid, work, std::slice::from_ref(&object));
+        }
+        assert_eq!(hub.settle(&mut after), 0, "a restart writes nothing");
+        assert_eq!(hub.work_statuses, reported);
+        assert_eq!(after.all_keys(), before.all_keys());
+
+        // Left by an agent that wrote one per delivery: the one of the delivery chosen stays.
+        let mut old = Hub::default();
+        for (amw, uid, work) in [("h-a", "uid-a", "alpha"), ("h-b", "uid-b", "beta")] {
+            let changes = Tracker::default().set_work(amw, uid, work, std::slice::from_ref(&object));
+            old.work_statuses.extend(
+                changes
+                    .added
+                    .iter()
+                    .map(|k| (k.work_status.clone(), k.manifest_work.clone())),
+            );
+        }
+        let mut fresh = Tracker::default();
+        fresh.set_work("h-b", "uid-b", "beta", std::slice::from_ref(&object));
+        fresh.set_work("h-a", "uid-a", "alpha", std::slice::from_ref(&object));
+        assert_eq!(old.settle(&mut fresh), 1, "one of the two is deleted");
+        assert_eq!(old.work_statuses.len(), 1);
+    }
+
     #[derive(Clone, Debug)]
     enum Op {
-        Set(usize, Vec<(usize, usize)>),
+        /// AppliedManifestWork `amw{0}`, in generation `{1}` (a new UID), lists these objects.
+        Set(usize, usize, Vec<(usize, usize)>),
         Remove(usize),
     }
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (0..3usize, proptest::collection::vec((0..3usize, 0..4usize), 0..5)).prop_map(|(w, o)| Op::Set(w, o)),
+            (
+                0..3usize,
+                0..2usize,
+                proptest::collection::vec((0..3usize, 0..4usize), 0..5)
+            )
+                .prop_map(|(w, g, o)| Op::Set(w, g, o)),
             (0..3usize).prop_map(Op::Remove),
         ]
     }
 
     proptest! {
-        /// Whatever the sequence of AppliedManifestWork changes, the informers started minus
-        /// those stopped are exactly the GVRs with followed objects, and removing everything
-        /// leaves nothing behind.
+        /// Whatever the sequence of AppliedManifestWork changes: the informers started minus
+        /// those stopped are exactly the GVRs with followed objects; every listed object has
+        /// exactly one reporting key, of a delivery listing it, unchanged while that delivery
+        /// lists it; a restart reading the same AppliedManifestWorks back in another order
+        /// writes nothing; and removing everything leaves nothing behind.
         #[test]
-        fn reference_counts_match_followed_objects(ops in proptest::collection::vec(op(), 0..30)) {
+        fn one_sticky_reporter_per_object(ops in proptest::collection::vec(op(), 0..30)) {
             let resources = [gvr("apps", "deployments"), gvr("", "pods"), gvr("example.io", "widgets")];
             let mut tracker = Tracker::default();
+            let mut hub = Hub::default();
             let mut running = BTreeSet::new();
-            let mut followed = BTreeSet::new();
+            // AppliedManifestWork index → (UID, what it lists).
+            let mut works: BTreeMap<usize, (String, Vec<AppliedObject>)> = BTreeMap::new();
             for op in ops {
+                let before: BTreeMap<ObjectId, ObjectKey> =
+                    tracker.all_keys().into_iter().map(|k| (k.object(), k)).collect();
                 let changes = match op {
-                    Op::Set(w, objects) => {
+                    Op::Set(w, g, objects) => {
                         let objects: Vec<AppliedObject> = objects.iter().map(|&(r, n)| AppliedObject {
                             gvr: resources[r].clone(), kind: format!("K{r}"), namespace: "ns".into(), name: format!("o{n}"),
                         }).collect();
-                        tracker.set_work(&format!("amw{w}"), &format!("uid{w}"), &format!("mw{w}"), &objects)
+                        let uid = format!("uid{w}-{g}");
+                        let changes = tracker.set_work(&format!("amw{w}"), &uid, &format!("mw{w}"), &objects);
+                        works.insert(w, (uid, objects));
+                        changes
                     }
-                    Op::Remove(w) => tracker.remove_work(&format!("amw{w}")),
+                    Op::Remove(w) => {
+                        works.remove(&w);
+                        tracker.remove_work(&format!("amw{w}"))
+                    }
                 };
-                for g in changes.start { prop_assert!(running.insert(g)); }
-                for g in changes.stop { prop_assert!(running.remove(&g)); }
-                for k in changes.removed { prop_assert!(followed.remove(&k)); }
-                for k in changes.added { prop_assert!(followed.insert(k)); }
-                let expected: BTreeSet<Gvr> = tracker.all_keys().into_iter().map(|k| k.gvr).collect();
+                for g in &changes.start { prop_assert!(running.insert(g.clone())); }
+                for g in &changes.stop { prop_assert!(running.remove(g)); }
+                hub.reconcile(&tracker, &changes);
+                let keys = tracker.all_keys();
+                let expected: BTreeSet<Gvr> = keys.iter().map(|k| k.gvr.clone()).collect();
                 prop_assert_eq!(&running, &expected);
-                prop_assert_eq!(&followed, &tracker.all_keys().into_iter().collect::<BTreeSet<_>>());
+                let names: BTreeSet<String> = keys.iter().map(|k| k.work_status.clone()).collect();
+                prop_assert_eq!(&names, &hub.work_statuses.keys().cloned().collect(), "one WorkStatus per object");
+
+                let lists = |key: &ObjectKey| works.iter().any(|(w, (uid, objects))| {
+                    *uid == key.amw_uid && key.manifest_work == format!("mw{w}")
+                        && objects.iter().any(|o| o.id() == key.object())
+                });
+                let listed: BTreeSet<ObjectId> = works.values().flat_map(|(_, o)| o.iter().map(AppliedObject::id)).collect();
+                let reported: BTreeMap<ObjectId, ObjectKey> = keys.iter().map(|k| (k.object(), k.clone())).collect();
+                prop_assert_eq!(reported.len(), keys.len(), "one key per object");
+                prop_assert_eq!(&reported.keys().cloned().collect::<BTreeSet<_>>(), &listed);
+                for key in &keys { prop_assert!(lists(key)); }
+                for (id, key) in &before {
+                    if lists(key) { prop_assert_eq!(reported.get(id), Some(key), "sticky"); }
+                }
             }
+
+            let mut restarted = Tracker::default();
+            for (w, (uid, objects)) in works.iter().rev() {
+                restarted.set_work(&format!("amw{w}"), uid, &format!("mw{w}"), objects);
+            }
+            prop_assert_eq!(hub.settle(&mut restarted), 0, "a restart writes nothing");
+            let sorted = |t: &Tracker| t.all_keys().into_iter().collect::<BTreeSet<_>>();
+            prop_assert_eq!(sorted(&restarted), sorted(&tracker));
+
             for w in 0..3 { tracker.remove_work(&format!("amw{w}")); }
             prop_assert!(tracker.is_empty());
         }

@@ -127,6 +127,8 @@ async fn main() -> anyhow::Result<()> {
     metrics.register(&mut process.registry);
     let status_metrics = ks_hub::status::Metrics::default();
     status_metrics.register(&mut process.registry);
+    let transport_metrics = ks_hub::transport::metrics::Metrics::default();
+    transport_metrics.register(&mut process.registry);
     let ready = process.readiness.gate("binding-controller");
     let serving = process
         .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
@@ -159,6 +161,7 @@ async fn main() -> anyhow::Result<()> {
                 max_size: args.max_size_wrapped,
                 max_count: usize::try_from(args.max_num_wrapped).unwrap_or(usize::MAX),
             },
+            metrics: transport_metrics,
         }),
     };
     let work = |token| controller::run(wds.clone(), its, settings, metrics, ready, token);

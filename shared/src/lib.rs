@@ -4,6 +4,7 @@
 
 pub mod api;
 pub mod apilatency;
+pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod crds;

@@ -13,6 +13,13 @@ pub const ORIGIN_WDS_LABEL: &str = "transport.kubestellar.io/originWdsName";
 /// Annotation on a ManifestWork: the Binding generation it was rendered from.
 pub const ORIGIN_BINDING_GENERATION_ANNOTATION: &str = "transport.kubestellar.io/originOwnerReferenceBindingGeneration";
 
+/// Annotation on a ManifestWork: a digest of what the transport asked for (our labels, the
+/// manifests without trace annotations, the manifest configs). The apiserver normalises what it
+/// stores (empty maps dropped, `creationTimestamp: null` added, numbers re-encoded), so comparing
+/// a wanted ManifestWork with the stored one can never be exact; comparing digests of what we
+/// sent is. Not an upstream name.
+pub const CONTENT_DIGEST_ANNOTATION: &str = "transport.kubestellar.io/content-digest";
+
 /// Annotation the transport puts on each object it wraps in a ManifestWork: the object's
 /// `metadata.generation` in the WDS, in decimal. It reaches the WEC with the object, and the
 /// status agent reports it as `WorkStatus.statusDetails.lastGeneration` (0 when absent).

@@ -1,6 +1,7 @@
 //! Runs end-to-end tests against the local stack: attaches to a running stack or starts one
-//! (and then stops it at the end), hands each test clients and unique namespaces, and prints
-//! the logs of the components a failed test names.
+//! (and then stops it at the end), hands each test clients and unique namespaces, prints
+//! the logs of the components a failed test names, and checks the stack's invariants
+//! ([`crate::invariants`]) once the tests are done.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -17,6 +18,7 @@ use kube::{Client, Resource};
 use libtest_mimic::{Arguments, Failed, Trial};
 use serde::de::DeserializeOwned;
 
+use crate::invariants::Invariants;
 use crate::stack::Stack;
 
 type TestBody = fn(Ctx) -> Pin<Box<dyn Future<Output = anyhow::Result<()>> + Send>>;
@@ -53,6 +55,13 @@ impl Ctx {
     /// An admin client for a context (`kubeflex`, `wds1`, `its1`, `cluster1`, ...).
     pub async fn client(&self, context: &str) -> anyhow::Result<Client> {
         self.stack.client(context).await
+    }
+
+    /// A name no other test or run uses, starting with `prefix`: for the objects a test
+    /// creates the way users do (with kubectl or helm).
+    pub fn unique_name(&self, prefix: &str) -> String {
+        let n = NAMESPACES.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{}-{n}", std::process::id())
     }
 
     /// Creates a namespace no other test or run uses, in the given space.
@@ -140,6 +149,18 @@ pub fn run(our_binaries: &std::path::Path, tests: Vec<StackTest>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     }
+    // Watched from the start, checked once every test is done.
+    let invariants = if any_selected && !args.list {
+        match runtime.block_on(Invariants::start(&stack)) {
+            Ok(invariants) => Some(invariants),
+            Err(err) => {
+                eprintln!("cannot watch the stack for the invariants: {err:#}");
+                return ExitCode::FAILURE;
+            }
+        }
+    } else {
+        None
+    };
     let handle = runtime.handle().clone();
     let trials = tests
         .into_iter()
@@ -168,6 +189,21 @@ pub fn run(our_binaries: &std::path::Path, tests: Vec<StackTest>) -> ExitCode {
         })
         .collect();
     let conclusion = libtest_mimic::run(&args, trials);
+    let mut exit = conclusion.exit_code();
+    if let Some(invariants) = invariants {
+        eprintln!("checking the stack's invariants (quiet, no recreated WEC object, one WorkStatus per WEC object)");
+        match runtime.block_on(invariants.check(&stack)) {
+            Ok(violations) if violations.is_empty() => eprintln!("invariants hold"),
+            Ok(violations) => {
+                eprintln!("INVARIANTS VIOLATED:\n{}", violations.join("\n"));
+                exit = ExitCode::FAILURE;
+            }
+            Err(err) => {
+                eprintln!("cannot check the invariants: {err:#}");
+                exit = ExitCode::FAILURE;
+            }
+        }
+    }
     if started_here
         && std::env::var_os("KS_KEEP_STACK").is_none()
         && let Err(err) = stack.down()
@@ -175,5 +211,5 @@ pub fn run(our_binaries: &std::path::Path, tests: Vec<StackTest>) -> ExitCode {
         eprintln!("stopping the stack: {err:#}");
         return ExitCode::FAILURE;
     }
-    conclusion.exit_code()
+    exit
 }

@@ -107,6 +107,20 @@ pub fn sample(text: &str, name: &str) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The sum of every series of `name` (with any labels) in Prometheus text; 0 when absent.
+pub fn sum(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.rsplit_once('}')?.1,
+                None => rest.strip_prefix(' ')?,
+            };
+            value.trim().parse::<f64>().ok()
+        })
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -148,6 +162,13 @@ ks_agent_queue_depth_other{a="b"} 5
         let labels = labels_of(r#"a="x\"y,z",b="""#);
         assert_eq!(labels["a"], "x\"y,z");
         assert_eq!(labels["b"], "");
+    }
+
+    #[test]
+    fn sums_over_label_sets() {
+        assert_eq!(sum(TEXT, "ks_agent_queue_depth"), 0.0);
+        assert_eq!(sum(TEXT, "ks_agent_queue_depth_other"), 5.0);
+        assert_eq!(sum(TEXT, "ks_agent_missing"), 0.0);
     }
 
     #[test]

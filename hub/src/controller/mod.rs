@@ -3,6 +3,8 @@
 //! caches, and writes a policy's Binding and status only when they change, coalescing bursts.
 
 mod metrics;
+#[cfg(test)]
+pub(crate) mod mock;
 mod state;
 mod writes;
 
@@ -26,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use metrics::Metrics;
 pub use state::{Resolutions, StatusRequest};
+use writes::Failure;
 
 use crate::binding::{Labels, ObjectIdentity, Wec, WorkloadObject};
 use crate::informers::{GroupResource, ResourceFilter, WorkloadEvent, WorkloadInformers};
@@ -251,7 +254,7 @@ pub async fn run(
         caches,
         wds: wds.clone(),
         labelled,
-        failed: Default::default(),
+        retries: Default::default(),
         resolutions: &mut resolutions,
         policy_api,
         binding_api,
@@ -265,10 +268,22 @@ pub async fn run(
 
     let mut discovery_due: Option<tokio::time::Instant> = None;
     let mut flush_due: Option<tokio::time::Instant> = None;
-    let mut retry_due: Option<tokio::time::Instant> = None;
-    let mut retry_pause = RETRY_MIN;
+    let mut retry = RetryTimer::default();
     loop {
-        let next_timer = [discovery_due, flush_due, retry_due].into_iter().flatten().min();
+        // Scheduled before waiting, so that writes failed before the loop are retried too.
+        retry.update(
+            !looper.retries.is_empty(),
+            looper.resolutions.has_dirty(),
+            tokio::time::Instant::now(),
+        );
+        if looper.resolutions.has_dirty() && flush_due.is_none() {
+            flush_due = Some(tokio::time::Instant::now() + settings.debounce);
+        }
+        looper
+            .metrics
+            .queue_depth
+            .set(i64::from(looper.resolutions.has_dirty()));
+        let next_timer = [discovery_due, flush_due, retry.due].into_iter().flatten().min();
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
             Some(event) = workload_received.recv() => looper.workload_event(event),
@@ -291,27 +306,12 @@ pub async fn run(
                     flush_due = None;
                     looper.flush().await;
                 }
-                if retry_due.is_some_and(|t| t <= now) {
-                    retry_due = None;
-                    for name in std::mem::take(&mut looper.failed) {
-                        looper.resolutions.touch(&name);
-                    }
+                if retry.due.is_some_and(|t| t <= now) {
+                    retry.due = None;
+                    looper.retry().await;
                 }
             }
         }
-        if looper.failed.is_empty() {
-            retry_pause = RETRY_MIN;
-        } else if retry_due.is_none() {
-            retry_due = Some(tokio::time::Instant::now() + retry_pause);
-            retry_pause = (retry_pause * 2).min(RETRY_MAX);
-        }
-        if looper.resolutions.has_dirty() && flush_due.is_none() {
-            flush_due = Some(tokio::time::Instant::now() + settings.debounce);
-        }
-        looper
-            .metrics
-            .queue_depth
-            .set(i64::from(looper.resolutions.has_dirty()));
     }
 }
 
@@ -333,18 +333,50 @@ fn labelled_at_start(caches: &Caches) -> std::collections::BTreeMap<ObjectIdenti
         .collect()
 }
 
-/// Success, or the object is gone (nothing left to label).
-fn is_gone(result: &kube::Result<()>) -> bool {
-    match result {
-        Ok(()) => true,
-        Err(kube::Error::Api(status)) => status.code == 404,
-        Err(_) => false,
+/// A failed write, tried again after a back-off.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Retry {
+    /// A policy's finalizer, Binding or status.
+    Policy(String),
+    /// The status-request labels of WDS objects.
+    Labels,
+}
+
+/// Back-off of failed writes.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// When failed writes are tried again, and the pause before the next time.
+#[derive(Debug)]
+struct RetryTimer {
+    due: Option<tokio::time::Instant>,
+    pause: Duration,
+}
+
+impl Default for RetryTimer {
+    fn default() -> Self {
+        RetryTimer {
+            due: None,
+            pause: RETRY_MIN,
+        }
     }
 }
 
-/// Back-off of failed Binding writes.
-const RETRY_MIN: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(60);
+impl RetryTimer {
+    /// `waiting`: failed writes wait for a retry; `flushing`: policies wait for their writes.
+    /// The pause starts over only when nothing waits and nothing is being written: a retried
+    /// policy is written at the next flush, and may fail again.
+    fn update(&mut self, waiting: bool, flushing: bool, now: tokio::time::Instant) {
+        if !waiting {
+            if !flushing {
+                self.pause = RETRY_MIN;
+            }
+        } else if self.due.is_none() {
+            self.due = Some(now + self.pause);
+            self.pause = (self.pause * 2).min(RETRY_MAX);
+        }
+    }
+}
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {
     match deadline {
@@ -358,8 +390,8 @@ struct Loop<'a> {
     wds: Client,
     /// The status-request labels last applied (or found on objects at start-up).
     labelled: std::collections::BTreeMap<ObjectIdentity, StatusRequest>,
-    /// Policies whose Binding write failed: retried after a back-off, not at once.
-    failed: std::collections::BTreeSet<String>,
+    /// Writes that failed and may succeed later: retried after a back-off, not at once.
+    retries: std::collections::BTreeSet<Retry>,
     resolutions: &'a mut Resolutions,
     policy_api: Api<BindingPolicy>,
     binding_api: Api<Binding>,
@@ -445,18 +477,14 @@ impl Loop<'_> {
             // The Binding goes with the policy through its ownerReference.
             self.resolutions.remove_policy(name);
             if has_finalizer {
-                self.write_result(
-                    crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, false).await,
-                    name,
-                );
+                let removed = crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, false).await;
+                self.settle(removed, Retry::Policy(name.into()), "removing the finalizer");
             }
             return;
         }
         if !has_finalizer {
-            self.write_result(
-                crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, true).await,
-                name,
-            );
+            let added = crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, true).await;
+            self.settle(added, Retry::Policy(name.into()), "adding the finalizer");
         }
         let known = self.resolutions.policy(name).is_some();
         let generation_seen = policy.status.as_ref().map(|s| s.observed_generation) == policy.metadata.generation;
@@ -481,10 +509,40 @@ impl Loop<'_> {
         false
     }
 
-    fn write_result(&self, result: kube::Result<()>, policy: &str) {
-        if let Err(err) = result {
-            self.metrics.errors.inc();
-            tracing::warn!(policy, error = %err, "write failed; will retry on the next change");
+    /// Counts and logs a failed write, and schedules `retry` when trying again may help: not
+    /// when the object is gone, nor when the apiserver refused the write (only a change can fix
+    /// that, and a change brings its own try). Returns what the failure calls for.
+    fn settle(&mut self, result: kube::Result<()>, retry: Retry, what: &str) -> Option<Failure> {
+        let err = result.err()?;
+        let failure = writes::failure(&err);
+        match failure {
+            Failure::Moot => tracing::debug!(?retry, what, "object gone; nothing to write"),
+            Failure::Refused => {
+                self.metrics.errors.inc();
+                tracing::error!(?retry, what, error = %err, "write refused; not retried");
+            }
+            Failure::Transient => {
+                self.metrics.errors.inc();
+                tracing::warn!(?retry, what, error = %err, "write failed; retrying with back-off");
+                self.retries.insert(retry);
+            }
+        }
+        Some(failure)
+    }
+
+    /// Tries the failed writes again. A policy is re-read, so one being deleted gets its
+    /// finalizer removal again and a live one its finalizer, Binding and status checked.
+    async fn retry(&mut self) {
+        for retry in std::mem::take(&mut self.retries) {
+            match retry {
+                Retry::Policy(name) => {
+                    self.policy_changed(&name).await;
+                    if self.resolutions.policy(&name).is_some() {
+                        self.resolutions.touch(&name);
+                    }
+                }
+                Retry::Labels => self.sync_status_labels().await,
+            }
         }
     }
 
@@ -504,11 +562,13 @@ impl Loop<'_> {
         );
         for (id, request) in changes {
             let result = writes::apply_status_request_labels(&self.wds, &id, request).await;
-            if let (false, Err(err)) = (is_gone(&result), &result) {
-                self.metrics.errors.inc();
-                tracing::warn!(object = %id.name, error = %err, "status-request labels; will retry on the next change");
-            } else if request == StatusRequest::default() {
-                // Applied, or the object is gone and needs no label.
+            let what = format!("status-request labels of {}", id.name);
+            if self.settle(result, Retry::Labels, &what) == Some(Failure::Transient) {
+                continue;
+            }
+            // Applied; or the object is gone and needs no label; or refused, and then not tried
+            // again until what is wanted changes.
+            if request == StatusRequest::default() {
                 self.labelled.remove(&id);
             } else {
                 self.labelled.insert(id, request);
@@ -540,23 +600,237 @@ impl Loop<'_> {
             );
             let mut write_error = None;
             if needs_write {
-                match writes::write_binding(&self.binding_api, &policy, existing.as_deref(), desired).await {
+                let written = writes::write_binding(&self.binding_api, &policy, existing.as_deref(), desired).await;
+                match &written {
                     Ok(()) => {
                         self.metrics.binding_writes.inc();
                     }
-                    Err(err) => {
-                        self.metrics.errors.inc();
-                        write_error = Some(format!("writing Binding: {}", writes::error_message(&err)));
-                        self.failed.insert(name.clone());
-                    }
+                    Err(err) => write_error = Some(format!("writing Binding: {}", writes::error_message(err))),
                 }
+                self.settle(written, Retry::Policy(name.clone()), "writing the Binding");
             }
             let collector_exists = |c: &str| self.caches.collectors.get(&ObjectRef::new(c)).is_some();
             let errors = self.resolutions.errors(&name, collector_exists);
             let status = writes::desired_status(&policy, errors, write_error, selected);
             if writes::status_differs(&policy, &status) {
-                self.write_result(writes::apply_status(&self.policy_api, &name, &status).await, &name);
+                let written = writes::apply_status(&self.policy_api, &name, &status).await;
+                self.settle(written, Retry::Policy(name.clone()), "writing the policy status");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use ks_shared::api::{BindingPolicySpec, DownsyncObjectTest, DownsyncPolicyClause};
+    use serde_json::{Value as Json, json};
+
+    use super::*;
+    use crate::controller::mock::{self, ApiServer};
+
+    fn store<K>(objects: Vec<K>) -> Store<K>
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    {
+        let (store, mut writer) = reflector::store();
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(object));
+        }
+        store
+    }
+
+    /// A policy sending every ConfigMap named `a` to every WEC, with our finalizer.
+    fn policy(singleton: bool) -> BindingPolicy {
+        let mut clause = DownsyncPolicyClause {
+            test: DownsyncObjectTest {
+                object_names: vec!["a".into()],
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        clause.modulation.want_singleton_reported_state = singleton;
+        let spec = BindingPolicySpec {
+            cluster_selectors: vec![Default::default()],
+            downsync: vec![clause],
+        };
+        let mut policy = BindingPolicy::new("p", spec);
+        policy.metadata.uid = Some("uid-p".into());
+        policy.metadata.generation = Some(1);
+        policy.metadata.resource_version = Some("5".into());
+        policy.metadata.finalizers = Some(vec![BINDING_POLICY_FINALIZER.into()]);
+        policy
+    }
+
+    fn config_map() -> WorkloadObject {
+        WorkloadObject {
+            identity: ObjectIdentity {
+                group: "".into(),
+                version: "v1".into(),
+                resource: "configmaps".into(),
+                namespace: "ns".into(),
+                name: "a".into(),
+                kind: "ConfigMap".into(),
+            },
+            uid: "uid-a".into(),
+            resource_version: "1".into(),
+            labels: Default::default(),
+        }
+    }
+
+    fn test_loop<'a>(client: &Client, policies: Vec<BindingPolicy>, resolutions: &'a mut Resolutions) -> Loop<'a> {
+        let (events, _) = mpsc::unbounded_channel();
+        let caches = Caches {
+            informers: WorkloadInformers::new(
+                client.clone(),
+                ResourceFilter::default(),
+                events,
+                CancellationToken::new(),
+            ),
+            policies: store(policies),
+            bindings: store(vec![]),
+            namespaces: store(vec![]),
+            clusters: store(vec![]),
+            crds: store(vec![]),
+            collectors: store(vec![]),
+        };
+        Loop {
+            caches,
+            wds: client.clone(),
+            labelled: Default::default(),
+            retries: Default::default(),
+            resolutions,
+            policy_api: Api::all(client.clone()),
+            binding_api: Api::all(client.clone()),
+            metrics: Metrics::default(),
+        }
+    }
+
+    fn stored(object: &impl serde::Serialize) -> Json {
+        serde_json::to_value(object).unwrap()
+    }
+
+    /// Answers a flush of policy `p` selecting nothing: the Binding is created, then the status
+    /// write gets `status_code`.
+    async fn answer_binding_then_status(server: &mut ApiServer, status_code: u16) -> mock::Asked {
+        let created = server.answer(201, stored(&Binding::new("p", Default::default()))).await;
+        assert_eq!(created.method, "POST");
+        assert!(
+            created
+                .uri
+                .starts_with("/apis/control.kubestellar.io/v1alpha1/bindings?")
+        );
+        let body = if status_code < 300 {
+            stored(&policy(false))
+        } else {
+            mock::failure(status_code)
+        };
+        server.answer(status_code, body).await
+    }
+
+    #[test]
+    fn the_pause_doubles_while_retried_writes_fail_until_the_cap() {
+        let mut timer = RetryTimer::default();
+        let mut now = tokio::time::Instant::now();
+        let mut pauses = vec![];
+        for _ in 0..8 {
+            timer.update(true, false, now);
+            let due = timer.due.take().unwrap();
+            pauses.push((due - now).as_secs());
+            now = due;
+            // The retry marks the policy for its writes: nothing waits until they fail again.
+            timer.update(false, true, now);
+        }
+        assert_eq!(pauses, [1, 2, 4, 8, 16, 32, 60, 60]);
+        // They succeeded.
+        timer.update(false, false, now);
+        timer.update(true, false, now);
+        assert_eq!(timer.due, Some(now + RETRY_MIN));
+    }
+
+    #[tokio::test]
+    async fn a_failed_finalizer_removal_is_retried() {
+        let mut deleting = policy(false);
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let (client, mut server) = mock::client();
+        let mut resolutions = Resolutions::default();
+        let mut looper = test_loop(&client, vec![deleting], &mut resolutions);
+        let ((), asked) = tokio::join!(looper.policy_changed("p"), server.answer(500, mock::failure(500)));
+        assert_eq!(asked.body["metadata"]["finalizers"], json!([]));
+        assert_eq!(looper.retries, [Retry::Policy("p".into())].into());
+
+        let ((), again) = tokio::join!(looper.retry(), server.answer(200, stored(&policy(false))));
+        assert_eq!((again.method.as_str(), &again.body), ("PATCH", &asked.body));
+        assert!(looper.retries.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_finalizer_removal_on_a_policy_gone_is_not_retried() {
+        let mut deleting = policy(false);
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let (client, mut server) = mock::client();
+        let mut resolutions = Resolutions::default();
+        let mut looper = test_loop(&client, vec![deleting], &mut resolutions);
+        tokio::join!(looper.policy_changed("p"), server.answer(404, mock::failure(404)));
+        assert!(looper.retries.is_empty());
+        assert_eq!(looper.metrics.errors.get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_failed_policy_status_write_is_retried() {
+        let (client, mut server) = mock::client();
+        let mut resolutions = Resolutions::default();
+        let mut looper = test_loop(&client, vec![policy(false)], &mut resolutions);
+        looper.policy_changed("p").await;
+        let ((), status) = tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 503));
+        assert!(
+            status
+                .uri
+                .starts_with("/apis/control.kubestellar.io/v1alpha1/bindingpolicies/p/status")
+        );
+        assert_eq!(looper.retries, [Retry::Policy("p".into())].into());
+
+        // The retry re-checks the policy; the Binding cache still lacks it, so it is written
+        // again (a conflict the Binding's event would settle), then the status.
+        looper.retry().await;
+        assert!(looper.retries.is_empty());
+        let ((), status) = tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 200));
+        assert_eq!(status.body["status"]["conditions"][0]["type"], "Synced");
+        assert!(looper.retries.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_refused_policy_status_write_is_reported_not_retried() {
+        let (client, mut server) = mock::client();
+        let mut resolutions = Resolutions::default();
+        let mut looper = test_loop(&client, vec![policy(false)], &mut resolutions);
+        looper.policy_changed("p").await;
+        tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 422));
+        assert!(looper.retries.is_empty());
+        assert_eq!(looper.metrics.errors.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn failed_status_request_labels_are_retried() {
+        let (client, mut server) = mock::client();
+        let mut resolutions = Resolutions::default();
+        let object = config_map();
+        resolutions.set_policy("p", &policy(true).spec, [(&object, None)], &[]);
+        let mut looper = test_loop(&client, vec![policy(true)], &mut resolutions);
+        let ((), (labels, _)) = tokio::join!(looper.flush(), async {
+            let labels = server.answer(500, mock::failure(500)).await;
+            (labels, answer_binding_then_status(&mut server, 200).await)
+        });
+        assert!(
+            labels.uri.starts_with("/api/v1/namespaces/ns/configmaps/a?"),
+            "{}",
+            labels.uri
+        );
+        assert_eq!(looper.retries, [Retry::Labels].into());
+
+        let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}});
+        let ((), again) = tokio::join!(looper.retry(), server.answer(200, applied));
+        assert_eq!(again.body, labels.body);
+        assert!(looper.retries.is_empty());
     }
 }

@@ -151,6 +151,28 @@ pub async fn apply_status(api: &Api<BindingPolicy>, name: &str, status: &Binding
     Ok(())
 }
 
+/// What a failed write calls for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The object is gone: nothing is left to write.
+    Moot,
+    /// Refused by the apiserver (invalid, forbidden, …): trying again cannot help, only a change.
+    Refused,
+    /// Anything else (conflict, throttling, server or network trouble): try again later.
+    Transient,
+}
+
+/// What the failed write `err` calls for.
+pub fn failure(err: &kube::Error) -> Failure {
+    match err {
+        kube::Error::Api(status) if status.code == 404 => Failure::Moot,
+        kube::Error::Api(status) if (400..500).contains(&status.code) && ![409, 429].contains(&status.code) => {
+            Failure::Refused
+        }
+        _ => Failure::Transient,
+    }
+}
+
 /// What the API server said, without the debug dump of the whole response.
 pub fn error_message(err: &kube::Error) -> String {
     match err {
@@ -208,3 +230,33 @@ pub async fn apply_status_request_labels(
 /// Our field manager for the status-request labels on workload objects, apart from everything
 /// else so that applying only these labels never releases other fields.
 const STATUS_REQUEST_FIELD_MANAGER: &str = "kubestellar-status-request";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status {
+                code,
+                ..Default::default()
+            }
+            .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_transient_failures_are_worth_a_retry() {
+        assert_eq!(failure(&api_error(404)), Failure::Moot);
+        for code in [400, 403, 422] {
+            assert_eq!(failure(&api_error(code)), Failure::Refused, "{code}");
+        }
+        for code in [409, 429, 500, 503] {
+            assert_eq!(failure(&api_error(code)), Failure::Transient, "{code}");
+        }
+        assert_eq!(
+            failure(&kube::Error::LinesCodecMaxLineLengthExceeded),
+            Failure::Transient
+        );
+    }
+}

@@ -1,8 +1,9 @@
 //! StatusCollectors: their validation (reference §5.7) and the CombinedStatus they compute with
 //! CEL (§5.8), free of upstream's defects (§10 items 4–10): a null filter drops the row, `limit`
-//! is enforced, COUNT of a subject counts its non-null values, AVG divides by the values it
-//! averaged, a failing subject spoils only its own column, every evaluation error is reported, and
-//! an unhashable `groupBy` value is an error.
+//! is enforced (0, what a Go client sends when it is unset, is no limit), COUNT of a subject
+//! counts its non-null values, AVG divides by the values it averaged, a failing subject spoils
+//! only its own column, every evaluation error is reported, and an unhashable `groupBy` value is
+//! an error.
 //!
 //! A collector is compiled once ([`Collector::new`]) and evaluated against one workload object
 //! and the reports of its WECs ([`combine`]); everything is sorted, so equal inputs give equal
@@ -34,6 +35,7 @@ pub struct Collector {
     name: String,
     filter: Option<Program>,
     form: Form,
+    /// The most rows reported ([`row_limit`]).
     limit: usize,
 }
 
@@ -120,12 +122,21 @@ impl Collector {
             name: name.to_string(),
             filter,
             form,
-            limit: usize::try_from(spec.limit).unwrap_or_default(),
+            limit: row_limit(spec.limit),
         })
     }
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+}
+
+/// The most rows a valid (non-negative) `limit` allows: 0 means no limit, because Go clients
+/// send 0 for an unset `limit` and a collector reporting nothing is never what was meant.
+fn row_limit(limit: i64) -> usize {
+    match usize::try_from(limit) {
+        Ok(0) | Err(_) => usize::MAX,
+        Ok(limit) => limit,
     }
 }
 
@@ -1101,6 +1112,22 @@ mod tests {
     }
 
     #[test]
+    fn a_zero_limit_means_no_limit() {
+        // What a Go client sends when `limit` is unset.
+        let statuses = [json!({"g": 1}), json!({"g": 2}), json!({"g": 3})];
+        let select = StatusCollectorSpec {
+            limit: 0,
+            ..selecting(&[("wec", "inventory.name")])
+        };
+        assert_eq!(run_one(&select, &statuses).rows.len(), 3);
+        let grouped = StatusCollectorSpec {
+            limit: 0,
+            ..combining(&[("g", "returned.status.g")], vec![field("n", "COUNT", None)])
+        };
+        assert_eq!(run_one(&grouped, &statuses).rows.len(), 3);
+    }
+
+    #[test]
     fn obj_has_no_status_and_propagation_has_times() {
         let spec = selecting(&[
             ("status", "has(obj.status)"),
@@ -1424,10 +1451,11 @@ mod tests {
             let grouped = StatusCollectorSpec { limit, ..combining(&[("g", "returned.status.g")], count) };
             for spec in [select, grouped] {
                 let rows = run_one(&spec, &statuses).rows.len();
-                prop_assert!(rows <= limit as usize);
                 let distinct: BTreeSet<String> = statuses.iter().map(|s| s["g"].to_string()).collect();
                 let available = if spec.select.is_empty() { distinct.len() } else { statuses.len() };
-                prop_assert_eq!(rows, (limit as usize).min(available));
+                // 0 is no limit.
+                let allowed = if limit == 0 { available } else { limit as usize };
+                prop_assert_eq!(rows, allowed.min(available));
             }
         }
 

@@ -1,7 +1,7 @@
-//! The status controller's writes, all by server-side apply with the field manager `Status`
-//! (forced: these fields are ours): a workload object's `.status` (status subresource, so labels
-//! and spec are never touched), CombinedStatuses, a StatusCollector's status and a Binding's
-//! `StatusCollectorsAvailable` condition.
+//! The status controller's writes, with the field manager `Status`: by server-side apply
+//! (forced: these fields are ours) a workload object's `.status` (status subresource, so labels
+//! and spec are never touched), CombinedStatuses and a StatusCollector's status; by merge patch a
+//! Binding's `StatusCollectorsAvailable` condition (see [`apply_binding_condition`]).
 
 use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::{Binding, CombinedStatus, Condition, StatusCollector, StatusCollectorStatus};
@@ -99,19 +99,36 @@ pub async fn apply_collector_status(wds: &Client, name: &str, status: &StatusCol
     ignore_code(applied.map(|_| ()), 404)
 }
 
-/// Sets the Binding's one condition of ours. The schema requires `observedGeneration`, which is
-/// the transport's: we apply the value it has (0 before the transport's first write) without
-/// forcing, so we share it and never overwrite a newer one (that conflicts and is retried). A
-/// Binding deleted meanwhile needs none.
+/// Sets the Binding's one condition of ours. The transport owns `observedGeneration` and
+/// `errors`; we write only the conditions, by merge patch (an apply would have to carry the
+/// `observedGeneration` the schema requires). The list is written whole, so the resourceVersion
+/// guards the conditions others set: a Binding changed meanwhile is a conflict, retried on its
+/// newer version. A Binding without a status waits for the transport's first status write, which
+/// brings it back (a status without `observedGeneration` is invalid); one deleted needs none.
 pub async fn apply_binding_condition(wds: &Client, binding: &Binding, condition: &Condition) -> kube::Result<()> {
-    let observed = binding.status.as_ref().map_or(0, |s| s.observed_generation);
-    let name = binding.name_any();
-    let body = json!({"apiVersion": Binding::api_version(&()), "kind": Binding::kind(&()), "metadata": {"name": name},
-                      "status": {"observedGeneration": observed, "conditions": [condition]}});
+    let Some(patch) = binding_condition_patch(binding, condition) else {
+        return Ok(());
+    };
+    let params = PatchParams {
+        field_manager: Some(field_manager::STATUS.into()),
+        ..Default::default()
+    };
     let api = Api::<Binding>::all(wds.clone());
-    let params = PatchParams::apply(field_manager::STATUS);
-    let applied = api.patch_status(&name, &params, &Patch::Apply(&body)).await;
-    ignore_code(applied.map(|_| ()), 404)
+    let patched = api
+        .patch_status(&binding.name_any(), &params, &Patch::Merge(&patch))
+        .await;
+    ignore_code(patched.map(|_| ()), 404)
+}
+
+/// The merge patch setting `condition` among the Binding's conditions (replacing ours, keeping
+/// the others), guarded by its resourceVersion; none while the Binding has no status.
+fn binding_condition_patch(binding: &Binding, condition: &Condition) -> Option<Json> {
+    let mut conditions = binding.status.as_ref()?.conditions.clone();
+    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(ours) => *ours = condition.clone(),
+        None => conditions.push(condition.clone()),
+    }
+    Some(json!({"metadata": {"resourceVersion": binding.resource_version()}, "status": {"conditions": conditions}}))
 }
 
 /// Whether trying again can help: not when the apiserver rejected the request itself (invalid
@@ -120,5 +137,92 @@ pub fn worth_retrying(err: &kube::Error) -> bool {
     match err {
         kube::Error::Api(status) => !(400..500).contains(&status.code) || [409, 429].contains(&status.code),
         _ => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ks_shared::api::BindingStatus;
+
+    use super::*;
+    use crate::controller::mock;
+
+    fn condition(type_: &str, status: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: "R".into(),
+            message: "M".into(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+        }
+    }
+
+    fn binding(status: Option<BindingStatus>) -> Binding {
+        Binding {
+            metadata: ObjectMeta {
+                name: Some("p".into()),
+                resource_version: Some("7".into()),
+                ..Default::default()
+            },
+            spec: Default::default(),
+            status,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_binding_condition_leaves_observed_generation_and_other_conditions_alone() {
+        let ours = condition("StatusCollectorsAvailable", "True");
+        let others = condition("SomeoneElses", "False");
+        let binding = binding(Some(BindingStatus {
+            observed_generation: 3,
+            conditions: vec![others.clone(), condition("StatusCollectorsAvailable", "False")],
+            errors: vec![],
+        }));
+        let (client, mut server) = mock::client();
+        let stored = serde_json::to_value(&binding).unwrap();
+        let (written, asked) = tokio::join!(
+            apply_binding_condition(&client, &binding, &ours),
+            server.answer(200, stored)
+        );
+        written.unwrap();
+        assert_eq!(asked.method, "PATCH");
+        assert!(
+            asked
+                .uri
+                .starts_with("/apis/control.kubestellar.io/v1alpha1/bindings/p/status"),
+            "{}",
+            asked.uri
+        );
+        // A merge patch takes no field ownership, and the resourceVersion keeps others' conditions.
+        assert_eq!(asked.content_type, "application/merge-patch+json");
+        assert_eq!(
+            asked.body,
+            json!({"metadata": {"resourceVersion": "7"}, "status": {"conditions": [others, ours]}})
+        );
+    }
+
+    #[test]
+    fn our_condition_is_added_after_the_others() {
+        let others = condition("SomeoneElses", "False");
+        let ours = condition("StatusCollectorsAvailable", "True");
+        let binding = binding(Some(BindingStatus {
+            observed_generation: 3,
+            conditions: vec![others.clone()],
+            errors: vec!["e".into()],
+        }));
+        let patch = binding_condition_patch(&binding, &ours).unwrap();
+        assert_eq!(patch["status"], json!({"conditions": [others, ours]}));
+    }
+
+    #[tokio::test]
+    async fn a_binding_without_status_waits_for_the_transport() {
+        // The schema requires observedGeneration, which only the transport writes: a status of
+        // conditions alone would be refused. The transport's first write brings the Binding back.
+        let (client, server) = mock::client();
+        drop(server);
+        let ours = condition("StatusCollectorsAvailable", "True");
+        apply_binding_condition(&client, &binding(None), &ours).await.unwrap();
     }
 }

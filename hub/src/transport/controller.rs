@@ -5,12 +5,13 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus};
+use ks_shared::backoff::Backoff;
 use ks_shared::names::{
     CUSTOMIZATION_PROPERTIES_NAMESPACE, EXPAND_TEMPLATES_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL,
     TRANSPORT_FINALIZER, WDS_GENERATION_ANNOTATION, field_manager,
@@ -24,6 +25,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::Plugin;
+use super::metrics::Metrics;
 use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
 use super::wrap::{Delivery, Origin, work_name};
@@ -36,6 +38,7 @@ pub struct Settings {
     /// Goes into ManifestWork names and labels: unique per ITS.
     pub wds_name: String,
     pub limits: Limits,
+    pub metrics: Metrics,
 }
 
 /// Wrapped objects by (mailbox, name).
@@ -43,6 +46,9 @@ type Works<P> = BTreeMap<(String, String), <P as Plugin>::Wrapped>;
 
 /// How many ManifestWork writes or deletes of one Binding are in flight at once.
 const WRITE_CONCURRENCY: usize = 8;
+/// The first and the longest pause before a failed Binding is tried again.
+const RETRY_MIN: Duration = Duration::from_secs(1);
+const RETRY_MAX: Duration = Duration::from_secs(60);
 
 /// What to reconcile.
 enum Input {
@@ -149,10 +155,12 @@ pub async fn run<P: Plugin>(
         customizations,
     };
     let mut pending: BTreeSet<String> = BTreeSet::new();
+    let mut retries: Backoff<String> = Backoff::new(RETRY_MIN, RETRY_MAX);
     let mut first = Some(Input::All);
     loop {
         // Take the next input (the first pass covers everything), then whatever else arrived,
         // so a burst becomes one pass.
+        let retry_due = retries.next_due();
         let next = match first.take() {
             Some(input) => Some(input),
             None => tokio::select! {
@@ -161,8 +169,7 @@ pub async fn run<P: Plugin>(
                     None => return Ok(()),
                     input => input,
                 },
-                // A failed reconcile retries after a pause.
-                _ = tokio::time::sleep(Duration::from_secs(1)), if !pending.is_empty() => None,
+                _ = tokio::time::sleep_until(retry_due.unwrap_or_else(Instant::now).into()), if retry_due.is_some() => None,
             },
         };
         let mut transforms_changed = false;
@@ -186,12 +193,21 @@ pub async fn run<P: Plugin>(
             transport.report_transforms().await;
             pending.extend(transport.bindings.state().iter().map(|b| b.name_any()));
         }
+        pending.extend(retries.take_due(Instant::now()));
+        let metrics = &transport.settings.metrics;
+        metrics.queue_depth.set((pending.len() + retries.waiting()) as i64);
         for name in std::mem::take(&mut pending) {
-            if let Err(err) = transport.reconcile(&name).await {
-                tracing::warn!(binding = %name, error = format!("{err:#}"), "transport failed; retrying");
-                pending.insert(name);
+            metrics.reconciles.inc();
+            match transport.reconcile(&name).await {
+                Ok(()) => retries.succeeded(&name),
+                Err(err) => {
+                    metrics.errors.inc();
+                    tracing::warn!(binding = %name, error = format!("{err:#}"), "transport failed; retrying with back-off");
+                    retries.failed(name, Instant::now());
+                }
             }
         }
+        metrics.queue_depth.set(retries.waiting() as i64);
     }
 }
 
@@ -304,12 +320,20 @@ impl<P: Plugin> Transport<P> {
         if status.errors != errors || status.observed_generation != generation {
             let patch = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "Binding",
                                "status": {"observedGeneration": generation, "errors": errors}});
-            api.patch_status(
-                name,
-                &PatchParams::apply(field_manager::TRANSPORT).force(),
-                &Patch::Apply(&patch),
-            )
-            .await?;
+            let written = api
+                .patch_status(
+                    name,
+                    &PatchParams::apply(field_manager::TRANSPORT).force(),
+                    &Patch::Apply(&patch),
+                )
+                .await;
+            match written {
+                // Deleted meanwhile: a Binding that is gone is done.
+                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                written => {
+                    written?;
+                }
+            }
         }
         Ok(())
     }
@@ -464,7 +488,8 @@ impl<P: Plugin> Transport<P> {
             for (key, shard) in &assigned {
                 shards.entry(*shard).or_default().push(&deliveries[key]);
             }
-            for (shard, members) in shards {
+            for (shard, mut members) in shards {
+                members.sort_by_key(|item| apply_order(&item.delivery));
                 let only_uid = (self.settings.limits.max_count == 1).then(|| members[0].uid.as_str());
                 let name = work_name(&origin, shard, only_uid);
                 let items: Vec<Delivery> = members.iter().map(|item| item.delivery.clone()).collect();
@@ -594,6 +619,7 @@ impl<P: Plugin> Transport<P> {
         body["apiVersion"] = json!(P::Wrapped::api_version(&()));
         body["kind"] = json!(P::Wrapped::kind(&()));
         let params = PatchParams::apply(field_manager::TRANSPORT).force();
+        self.settings.metrics.writes.inc();
         match api.patch(name, &params, &Patch::Apply(&body)).await {
             Ok(_) => Ok(None),
             Err(kube::Error::Api(status)) if is_rejection(status.code) => Ok(Some(format!(
@@ -607,11 +633,29 @@ impl<P: Plugin> Transport<P> {
 
     async fn delete_work(&self, stale: &P::Wrapped) -> anyhow::Result<()> {
         let api: Api<P::Wrapped> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
+        self.settings.metrics.writes.inc();
         match api.delete(&stale.name_any(), &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
             Err(err) => Err(err.into()),
         }
+    }
+}
+
+/// Where an object goes in its ManifestWork, which OCM's work agent applies in order: what
+/// others live in or are made of comes first (CustomResourceDefinitions, then Namespaces, then
+/// other cluster-scoped objects), so nothing waits for a retry because its container is missing.
+fn apply_order(delivery: &Delivery) -> u8 {
+    let kind = delivery.manifest["kind"].as_str().unwrap_or_default();
+    let api_version = delivery.manifest["apiVersion"].as_str().unwrap_or_default();
+    let namespaced = delivery.manifest["metadata"]["namespace"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    match (api_version, kind) {
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => 0,
+        ("v1", "Namespace") => 1,
+        _ if !namespaced => 2,
+        _ => 3,
     }
 }
 
@@ -638,6 +682,38 @@ mod tests {
         );
         t.metadata.generation = Some(3);
         Arc::new(t)
+    }
+
+    #[test]
+    fn containers_are_applied_before_what_they_contain() {
+        let delivery = |api_version: &str, kind: &str, namespace: Option<&str>| Delivery {
+            manifest: json!({"apiVersion": api_version, "kind": kind,
+                             "metadata": {"name": "x", "namespace": namespace}}),
+            resource: String::new(),
+            create_only: false,
+        };
+        let mut deliveries = [
+            delivery("v1", "ConfigMap", Some("a")),
+            delivery("example.com/v1", "Gauge", None),
+            delivery("apps/v1", "Deployment", Some("a")),
+            delivery("v1", "Namespace", None),
+            delivery("apiextensions.k8s.io/v1", "CustomResourceDefinition", None),
+        ];
+        deliveries.sort_by_key(apply_order);
+        let kinds: Vec<&str> = deliveries
+            .iter()
+            .map(|d| d.manifest["kind"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                "CustomResourceDefinition",
+                "Namespace",
+                "Gauge",
+                "ConfigMap",
+                "Deployment"
+            ]
+        );
     }
 
     #[test]

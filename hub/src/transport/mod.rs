@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 
 pub mod controller;
 pub mod jsonpath;
+pub mod metrics;
 pub mod sharding;
 pub mod template;
 pub mod trace;

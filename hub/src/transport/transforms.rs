@@ -32,6 +32,8 @@ pub fn prepare_for_wec(object: &mut Value) {
         "resourceVersion",
         "uid",
         "generateName",
+        // The WDS's creation time means nothing on a WEC, whose apiserver sets its own.
+        "creationTimestamp",
     ];
     remove_all(object_at(object, &["metadata"]), &metadata_fields);
     remove_all(object_at(object, &["metadata", "annotations"]), &[LAST_APPLIED]);
@@ -100,6 +102,7 @@ mod tests {
             "apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "namespace": "n", "uid": "u", "resourceVersion": "5", "generation": 2,
                          "managedFields": [], "finalizers": ["f"], "ownerReferences": [], "selfLink": "/x", "generateName": "w-",
+                         "creationTimestamp": "2026-01-01T00:00:00Z",
                          "labels": {"app": "web"},
                          "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"}},
             "spec": {"replicas": 1},

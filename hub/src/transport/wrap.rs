@@ -5,7 +5,8 @@
 use std::collections::BTreeMap;
 
 use ks_shared::names::{
-    ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, is_trace_annotation,
+    CONTENT_DIGEST_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL,
+    is_trace_annotation,
 };
 use ks_shared::ocm::{
     ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
@@ -70,26 +71,41 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delive
             feedback_rules: Vec::new(),
         }
     });
+    let labels = origin_labels(origin);
+    let manifests: Vec<Value> = deliveries.iter().map(|d| d.manifest.clone()).collect();
+    let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
+    let digest = content_digest(&labels, &manifests, &manifest_configs);
     ManifestWork {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(mailbox.to_string()),
-            labels: Some(origin_labels(origin)),
-            annotations: Some(BTreeMap::from([(
-                ORIGIN_BINDING_GENERATION_ANNOTATION.to_string(),
-                origin.binding_generation.to_string(),
-            )])),
+            labels: Some(labels),
+            annotations: Some(BTreeMap::from([
+                (
+                    ORIGIN_BINDING_GENERATION_ANNOTATION.to_string(),
+                    origin.binding_generation.to_string(),
+                ),
+                (CONTENT_DIGEST_ANNOTATION.to_string(), digest),
+            ])),
             ..Default::default()
         },
         spec: ManifestWorkSpec {
-            workload: ManifestsTemplate {
-                manifests: deliveries.iter().map(|d| d.manifest.clone()).collect(),
-            },
+            workload: ManifestsTemplate { manifests },
             delete_option: None,
-            manifest_configs: create_only.collect(),
+            manifest_configs,
         },
         status: None,
     }
+}
+
+/// SHA-256 (hex) of what a ManifestWork asks for: our labels, the manifests without trace
+/// annotations (a new trace alone is no reason to write) and the manifest configs. serde_json's
+/// maps are sorted by key, so equal content always serialises, and digests, the same.
+fn content_digest(labels: &BTreeMap<String, String>, manifests: &[Value], configs: &[ManifestConfigOption]) -> String {
+    let manifests: Vec<Value> = manifests.iter().map(without_trace_annotations).collect();
+    let content = serde_json::json!({"labels": labels, "manifests": manifests, "manifestConfigs": configs});
+    let digest = ring::digest::digest(&ring::digest::SHA256, content.to_string().as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// An object's identity in a wrapped object: `(apiVersion's group, kind, namespace, name)`.
@@ -119,22 +135,23 @@ impl super::Plugin for Ocm {
     }
 }
 
-/// Whether an existing ManifestWork already says what `desired` says: the generation
-/// annotation, labels of others and tracing annotations on the manifests are no reason to write.
+/// Whether an existing ManifestWork already says what `desired` says. The stored manifests are
+/// what the apiserver made of ours, so they are compared through the digest of what we sent, plus
+/// what others could change without touching it: our labels and which objects it holds. The
+/// Binding generation annotation alone is no reason to write.
 pub fn same_content(existing: &ManifestWork, desired: &ManifestWork) -> bool {
-    let strip = |w: &ManifestWork| {
+    let ours = |w: &ManifestWork| {
         let mut labels = w.metadata.labels.clone().unwrap_or_default();
         labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
-        let manifests: Vec<Value> = w
-            .spec
-            .workload
-            .manifests
-            .iter()
-            .map(without_trace_annotations)
-            .collect();
-        (labels, manifests, serde_json::to_value(&w.spec.manifest_configs).ok())
+        let digest = w
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(CONTENT_DIGEST_ANNOTATION).cloned());
+        (labels, digest, gloss(w))
     };
-    strip(existing) == strip(desired)
+    let (labels, digest, objects) = ours(desired);
+    digest.is_some() && ours(existing) == (labels, digest, objects)
 }
 
 fn without_trace_annotations(manifest: &Value) -> Value {
@@ -231,5 +248,108 @@ mod tests {
                 ("apps".into(), "Deployment".into(), "n".into(), "web".into()),
             ]
         );
+    }
+
+    fn configmap(annotations: Value) -> Delivery {
+        Delivery {
+            manifest: json!({"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": "cm1", "namespace": "n", "annotations": annotations},
+                             "data": {"a": "b"}}),
+            resource: "configmaps".into(),
+            create_only: false,
+        }
+    }
+
+    /// What the apiserver stores of a ManifestWork we wrote: embedded objects' metadata is
+    /// decoded and encoded again, which drops empty maps and adds `creationTimestamp: null`.
+    fn as_stored(work: &ManifestWork) -> ManifestWork {
+        let mut stored = work.clone();
+        for manifest in &mut stored.spec.workload.manifests {
+            let metadata = manifest["metadata"].as_object_mut().unwrap();
+            metadata.retain(|_, v| v.as_object().is_none_or(|m| !m.is_empty()));
+            metadata.insert("creationTimestamp".into(), Value::Null);
+        }
+        stored
+    }
+
+    #[test]
+    fn what_the_apiserver_stores_of_a_work_is_the_same_content() {
+        // A kubectl-applied object loses its last-applied annotation, leaving `annotations: {}`.
+        let desired = wrap(&origin(), "cluster1", "nginx-wds1-0", &[configmap(json!({}))]);
+        let stored = as_stored(&desired);
+        assert_ne!(stored.spec, desired.spec, "the apiserver changed it");
+        assert!(same_content(&stored, &desired));
+    }
+
+    #[test]
+    fn a_changed_manifest_or_config_is_new_content() {
+        let desired = wrap(&origin(), "cluster1", "w", &[configmap(json!({"a": "1"}))]);
+        let other = wrap(&origin(), "cluster1", "w", &[configmap(json!({"a": "2"}))]);
+        assert!(!same_content(&as_stored(&other), &desired));
+        let mut create_only = configmap(json!({"a": "1"}));
+        create_only.create_only = true;
+        let other = wrap(&origin(), "cluster1", "w", &[create_only]);
+        assert!(!same_content(&as_stored(&other), &desired));
+    }
+
+    #[test]
+    fn traces_and_binding_generations_alone_are_no_new_content() {
+        let desired = wrap(
+            &origin(),
+            "c",
+            "w",
+            &[configmap(json!({"tracing.k8s.io/traceparent": "00-a-b-01"}))],
+        );
+        let later = Origin {
+            binding_generation: 8,
+            ..origin()
+        };
+        let existing = wrap(
+            &later,
+            "c",
+            "w",
+            &[configmap(json!({"tracing.k8s.io/traceparent": "00-c-d-01"}))],
+        );
+        assert!(same_content(&existing, &desired));
+    }
+
+    #[test]
+    fn works_written_by_others_or_changed_by_others_are_rewritten() {
+        let desired = wrap(&origin(), "c", "w", &[configmap(json!({})), namespace_delivery()]);
+        let mut without_digest = desired.clone();
+        without_digest.metadata.annotations = None;
+        assert!(!same_content(&without_digest, &desired));
+        let mut emptied = desired.clone();
+        emptied.spec.workload.manifests.pop();
+        assert!(!same_content(&emptied, &desired), "an object taken out by someone else");
+        let mut relabelled = desired.clone();
+        relabelled.metadata.labels.as_mut().unwrap().remove(ORIGIN_WDS_LABEL);
+        assert!(!same_content(&relabelled, &desired));
+        let mut labelled = desired.clone();
+        labelled
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("theirs".into(), "x".into());
+        assert!(same_content(&labelled, &desired), "others' labels are theirs");
+    }
+
+    #[test]
+    fn the_digest_does_not_depend_on_key_order() {
+        let a: Value =
+            serde_json::from_str(r#"{"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "x"}}"#).unwrap();
+        let b: Value =
+            serde_json::from_str(r#"{"apiVersion": "v1", "metadata": {"name": "x"}, "kind": "ConfigMap"}"#).unwrap();
+        let labels = origin_labels(&origin());
+        assert_eq!(content_digest(&labels, &[a], &[]), content_digest(&labels, &[b], &[]));
+    }
+
+    fn namespace_delivery() -> Delivery {
+        Delivery {
+            manifest: json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}),
+            resource: "namespaces".into(),
+            create_only: false,
+        }
     }
 }

@@ -27,7 +27,7 @@ pub struct StatusCollectorSpec {
     /// When non-empty, one row per WEC with these columns; `groupBy` and `combinedFields` must be empty.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub select: Vec<NamedExpression>,
-    /// The most rows to report.
+    /// The most rows to report; 0 (what a Go client sends when it is unset) means no limit.
     pub limit: i64,
 }
 

@@ -1,0 +1,219 @@
+//! The command-line tools users drive the stack with, `kubectl` and `helm` (from `make deps`),
+//! against the stack's kubeconfig, with Helm's cache and configuration in a scratch directory of
+//! the test; and reading what they print.
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, bail, ensure};
+use serde_json::Value;
+
+use crate::harness::{Ctx, repo_root};
+
+/// A release of one of the charts on the stack.
+pub struct Release {
+    pub context: &'static str,
+    pub namespace: String,
+    pub name: String,
+    /// The chart's directory, relative to the repository root.
+    pub chart: &'static str,
+}
+
+impl Release {
+    /// helm arguments `args` for this release: with its `--kube-context` and `--namespace`.
+    pub fn args<'a>(&'a self, args: &[&'a str]) -> Vec<&'a str> {
+        let mut args = args.to_vec();
+        args.extend(["--kube-context", self.context, "--namespace", &self.namespace]);
+        args
+    }
+}
+
+/// helm and kubectl (from `make deps`) against the stack's kubeconfig, with helm's cache and
+/// configuration in a scratch directory of this test.
+pub struct Tools {
+    pub bin: PathBuf,
+    pub kubeconfig: PathBuf,
+    scratch: PathBuf,
+}
+
+impl Tools {
+    pub fn new(ctx: &Ctx, test: &str) -> anyhow::Result<Tools> {
+        let scratch = ctx
+            .stack
+            .state
+            .join("scratch")
+            .join(format!("{test}-{}", std::process::id()));
+        std::fs::create_dir_all(&scratch)?;
+        Ok(Tools {
+            bin: ctx.stack.cache.join("bin"),
+            kubeconfig: ctx.stack.kubeconfig(),
+            scratch,
+        })
+    }
+
+    pub fn helm(&self, args: &[&str]) -> anyhow::Result<String> {
+        let mut command = Command::new(self.bin.join("helm"));
+        command
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HELM_CACHE_HOME", self.scratch.join("cache"))
+            .env("HELM_CONFIG_HOME", self.scratch.join("config"))
+            .env("HELM_DATA_HOME", self.scratch.join("data"));
+        output(&mut command)
+    }
+
+    pub fn kubectl(&self, context: &str, args: &[&str]) -> anyhow::Result<String> {
+        let kubeconfig = self.kubeconfig.to_string_lossy();
+        output(
+            Command::new(self.bin.join("kubectl"))
+                .args(["--kubeconfig", &kubeconfig, "--context", context])
+                .args(args),
+        )
+    }
+
+    /// `kubectl` in `context` with `input` on its standard input (as in `kubectl apply -f -`).
+    pub fn kubectl_input(&self, context: &str, args: &[&str], input: &str) -> anyhow::Result<String> {
+        use std::io::Write;
+        let kubeconfig = self.kubeconfig.to_string_lossy();
+        let mut child = Command::new(self.bin.join("kubectl"))
+            .args(["--kubeconfig", &kubeconfig, "--context", context])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running kubectl")?;
+        child.stdin.take().context("kubectl's stdin")?.write_all(input.as_bytes())?;
+        let result = child.wait_with_output()?;
+        ensure!(
+            result.status.success(),
+            "kubectl {args:?} failed ({}): {}",
+            result.status,
+            String::from_utf8_lossy(&result.stderr)
+        );
+        Ok(String::from_utf8(result.stdout)?)
+    }
+
+    /// `kubectl` in `context` whose editor (for `kubectl edit`) runs the sed script `script`
+    /// over the file, as a user changing a line would.
+    pub fn kubectl_with_editor(&self, context: &str, args: &[&str], script: &str) -> anyhow::Result<String> {
+        let kubeconfig = self.kubeconfig.to_string_lossy();
+        output(
+            Command::new(self.bin.join("kubectl"))
+                .args(["--kubeconfig", &kubeconfig, "--context", context])
+                .args(args)
+                .env("KUBE_EDITOR", format!("sed -i '{script}'")),
+        )
+    }
+
+    /// Writes `text` into the scratch directory; the file's path.
+    pub fn scratch_file(&self, extension: &str, text: &str) -> anyhow::Result<String> {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        text.hash(&mut hasher);
+        let path = self.scratch.join(format!("{:016x}.{extension}", hasher.finish()));
+        std::fs::write(&path, text)?;
+        Ok(path.to_string_lossy().into_owned())
+    }
+
+    /// `values` as a values file (JSON is YAML).
+    pub fn values_file(&self, values: &Value) -> anyhow::Result<String> {
+        self.scratch_file("json", &serde_json::to_string_pretty(values)?)
+    }
+
+    /// `helm template` (release `t`, CRDs included): the rendered objects.
+    pub fn render(&self, chart: &str, namespace: &str, values: &Value) -> anyhow::Result<Vec<Value>> {
+        let file = self.values_file(values)?;
+        let chart = chart_path(chart);
+        let args = [
+            "template",
+            "t",
+            &chart,
+            "--namespace",
+            namespace,
+            "--include-crds",
+            "--values",
+            &file,
+        ];
+        objects(&self.helm(&args)?)
+    }
+
+    /// `helm install` or `helm upgrade` (without `--wait`: nothing runs our Pods on these spaces).
+    pub fn deploy(&self, verb: &str, release: &Release, values: &Value) -> anyhow::Result<()> {
+        let file = self.values_file(values)?;
+        let chart = chart_path(release.chart);
+        self.helm(&release.args(&[verb, &release.name, &chart, "--values", &file]))?;
+        Ok(())
+    }
+
+    /// The objects of the release, as Helm recorded them.
+    pub fn manifest(&self, release: &Release) -> anyhow::Result<Vec<Value>> {
+        objects(&self.helm(&release.args(&["get", "manifest", &release.name]))?)
+    }
+
+    /// `helm uninstall`, checking that none of the release's objects is left.
+    pub fn uninstall(&self, release: &Release) -> anyhow::Result<()> {
+        let manifest = self.helm(&release.args(&["get", "manifest", &release.name]))?;
+        let file = self.scratch_file("yaml", &manifest)?;
+        // --wait: until every object is gone, not only marked for deletion.
+        self.helm(&release.args(&["uninstall", &release.name, "--wait"]))?;
+        let args = ["get", "--ignore-not-found", "-o", "name", "-f", &file];
+        let left = self.kubectl(release.context, &args)?;
+        ensure!(left.trim().is_empty(), "left after helm uninstall:\n{left}");
+        Ok(())
+    }
+
+    /// Server-side applies `objects` with `--dry-run=server`: the apiserver validates them
+    /// against its schemas (CRDs included) without storing anything.
+    pub fn dry_run(&self, context: &str, namespace: &str, objects: &[Value]) -> anyhow::Result<()> {
+        ensure!(!objects.is_empty(), "nothing to apply");
+        let text: String = objects.iter().map(|o| format!("---\n{o}\n")).collect();
+        let file = self.scratch_file("yaml", &text)?;
+        let printed = self.kubectl(
+            context,
+            &[
+                "--namespace",
+                namespace,
+                "apply",
+                "--server-side",
+                "--dry-run=server",
+                "--force-conflicts",
+                "--field-manager=ks-tests-charts",
+                "-f",
+                &file,
+            ],
+        )?;
+        let applied = printed.lines().filter(|l| l.contains("(server dry run)")).count();
+        ensure!(
+            applied == objects.len(),
+            "{applied} of {} objects applied:\n{printed}",
+            objects.len()
+        );
+        Ok(())
+    }
+}
+
+/// Runs a command to success; its standard output.
+pub fn output(command: &mut Command) -> anyhow::Result<String> {
+    let result = command.output().with_context(|| format!("running {command:?}"))?;
+    if !result.status.success() {
+        bail!(
+            "{:?} failed ({}): {}{}",
+            command.get_args().collect::<Vec<_>>(),
+            result.status,
+            String::from_utf8_lossy(&result.stderr),
+            String::from_utf8_lossy(&result.stdout)
+        );
+    }
+    Ok(String::from_utf8(result.stdout)?)
+}
+
+/// The objects of a multi-document YAML stream (empty documents dropped).
+pub fn objects(yaml: &str) -> anyhow::Result<Vec<Value>> {
+    let documents: Vec<Value> = serde_saphyr::from_multiple(yaml)?;
+    Ok(documents.into_iter().filter(Value::is_object).collect())
+}
+
+pub fn chart_path(chart: &str) -> String {
+    repo_root().join(chart).to_string_lossy().into_owned()
+}

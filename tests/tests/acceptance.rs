@@ -1,0 +1,477 @@
+//! The acceptance suite: the system driven the ways users drive it, through `kubectl` (client-side
+//! `apply`, `apply --server-side`, `create`, `edit`, `patch`, `scale`, `label`, `delete`) and
+//! `helm`, with upstream KubeStellar's end-to-end setup (a policy `nginx` that stays in place
+//! while other policies select the same objects). Our Rust client only watches and reads.
+//! The harness checks the stack's invariants (no writes at steady state, no recreated WEC object,
+//! one WorkStatus per WEC object) when the suite is done.
+
+use std::time::Duration;
+
+use anyhow::{Context, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
+use ks_shared::api::{Binding, CombinedStatus};
+use ks_shared::ocm::ManifestWork;
+use ks_tests::harness::{Ctx, run, wait_until};
+use ks_tests::stack::wait_for;
+use ks_tests::stack_test;
+use ks_tests::tools::{Release, Tools};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use kube::runtime::wait::conditions;
+
+const DEADLINE: Duration = Duration::from_secs(90);
+/// How long a converged rollout is watched for writes.
+const QUIET: Duration = Duration::from_secs(10);
+const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
+const WECS: [&str; 2] = ["cluster1", "cluster2"];
+
+fn main() -> std::process::ExitCode {
+    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
+    run(
+        ks_stack.parent().expect("binaries live in a directory"),
+        vec![
+            stack_test!(client_side_apply_converges_and_then_writes_nothing, PATH),
+            stack_test!(kubectl_verbs_reach_the_wecs, PATH),
+            stack_test!(overlapping_policies_return_status, PATH),
+            stack_test!(helm_release_is_delivered_upgraded_and_removed, PATH),
+            stack_test!(deleted_policy_is_done, PATH),
+        ],
+    )
+}
+
+/// Waits until `wec` has the namespaced object `namespace/name` of type `K` satisfying `condition`.
+async fn on_wec<K>(
+    ctx: &Ctx,
+    wec: &str,
+    namespace: &str,
+    name: &str,
+    what: &str,
+    condition: impl kube::runtime::wait::Condition<K>,
+) -> anyhow::Result<()>
+where
+    K: kube::Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    let api = Api::<K>::namespaced(ctx.client(wec).await?, namespace);
+    wait_until(api, name, what, DEADLINE, condition)
+        .await
+        .with_context(|| format!("on {wec}"))?;
+    Ok(())
+}
+
+/// Waits until `wec` has the Namespace `name` satisfying `condition`.
+async fn namespace_on_wec(
+    ctx: &Ctx,
+    wec: &str,
+    name: &str,
+    what: &str,
+    condition: impl kube::runtime::wait::Condition<Namespace>,
+) -> anyhow::Result<()> {
+    let api = Api::<Namespace>::all(ctx.client(wec).await?);
+    wait_until(api, name, what, DEADLINE, condition)
+        .await
+        .with_context(|| format!("on {wec}"))?;
+    Ok(())
+}
+
+fn present<K>(object: Option<&K>) -> bool {
+    object.is_some()
+}
+
+fn replicas(n: i32) -> impl Fn(Option<&Deployment>) -> bool + Clone {
+    move |d| d.and_then(|d| d.spec.as_ref()).and_then(|s| s.replicas) == Some(n)
+}
+
+/// How many times the generation of the ManifestWorks of `binding` changes in [`QUIET`].
+async fn manifestwork_writes_while_idle(ctx: &Ctx, binding: &str) -> anyhow::Result<i64> {
+    let works: Api<ManifestWork> = Api::all(ctx.client("its1").await?);
+    let selector = format!("{}={binding}", ks_shared::names::ORIGIN_BINDING_LABEL);
+    let generations = || async {
+        let listed = works.list(&ListParams::default().labels(&selector)).await?;
+        anyhow::Ok(
+            listed
+                .iter()
+                .map(|w| w.metadata.generation.unwrap_or_default())
+                .sum::<i64>(),
+        )
+    };
+    let before = generations().await?;
+    // An observation window, not a synchronisation: every write in it is a defect.
+    tokio::time::sleep(QUIET).await;
+    Ok(generations().await? - before)
+}
+
+/// Defect: after `kubectl apply` the hub rewrote the ManifestWork many times a second forever,
+/// because what it sent (the last-applied annotation stripped, leaving `annotations: {}`) never
+/// equalled what the apiserver stored. Objects here have the shapes users' YAML has: empty maps,
+/// `creationTimestamp: null`, `status: {}`, `resources: {}` (as `kubectl create --dry-run -o yaml`
+/// prints them), nulls, and floats.
+async fn client_side_apply_converges_and_then_writes_nothing(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "csa")?;
+    let id = ctx.unique_name("loopcheck");
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}, labels: {{loopcheck: "{id}"}}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: cm1, namespace: {id}, labels: {{loopcheck: "{id}"}}}}
+data: {{a: b}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: shapes, namespace: {id}, labels: {{loopcheck: "{id}"}}, annotations: {{}}}}
+data: {{empty: "", float: "1.0"}}
+binaryData: {{}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  creationTimestamp: null
+  labels: {{loopcheck: "{id}", app: web}}
+  name: web
+  namespace: {id}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  strategy: {{}}
+  template:
+    metadata:
+      creationTimestamp: null
+      labels: {{app: web}}
+      annotations: {{}}
+    spec:
+      containers:
+      - image: nginx:1.27
+        name: nginx
+        resources: {{}}
+        env: []
+        ports: []
+status: {{}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {id}, labels: {{loopcheck: "{id}"}}}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80, targetPort: 8080}}]
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{name: cluster1}}}}]
+  downsync: [{{objectSelectors: [{{matchLabels: {{loopcheck: "{id}"}}}}]}}]
+"#
+    );
+    tools.kubectl_input("wds1", &["apply", "-f", "-"], &yaml)?;
+    on_wec::<ConfigMap>(&ctx, "cluster1", &id, "cm1", "present", present).await?;
+    on_wec::<ConfigMap>(&ctx, "cluster1", &id, "shapes", "present", present).await?;
+    on_wec::<Service>(&ctx, "cluster1", &id, "web", "present", present).await?;
+    on_wec(&ctx, "cluster1", &id, "web", "available", |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref())
+            .and_then(|s| s.available_replicas)
+            == Some(1)
+    })
+    .await?;
+
+    // Containers before what they contain: OCM applies a ManifestWork's manifests in order.
+    let work = Api::<ManifestWork>::namespaced(ctx.client("its1").await?, "cluster1")
+        .get(&format!("{id}-wds1-0"))
+        .await?;
+    let kinds: Vec<&str> = work
+        .spec
+        .workload
+        .manifests
+        .iter()
+        .filter_map(|m| m["kind"].as_str())
+        .collect();
+    ensure!(kinds.first() == Some(&"Namespace"), "the Namespace comes first: {kinds:?}");
+
+    let writes = manifestwork_writes_while_idle(&ctx, &id).await?;
+    ensure!(writes == 0, "{writes} ManifestWork writes in {QUIET:?} of a converged rollout");
+
+    // Applying the same file again changes nothing anywhere.
+    tools.kubectl_input("wds1", &["apply", "-f", "-"], &yaml)?;
+    let writes = manifestwork_writes_while_idle(&ctx, &id).await?;
+    ensure!(writes == 0, "{writes} ManifestWork writes after re-applying the same file");
+
+    tools.kubectl_input("wds1", &["delete", "--wait", "-f", "-"], &yaml)?;
+    namespace_on_wec(&ctx, "cluster1", &id, "deleted", conditions::is_deleted("")).await
+}
+
+/// `kubectl create`, `label`, `apply --server-side`, `scale`, `edit`, `patch`, `delete`, each
+/// reaching both WECs.
+async fn kubectl_verbs_reach_the_wecs(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "verbs")?;
+    let id = ctx.unique_name("verbs");
+    let kubectl = |args: &[&str]| tools.kubectl("wds1", args);
+    kubectl(&["create", "namespace", &id])?;
+    kubectl(&["label", "namespace", &id, &format!("verbs={id}")])?;
+    kubectl(&["-n", &id, "create", "deployment", "web", "--image=nginx:1.27"])?;
+    kubectl(&["-n", &id, "label", "deployment", "web", &format!("verbs={id}")])?;
+    let policy = format!(
+        r#"apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
+  downsync: [{{objectSelectors: [{{matchLabels: {{verbs: "{id}"}}}}]}}]
+"#
+    );
+    tools.kubectl_input("wds1", &["apply", "--server-side", "-f", "-"], &policy)?;
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "web", "delivered", replicas(1)).await?;
+    }
+
+    kubectl(&["-n", &id, "scale", "deployment", "web", "--replicas=3"])?;
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "web", "scaled to 3", replicas(3)).await?;
+    }
+
+    // `kubectl edit` with an editor that changes the file as a user would.
+    let edit = tools.kubectl_with_editor(
+        "wds1",
+        &["-n", &id, "edit", "deployment", "web"],
+        "s/replicas: 3/replicas: 2/",
+    )?;
+    ensure!(edit.contains("edited"), "kubectl edit said: {edit}");
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "web", "edited to 2", replicas(2)).await?;
+    }
+
+    let patch = r#"{"spec":{"template":{"metadata":{"annotations":{"rollout":"2"}}}}}"#;
+    kubectl(&["-n", &id, "patch", "deployment", "web", "--type=merge", "-p", patch])?;
+    let patched = |d: Option<&Deployment>| {
+        d.and_then(|d| d.spec.as_ref())
+            .and_then(|s| s.template.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get("rollout"))
+            .is_some_and(|v| v == "2")
+    };
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "web", "patched", patched).await?;
+    }
+
+    // Unlabelled: no longer selected, so it leaves the WECs; labelled again, it comes back.
+    kubectl(&["-n", &id, "label", "deployment", "web", "verbs-"])?;
+    for wec in WECS {
+        on_wec::<Deployment>(&ctx, wec, &id, "web", "removed", conditions::is_deleted("")).await?;
+    }
+    kubectl(&["-n", &id, "label", "deployment", "web", &format!("verbs={id}")])?;
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "web", "back", replicas(2)).await?;
+    }
+
+    kubectl(&["-n", &id, "delete", "deployment", "web"])?;
+    for wec in WECS {
+        on_wec::<Deployment>(&ctx, wec, &id, "web", "deleted", conditions::is_deleted("")).await?;
+    }
+    kubectl(&["delete", "bindingpolicy", &id])?;
+    kubectl(&["delete", "namespace", &id, "--wait=false"])?;
+    Ok(())
+}
+
+/// Upstream KubeStellar's end-to-end setup: policy `nginx` sends the `nginx` Deployment to both
+/// WECs and stays; a second policy sends the same Deployment to cluster1 asking for singleton
+/// status, and a third collects status with `limit: 0` (what a Go client sends when unset).
+/// Defects: the overlap left two WorkStatuses for one WEC object and the status controller then
+/// returned nothing; `limit: 0` returned no rows.
+async fn overlapping_policies_return_status(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "overlap")?;
+    let id = ctx.unique_name("nginx");
+    let objects = format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}, labels: {{app.kubernetes.io/name: nginx-{id}}}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: nginx, namespace: {id}, labels: {{app.kubernetes.io/name: nginx-{id}}}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: nginx}}}}
+  template:
+    metadata: {{labels: {{app: nginx}}}}
+    spec: {{containers: [{{name: nginx, image: "nginx:1.27"}}]}}
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
+  downsync: [{{objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: nginx-{id}}}}}]}}]
+"#
+    );
+    tools.kubectl_input("wds1", &["apply", "-f", "-"], &objects)?;
+    let available = |d: Option<&Deployment>| {
+        d.and_then(|d| d.status.as_ref())
+            .and_then(|s| s.available_replicas)
+            == Some(1)
+    };
+    let mut uids = Vec::new();
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "nginx", "available", available).await?;
+        let deployment = Api::<Deployment>::namespaced(ctx.client(wec).await?, &id).get("nginx").await?;
+        uids.push(deployment.uid());
+    }
+
+    let more = format!(
+        r#"apiVersion: control.kubestellar.io/v1alpha1
+kind: StatusCollector
+metadata: {{name: {id}-wecs}}
+spec:
+  select: [{{name: wec, def: inventory.name}}]
+  limit: 0
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}-singleton}}
+spec:
+  clusterSelectors: [{{matchLabels: {{name: cluster1}}}}]
+  downsync:
+  - objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: nginx-{id}}}}}]
+    resources: [deployments]
+    wantSingletonReportedState: true
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}-collect}}
+spec:
+  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
+  downsync:
+  - objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: nginx-{id}}}}}]
+    resources: [deployments]
+    statusCollectors: [{id}-wecs]
+"#
+    );
+    tools.kubectl_input("wds1", &["apply", "-f", "-"], &more)?;
+    let wds = ctx.client("wds1").await?;
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &id);
+    wait_until(deployments, "nginx", "given cluster1's status", DEADLINE, available).await?;
+
+    let combined: Api<CombinedStatus> = Api::namespaced(wds.clone(), &id);
+    wait_for("a CombinedStatus listing both WECs", DEADLINE, || async {
+        let listed = combined.list(&ListParams::default()).await?;
+        Ok(listed.iter().any(|c| {
+            c.spec
+                .results
+                .iter()
+                .any(|r| r.name == format!("{id}-wecs") && r.rows.len() == 2)
+        }))
+    })
+    .await?;
+    let bindings: Api<Binding> = Api::all(wds.clone());
+    let collectors_available = |b: Option<&Binding>| {
+        b.and_then(|b| b.status.as_ref())
+            .and_then(|s| s.condition("StatusCollectorsAvailable"))
+            .is_some_and(|c| c.status == "True")
+    };
+    wait_until(bindings, &format!("{id}-collect"), "collectors available", DEADLINE, collectors_available).await?;
+
+    // The extra policies go; `nginx` stays, and the WECs keep the very same Deployment.
+    tools.kubectl(
+        "wds1",
+        &["delete", "bindingpolicy", &format!("{id}-singleton"), &format!("{id}-collect")],
+    )?;
+    tools.kubectl("wds1", &["delete", "statuscollector", &format!("{id}-wecs")])?;
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    wait_until(works, &format!("{id}-singleton-wds1-0"), "deleted", DEADLINE, conditions::is_deleted("")).await?;
+    for (wec, uid) in WECS.iter().zip(&uids) {
+        let deployment = Api::<Deployment>::namespaced(ctx.client(wec).await?, &id).get("nginx").await?;
+        ensure!(deployment.uid() == *uid, "{wec}: the Deployment was recreated");
+    }
+    tools.kubectl_input("wds1", &["delete", "-f", "-"], &objects)?;
+    Ok(())
+}
+
+/// A workload installed, upgraded and uninstalled with Helm in the WDS, as users package apps.
+async fn helm_release_is_delivered_upgraded_and_removed(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "helm")?;
+    let id = ctx.unique_name("helm");
+    let release = Release {
+        context: "wds1",
+        namespace: id.clone(),
+        name: id.clone(),
+        chart: "tests/fixtures/charts/workload",
+    };
+    let policy = format!(
+        r#"apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
+  downsync:
+  - resources: [namespaces]
+    objectNames: [{id}]
+  - objectSelectors: [{{matchLabels: {{app.kubernetes.io/instance: {id}}}}}]
+"#
+    );
+    tools.kubectl_input("wds1", &["apply", "-f", "-"], &policy)?;
+    let chart = ks_tests::tools::chart_path(release.chart);
+    tools.helm(&release.args(&["install", &release.name, &chart, "--create-namespace"]))?;
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "web", "installed", replicas(1)).await?;
+        on_wec::<ConfigMap>(&ctx, wec, &id, "web-settings", "installed", present).await?;
+    }
+    tools.helm(&release.args(&["upgrade", &release.name, &chart, "--set", "replicas=2"]))?;
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "web", "upgraded", replicas(2)).await?;
+    }
+    tools.helm(&release.args(&["uninstall", &release.name, "--wait"]))?;
+    for wec in WECS {
+        on_wec::<Deployment>(&ctx, wec, &id, "web", "uninstalled", conditions::is_deleted("")).await?;
+        on_wec::<ConfigMap>(&ctx, wec, &id, "web-settings", "uninstalled", conditions::is_deleted("")).await?;
+    }
+    tools.kubectl("wds1", &["delete", "bindingpolicy", &id])?;
+    tools.kubectl("wds1", &["delete", "namespace", &id, "--wait=false"])?;
+    Ok(())
+}
+
+/// Defect: after a policy was created and deleted, the transport retried its gone Binding once a
+/// second forever. A Binding that is gone is done: the hub's log says nothing more of it.
+async fn deleted_policy_is_done(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "deleted")?;
+    let id = ctx.unique_name("gone");
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}, labels: {{gone: "{id}"}}}}
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
+  downsync: [{{objectSelectors: [{{matchLabels: {{gone: "{id}"}}}}]}}]
+"#
+    );
+    tools.kubectl_input("wds1", &["apply", "-f", "-"], &yaml)?;
+    for wec in WECS {
+        namespace_on_wec(&ctx, wec, &id, "delivered", present).await?;
+    }
+    tools.kubectl("wds1", &["delete", "bindingpolicy", &id, "--wait"])?;
+    let bindings: Api<Binding> = Api::all(ctx.client("wds1").await?);
+    wait_until(bindings, &id, "deleted", DEADLINE, conditions::is_deleted("")).await?;
+    for wec in WECS {
+        namespace_on_wec(&ctx, wec, &id, "removed", conditions::is_deleted("")).await?;
+    }
+    let log = ctx.stack.procs.log_file("hub-wds1");
+    let mentions = || -> anyhow::Result<usize> {
+        let text = std::fs::read_to_string(&log)?;
+        Ok(text.lines().filter(|l| l.contains(&id) && l.contains("retrying")).count())
+    };
+    let before = mentions()?;
+    // An observation window: the first retries of a live loop come within 3 s.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = mentions()?;
+    ensure!(after == before, "the hub retried the deleted Binding {} times in 5 s", after - before);
+    tools.kubectl("wds1", &["delete", "namespace", &id, "--wait=false"])?;
+    Ok(())
+}
