@@ -83,7 +83,10 @@ mod tests {
             backoff.failed("a", now);
             let due = backoff.next_due().unwrap();
             pauses.push((due - now).as_secs());
-            assert!(backoff.take_due(due - Duration::from_millis(1)).is_empty(), "not before it is due");
+            assert!(
+                backoff.take_due(due - Duration::from_millis(1)).is_empty(),
+                "not before it is due"
+            );
             assert_eq!(backoff.take_due(due), ["a"]);
             now = due;
         }

@@ -6,14 +6,15 @@
 //!   resourceVersion: only our processes write those), and our processes' write counters cover
 //!   the rest (workload `.status`, CombinedStatus). Everything must stay unchanged for
 //!   [`QUIET`] within [`SETTLE`].
-//! - **No WEC object recreated**: an object an AppliedManifestWork keeps listing keeps its UID.
-//!   A new UID while it is listed throughout means OCM deleted and created it again.
+//! - **No WEC object recreated**: an object that stays selected keeps its UID. A new UID in an
+//!   AppliedManifestWork's list, unless the object left a ManifestWork for that WEC in between
+//!   (the user deselected or deleted it), means OCM deleted and created it again.
 //! - **One WorkStatus per WEC object.**
 //!
 //! A violation names the objects and the writes seen, so the test that made them can be found
 //! (tests name their objects after themselves).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -52,7 +53,17 @@ struct Seen {
     versions: BTreeMap<String, String>,
     /// (WEC, AppliedManifestWork UID) → the UID of each object it lists.
     applied: BTreeMap<(String, String), BTreeMap<String, String>>,
+    /// (mailbox, ManifestWork name) → the objects it holds.
+    held: BTreeMap<(String, String), BTreeSet<String>>,
+    /// (WEC, object) that left one of the WEC's ManifestWorks: its next UID may be new.
+    left: BTreeSet<(String, String)>,
     recreated: Vec<String>,
+}
+
+/// How the invariants name a WEC object, from a ManifestWork manifest or an applied resource:
+/// group, namespace and name (kinds and resources are not comparable).
+fn object_key(group: &str, namespace: &str, name: &str) -> String {
+    format!("{group}/{namespace}/{name}")
 }
 
 impl Seen {
@@ -76,6 +87,37 @@ impl Seen {
         }
     }
 
+    /// Records what a ManifestWork holds (`present` false: it is gone); what left it may come
+    /// back as a new object.
+    fn held(&mut self, work: &ManifestWork, present: bool) {
+        let mailbox = work.namespace().unwrap_or_default();
+        let key = (mailbox.clone(), work.name_any());
+        let holds: BTreeSet<String> = if present {
+            work.spec
+                .workload
+                .manifests
+                .iter()
+                .map(|m| {
+                    let group = m["apiVersion"]
+                        .as_str()
+                        .and_then(|a| a.rsplit_once('/'))
+                        .map_or("", |(g, _)| g);
+                    let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                    object_key(group, &text(&m["metadata"]["namespace"]), &text(&m["metadata"]["name"]))
+                })
+                .collect()
+        } else {
+            BTreeSet::new()
+        };
+        let before = self.held.remove(&key).unwrap_or_default();
+        for object in before.difference(&holds) {
+            self.left.insert((mailbox.clone(), object.clone()));
+        }
+        if present {
+            self.held.insert(key, holds);
+        }
+    }
+
     /// Records what an AppliedManifestWork lists (`None`: it is gone).
     fn applied(&mut self, wec: &str, work: &AppliedManifestWork, present: bool) {
         let key = (wec.to_string(), work.uid().unwrap_or_default());
@@ -83,17 +125,16 @@ impl Seen {
             work.status
                 .iter()
                 .flat_map(|s| &s.applied_resources)
-                .map(|r| {
-                    let object = format!("{}/{} {}/{}", r.group, r.resource, r.namespace, r.name);
-                    (object, r.uid.clone())
-                })
+                .map(|r| (object_key(&r.group, &r.namespace, &r.name), r.uid.clone()))
                 .collect()
         } else {
             BTreeMap::new()
         };
         if let Some(before) = self.applied.get(&key) {
             for (object, uid) in &listed {
-                if let Some(old) = before.get(object).filter(|old| *old != uid) {
+                let changed = before.get(object).filter(|old| *old != uid);
+                let deselected_meanwhile = self.left.remove(&(wec.to_string(), object.clone()));
+                if let Some(old) = changed.filter(|_| !deselected_meanwhile) {
                     self.recreated.push(format!(
                         "{wec}: {object} (listed by {}) recreated: UID {old} -> {uid}",
                         work.spec.manifest_work_name
@@ -154,10 +195,17 @@ impl Invariants {
         let wds = stack.client("wds1").await?;
         let ours = watcher::Config::default().labels(ORIGIN_WDS_LABEL);
         let mut tasks = vec![
-            spawn_watch(Api::<ManifestWork>::all(its.clone()), ours, seen.clone(), |s, w, present| {
-                let generation = present.then(|| format!("generation {}", w.metadata.generation.unwrap_or_default()));
-                s.version(named("ManifestWork", w), generation);
-            }),
+            spawn_watch(
+                Api::<ManifestWork>::all(its.clone()),
+                ours,
+                seen.clone(),
+                |s, w, present| {
+                    let generation =
+                        present.then(|| format!("generation {}", w.metadata.generation.unwrap_or_default()));
+                    s.version(named("ManifestWork", w), generation);
+                    s.held(w, present);
+                },
+            ),
             spawn_watch(
                 Api::<WorkStatus>::all(its.clone()),
                 watcher::Config::default(),
@@ -328,21 +376,39 @@ mod tests {
         .unwrap();
         let resources = objects
             .iter()
-            .map(|(name, uid)| serde_json::json!({"group": "", "version": "v1", "resource": "configmaps",
-                                                 "namespace": "n", "name": name, "uid": uid}))
+            .map(|(name, uid)| {
+                serde_json::json!({"group": "", "version": "v1", "resource": "configmaps",
+                                                 "namespace": "n", "name": name, "uid": uid})
+            })
             .collect::<Vec<_>>();
         work.status = serde_json::from_value(serde_json::json!({"appliedResources": resources})).unwrap();
         work
     }
 
+    fn work(names: &[&str]) -> ManifestWork {
+        let manifests: Vec<serde_json::Value> = names
+            .iter()
+            .map(|n| serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "n"}}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": "w", "namespace": "c1"},
+            "spec": {"workload": {"manifests": manifests}},
+        }))
+        .unwrap()
+    }
+
     #[test]
-    fn a_new_uid_while_listed_is_a_recreation_and_a_gap_is_not() {
+    fn a_new_uid_while_selected_is_a_recreation() {
         let mut seen = Seen::default();
+        seen.held(&work(&["a", "b"]), true);
         seen.applied("c1", &applied("amw", &[("a", "1"), ("b", "2")]), true);
-        seen.applied("c1", &applied("amw", &[("a", "1")]), true);
+        // b is deselected and selected again (the AppliedManifestWork need not show the gap).
+        seen.held(&work(&["a"]), true);
+        seen.held(&work(&["a", "b"]), true);
         seen.applied("c1", &applied("amw", &[("a", "1"), ("b", "3")]), true);
-        assert!(seen.recreated.is_empty(), "b left and came back: deleted and re-created by the user");
+        assert!(seen.recreated.is_empty(), "b left and came back: the user's doing");
         seen.applied("c1", &applied("amw", &[("a", "9"), ("b", "3")]), true);
-        assert_eq!(seen.recreated, ["c1: /configmaps n/a (listed by w) recreated: UID 1 -> 9"]);
+        assert_eq!(seen.recreated, ["c1: /n/a (listed by w) recreated: UID 1 -> 9"]);
     }
 }

@@ -83,7 +83,11 @@ impl Tools {
             .stderr(Stdio::piped())
             .spawn()
             .context("running kubectl")?;
-        child.stdin.take().context("kubectl's stdin")?.write_all(input.as_bytes())?;
+        child
+            .stdin
+            .take()
+            .context("kubectl's stdin")?
+            .write_all(input.as_bytes())?;
         let result = child.wait_with_output()?;
         ensure!(
             result.status.success(),

@@ -79,6 +79,21 @@ async fn namespace_on_wec(
     Ok(())
 }
 
+/// A BindingPolicy as a user writes it: objects labelled `selector` to the WECs labelled `clusters`
+/// (both YAML flow-map entries, e.g. `name: cluster1`).
+fn policy_yaml(name: &str, clusters: &str, selector: &str) -> String {
+    format!(
+        r#"---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {name}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{{clusters}}}}}]
+  downsync: [{{objectSelectors: [{{matchLabels: {{{selector}}}}}]}}]
+"#
+    )
+}
+
 fn present<K>(object: Option<&K>) -> bool {
     object.is_some()
 }
@@ -161,23 +176,14 @@ metadata: {{name: web, namespace: {id}, labels: {{loopcheck: "{id}"}}}}
 spec:
   selector: {{app: web}}
   ports: [{{port: 80, targetPort: 8080}}]
----
-apiVersion: control.kubestellar.io/v1alpha1
-kind: BindingPolicy
-metadata: {{name: {id}}}
-spec:
-  clusterSelectors: [{{matchLabels: {{name: cluster1}}}}]
-  downsync: [{{objectSelectors: [{{matchLabels: {{loopcheck: "{id}"}}}}]}}]
 "#
-    );
+    ) + &policy_yaml(&id, "name: cluster1", &format!("loopcheck: \"{id}\""));
     tools.kubectl_input("wds1", &["apply", "-f", "-"], &yaml)?;
     on_wec::<ConfigMap>(&ctx, "cluster1", &id, "cm1", "present", present).await?;
     on_wec::<ConfigMap>(&ctx, "cluster1", &id, "shapes", "present", present).await?;
     on_wec::<Service>(&ctx, "cluster1", &id, "web", "present", present).await?;
     on_wec(&ctx, "cluster1", &id, "web", "available", |d: Option<&Deployment>| {
-        d.and_then(|d| d.status.as_ref())
-            .and_then(|s| s.available_replicas)
-            == Some(1)
+        d.and_then(|d| d.status.as_ref()).and_then(|s| s.available_replicas) == Some(1)
     })
     .await?;
 
@@ -192,15 +198,24 @@ spec:
         .iter()
         .filter_map(|m| m["kind"].as_str())
         .collect();
-    ensure!(kinds.first() == Some(&"Namespace"), "the Namespace comes first: {kinds:?}");
+    ensure!(
+        kinds.first() == Some(&"Namespace"),
+        "the Namespace comes first: {kinds:?}"
+    );
 
     let writes = manifestwork_writes_while_idle(&ctx, &id).await?;
-    ensure!(writes == 0, "{writes} ManifestWork writes in {QUIET:?} of a converged rollout");
+    ensure!(
+        writes == 0,
+        "{writes} ManifestWork writes in {QUIET:?} of a converged rollout"
+    );
 
     // Applying the same file again changes nothing anywhere.
     tools.kubectl_input("wds1", &["apply", "-f", "-"], &yaml)?;
     let writes = manifestwork_writes_while_idle(&ctx, &id).await?;
-    ensure!(writes == 0, "{writes} ManifestWork writes after re-applying the same file");
+    ensure!(
+        writes == 0,
+        "{writes} ManifestWork writes after re-applying the same file"
+    );
 
     tools.kubectl_input("wds1", &["delete", "--wait", "-f", "-"], &yaml)?;
     namespace_on_wec(&ctx, "cluster1", &id, "deleted", conditions::is_deleted("")).await
@@ -216,15 +231,7 @@ async fn kubectl_verbs_reach_the_wecs(ctx: Ctx) -> anyhow::Result<()> {
     kubectl(&["label", "namespace", &id, &format!("verbs={id}")])?;
     kubectl(&["-n", &id, "create", "deployment", "web", "--image=nginx:1.27"])?;
     kubectl(&["-n", &id, "label", "deployment", "web", &format!("verbs={id}")])?;
-    let policy = format!(
-        r#"apiVersion: control.kubestellar.io/v1alpha1
-kind: BindingPolicy
-metadata: {{name: {id}}}
-spec:
-  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
-  downsync: [{{objectSelectors: [{{matchLabels: {{verbs: "{id}"}}}}]}}]
-"#
-    );
+    let policy = policy_yaml(&id, "location-group: edge", &format!("verbs: \"{id}\""));
     tools.kubectl_input("wds1", &["apply", "--server-side", "-f", "-"], &policy)?;
     for wec in WECS {
         on_wec(&ctx, wec, &id, "web", "delivered", replicas(1)).await?;
@@ -300,25 +307,21 @@ spec:
   template:
     metadata: {{labels: {{app: nginx}}}}
     spec: {{containers: [{{name: nginx, image: "nginx:1.27"}}]}}
----
-apiVersion: control.kubestellar.io/v1alpha1
-kind: BindingPolicy
-metadata: {{name: {id}}}
-spec:
-  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
-  downsync: [{{objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: nginx-{id}}}}}]}}]
 "#
+    ) + &policy_yaml(
+        &id,
+        "location-group: edge",
+        &format!("app.kubernetes.io/name: nginx-{id}"),
     );
     tools.kubectl_input("wds1", &["apply", "-f", "-"], &objects)?;
-    let available = |d: Option<&Deployment>| {
-        d.and_then(|d| d.status.as_ref())
-            .and_then(|s| s.available_replicas)
-            == Some(1)
-    };
+    let available =
+        |d: Option<&Deployment>| d.and_then(|d| d.status.as_ref()).and_then(|s| s.available_replicas) == Some(1);
     let mut uids = Vec::new();
     for wec in WECS {
         on_wec(&ctx, wec, &id, "nginx", "available", available).await?;
-        let deployment = Api::<Deployment>::namespaced(ctx.client(wec).await?, &id).get("nginx").await?;
+        let deployment = Api::<Deployment>::namespaced(ctx.client(wec).await?, &id)
+            .get("nginx")
+            .await?;
         uids.push(deployment.uid());
     }
 
@@ -373,18 +376,39 @@ spec:
             .and_then(|s| s.condition("StatusCollectorsAvailable"))
             .is_some_and(|c| c.status == "True")
     };
-    wait_until(bindings, &format!("{id}-collect"), "collectors available", DEADLINE, collectors_available).await?;
+    wait_until(
+        bindings,
+        &format!("{id}-collect"),
+        "collectors available",
+        DEADLINE,
+        collectors_available,
+    )
+    .await?;
 
     // The extra policies go; `nginx` stays, and the WECs keep the very same Deployment.
     tools.kubectl(
         "wds1",
-        &["delete", "bindingpolicy", &format!("{id}-singleton"), &format!("{id}-collect")],
+        &[
+            "delete",
+            "bindingpolicy",
+            &format!("{id}-singleton"),
+            &format!("{id}-collect"),
+        ],
     )?;
     tools.kubectl("wds1", &["delete", "statuscollector", &format!("{id}-wecs")])?;
     let works: Api<ManifestWork> = Api::namespaced(ctx.client("its1").await?, "cluster1");
-    wait_until(works, &format!("{id}-singleton-wds1-0"), "deleted", DEADLINE, conditions::is_deleted("")).await?;
+    wait_until(
+        works,
+        &format!("{id}-singleton-wds1-0"),
+        "deleted",
+        DEADLINE,
+        conditions::is_deleted(""),
+    )
+    .await?;
     for (wec, uid) in WECS.iter().zip(&uids) {
-        let deployment = Api::<Deployment>::namespaced(ctx.client(wec).await?, &id).get("nginx").await?;
+        let deployment = Api::<Deployment>::namespaced(ctx.client(wec).await?, &id)
+            .get("nginx")
+            .await?;
         ensure!(deployment.uid() == *uid, "{wec}: the Deployment was recreated");
     }
     tools.kubectl_input("wds1", &["delete", "-f", "-"], &objects)?;
@@ -427,7 +451,15 @@ spec:
     tools.helm(&release.args(&["uninstall", &release.name, "--wait"]))?;
     for wec in WECS {
         on_wec::<Deployment>(&ctx, wec, &id, "web", "uninstalled", conditions::is_deleted("")).await?;
-        on_wec::<ConfigMap>(&ctx, wec, &id, "web-settings", "uninstalled", conditions::is_deleted("")).await?;
+        on_wec::<ConfigMap>(
+            &ctx,
+            wec,
+            &id,
+            "web-settings",
+            "uninstalled",
+            conditions::is_deleted(""),
+        )
+        .await?;
     }
     tools.kubectl("wds1", &["delete", "bindingpolicy", &id])?;
     tools.kubectl("wds1", &["delete", "namespace", &id, "--wait=false"])?;
@@ -443,15 +475,8 @@ async fn deleted_policy_is_done(ctx: Ctx) -> anyhow::Result<()> {
         r#"apiVersion: v1
 kind: Namespace
 metadata: {{name: {id}, labels: {{gone: "{id}"}}}}
----
-apiVersion: control.kubestellar.io/v1alpha1
-kind: BindingPolicy
-metadata: {{name: {id}}}
-spec:
-  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
-  downsync: [{{objectSelectors: [{{matchLabels: {{gone: "{id}"}}}}]}}]
 "#
-    );
+    ) + &policy_yaml(&id, "location-group: edge", &format!("gone: \"{id}\""));
     tools.kubectl_input("wds1", &["apply", "-f", "-"], &yaml)?;
     for wec in WECS {
         namespace_on_wec(&ctx, wec, &id, "delivered", present).await?;
@@ -465,13 +490,20 @@ spec:
     let log = ctx.stack.procs.log_file("hub-wds1");
     let mentions = || -> anyhow::Result<usize> {
         let text = std::fs::read_to_string(&log)?;
-        Ok(text.lines().filter(|l| l.contains(&id) && l.contains("retrying")).count())
+        Ok(text
+            .lines()
+            .filter(|l| l.contains(&id) && l.contains("retrying"))
+            .count())
     };
     let before = mentions()?;
     // An observation window: the first retries of a live loop come within 3 s.
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = mentions()?;
-    ensure!(after == before, "the hub retried the deleted Binding {} times in 5 s", after - before);
+    ensure!(
+        after == before,
+        "the hub retried the deleted Binding {} times in 5 s",
+        after - before
+    );
     tools.kubectl("wds1", &["delete", "namespace", &id, "--wait=false"])?;
     Ok(())
 }
