@@ -118,7 +118,8 @@ pub fn sum(text: &str, name: &str) -> f64 {
             };
             value.trim().parse::<f64>().ok()
         })
-        .sum()
+        // Not `sum()`: an empty f64 sum is -0.0.
+        .fold(0.0, |sum, v| sum + v)
 }
 
 #[cfg(test)]

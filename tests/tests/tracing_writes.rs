@@ -69,12 +69,15 @@ async fn rollout(ctx: &Ctx, tracing: Tracing) -> anyhow::Result<Writes> {
         tracing,
         ..HubOptions::STACK
     };
-    ctx.stack.restart_hub("wds1", options).await?;
-    let wds = ctx.client("wds1").await?;
-    let its = ctx.client("its1").await?;
+    // The Gauge CRD first: a hub started after it serves Gauges from the start. Installed after
+    // the restart (on a fresh stack, where it is new), the hub would find it while the rollout
+    // runs and write each ManifestWork twice, once without the Gauge (seen as `off (4, 6)`).
     for space in ["wds1", "cluster1", "cluster2"] {
         ks_tests::gauge::install(&ctx.client(space).await?, "ks-tests").await?;
     }
+    ctx.stack.restart_hub("wds1", options).await?;
+    let wds = ctx.client("wds1").await?;
+    let its = ctx.client("its1").await?;
     let ns = ctx.namespace("wds1").await?;
     let selector = json!({"app.kubernetes.io/part-of": ns});
     apply(

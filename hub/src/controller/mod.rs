@@ -663,19 +663,7 @@ mod tests {
     }
 
     fn config_map() -> WorkloadObject {
-        WorkloadObject {
-            identity: ObjectIdentity {
-                group: "".into(),
-                version: "v1".into(),
-                resource: "configmaps".into(),
-                namespace: "ns".into(),
-                name: "a".into(),
-                kind: "ConfigMap".into(),
-            },
-            uid: "uid-a".into(),
-            resource_version: "1".into(),
-            labels: Default::default(),
-        }
+        state::tests::object("a", &[])
     }
 
     fn test_loop<'a>(client: &Client, policies: Vec<BindingPolicy>, resolutions: &'a mut Resolutions) -> Loop<'a> {

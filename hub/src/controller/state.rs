@@ -247,12 +247,13 @@ impl Resolutions {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use ks_shared::api::{DownsyncObjectTest, DownsyncPolicyClause};
 
     use super::*;
 
-    fn object(name: &str, labels: &[(&str, &str)]) -> WorkloadObject {
+    /// A ConfigMap `ns/<name>` with `labels`, as the caches hold it.
+    pub(crate) fn object(name: &str, labels: &[(&str, &str)]) -> WorkloadObject {
         WorkloadObject {
             identity: ObjectIdentity {
                 group: "".into(),

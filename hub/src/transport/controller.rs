@@ -612,7 +612,8 @@ impl<P: Plugin> Transport<P> {
         Ok(rejections)
     }
 
-    /// Writes one wrapped object; `Some(why)` when the ITS rejects it (retrying cannot help).
+    /// Writes one wrapped object; `Some(why)` when the ITS rejects it or the mailbox is missing
+    /// (retrying cannot help).
     async fn write_work(&self, mailbox: &str, name: &str, work: &P::Wrapped) -> anyhow::Result<Option<String>> {
         let api: Api<P::Wrapped> = Api::namespaced(self.its.clone(), mailbox);
         let mut body = serde_json::to_value(work)?;
@@ -625,6 +626,12 @@ impl<P: Plugin> Transport<P> {
             Err(kube::Error::Api(status)) if is_rejection(status.code) => Ok(Some(format!(
                 "the ITS rejected {} {mailbox}/{name}: {}",
                 P::Wrapped::kind(&()),
+                status.message
+            ))),
+            // A WEC not accepted yet has no mailbox. Retrying cannot help until it is accepted,
+            // and that changes its inventory object, which brings this Binding back.
+            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Some(format!(
+                "the mailbox namespace {mailbox} does not exist (is the WEC accepted into the ITS?): {}",
                 status.message
             ))),
             Err(err) => Err(err.into()),
