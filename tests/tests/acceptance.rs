@@ -222,7 +222,8 @@ spec:
 }
 
 /// `kubectl create`, `label`, `apply --server-side`, `scale`, `edit`, `patch`, `delete`, each
-/// reaching both WECs.
+/// reaching both WECs; objects leave the WECs when no longer selected (label removed, policy
+/// changed) and come back when selected again.
 async fn kubectl_verbs_reach_the_wecs(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "verbs")?;
     let id = ctx.unique_name("verbs");
@@ -274,6 +275,19 @@ async fn kubectl_verbs_reach_the_wecs(ctx: Ctx) -> anyhow::Result<()> {
     kubectl(&["-n", &id, "label", "deployment", "web", &format!("verbs={id}")])?;
     for wec in WECS {
         on_wec(&ctx, wec, &id, "web", "back", replicas(2)).await?;
+    }
+
+    // The policy changed so that its selector no longer matches, then back (upstream's e2e).
+    let selecting = |value: &str| {
+        format!(r#"{{"spec":{{"downsync":[{{"objectSelectors":[{{"matchLabels":{{"verbs":"{value}"}}}}]}}]}}}}"#)
+    };
+    kubectl(&["patch", "bindingpolicy", &id, "--type=merge", "-p", &selecting("nothing")])?;
+    for wec in WECS {
+        on_wec::<Deployment>(&ctx, wec, &id, "web", "deselected", conditions::is_deleted("")).await?;
+    }
+    kubectl(&["patch", "bindingpolicy", &id, "--type=merge", "-p", &selecting(&id)])?;
+    for wec in WECS {
+        on_wec(&ctx, wec, &id, "web", "selected again", replicas(2)).await?;
     }
 
     kubectl(&["-n", &id, "delete", "deployment", "web"])?;
