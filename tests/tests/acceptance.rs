@@ -281,7 +281,14 @@ async fn kubectl_verbs_reach_the_wecs(ctx: Ctx) -> anyhow::Result<()> {
     let selecting = |value: &str| {
         format!(r#"{{"spec":{{"downsync":[{{"objectSelectors":[{{"matchLabels":{{"verbs":"{value}"}}}}]}}]}}}}"#)
     };
-    kubectl(&["patch", "bindingpolicy", &id, "--type=merge", "-p", &selecting("nothing")])?;
+    kubectl(&[
+        "patch",
+        "bindingpolicy",
+        &id,
+        "--type=merge",
+        "-p",
+        &selecting("nothing"),
+    ])?;
     for wec in WECS {
         on_wec::<Deployment>(&ctx, wec, &id, "web", "deselected", conditions::is_deleted("")).await?;
     }

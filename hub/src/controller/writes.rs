@@ -10,10 +10,11 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Resource, ResourceExt};
 use serde_json::json;
 
-/// Writes the Binding of `policy` with exactly `spec`: created when absent, else replaced from
-/// the cached copy (we own the whole spec; the resourceVersion guards against lost updates and
-/// the cached metadata keeps what others added). Not server-side apply: an apply drops the empty
-/// lists of a Binding that selects nothing, leaving no spec at all.
+/// Writes the Binding of `policy` with exactly `spec`: created when absent, else its spec and
+/// owner replaced by a JSON patch. We own the whole spec, so no resourceVersion: the transport's
+/// finalizer writes never make ours conflict, and what others put in metadata stays. Not
+/// server-side apply: an apply drops the empty lists of a Binding that selects nothing, leaving
+/// no spec at all.
 pub async fn write_binding(
     api: &Api<Binding>,
     policy: &BindingPolicy,
@@ -34,12 +35,17 @@ pub async fn write_binding(
         ..Default::default()
     };
     match existing {
-        Some(existing) => {
-            let mut binding = existing.clone();
-            binding.spec = spec;
-            binding.metadata.owner_references = Some(vec![owner]);
-            binding.metadata.managed_fields = None;
-            api.replace(&name, &params, &binding).await?;
+        Some(_) => {
+            let patch: json_patch::Patch = serde_json::from_value(json!([
+                {"op": "replace", "path": "/spec", "value": spec},
+                {"op": "add", "path": "/metadata/ownerReferences", "value": [owner]},
+            ]))
+            .expect("a well-formed JSON patch");
+            let params = PatchParams {
+                field_manager: Some(field_manager::BINDING.into()),
+                ..Default::default()
+            };
+            api.patch(&name, &params, &Patch::<()>::Json(patch)).await?;
         }
         None => {
             let metadata = ObjectMeta {

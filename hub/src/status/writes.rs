@@ -101,9 +101,9 @@ pub async fn apply_collector_status(wds: &Client, name: &str, status: &StatusCol
 
 /// Sets the Binding's one condition of ours. The transport owns `observedGeneration` and
 /// `errors`; we write only the conditions, by merge patch (an apply would have to carry the
-/// `observedGeneration` the schema requires). The list is written whole, so the resourceVersion
-/// guards the conditions others set: a Binding changed meanwhile is a conflict, retried on its
-/// newer version. A Binding without a status waits for the transport's first status write, which
+/// `observedGeneration` the schema requires). The list is written whole, keeping the others'
+/// conditions as cached, with no resourceVersion: no other writer of ours sets Binding conditions,
+/// so the transport's frequent status writes never make this one conflict. A Binding without a status waits for the transport's first status write, which
 /// brings it back (a status without `observedGeneration` is invalid); one deleted needs none.
 pub async fn apply_binding_condition(wds: &Client, binding: &Binding, condition: &Condition) -> kube::Result<()> {
     let Some(patch) = binding_condition_patch(binding, condition) else {
@@ -121,14 +121,14 @@ pub async fn apply_binding_condition(wds: &Client, binding: &Binding, condition:
 }
 
 /// The merge patch setting `condition` among the Binding's conditions (replacing ours, keeping
-/// the others), guarded by its resourceVersion; none while the Binding has no status.
+/// the others); none while the Binding has no status.
 fn binding_condition_patch(binding: &Binding, condition: &Condition) -> Option<Json> {
     let mut conditions = binding.status.as_ref()?.conditions.clone();
     match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
         Some(ours) => *ours = condition.clone(),
         None => conditions.push(condition.clone()),
     }
-    Some(json!({"metadata": {"resourceVersion": binding.resource_version()}, "status": {"conditions": conditions}}))
+    Some(json!({"status": {"conditions": conditions}}))
 }
 
 /// Whether trying again can help: not when the apiserver rejected the request itself (invalid
@@ -195,12 +195,9 @@ mod tests {
             "{}",
             asked.uri
         );
-        // A merge patch takes no field ownership, and the resourceVersion keeps others' conditions.
+        // A merge patch takes no field ownership, and others' conditions are kept.
         assert_eq!(asked.content_type, "application/merge-patch+json");
-        assert_eq!(
-            asked.body,
-            json!({"metadata": {"resourceVersion": "7"}, "status": {"conditions": [others, ours]}})
-        );
+        assert_eq!(asked.body, json!({"status": {"conditions": [others, ours]}}));
     }
 
     #[test]
