@@ -1,5 +1,6 @@
-//! Retries per key with capped exponential back-off: a key that keeps failing is tried again
-//! ever less often (never in a hot loop), and one failing key does not delay the others.
+//! Retries: which failed writes are worth trying again ([`failure`]), and per-key capped
+//! exponential back-off ([`Backoff`]): a key that keeps failing is tried again ever less often
+//! (never in a hot loop), and one failing key does not delay the others.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -67,9 +68,57 @@ impl<K: Ord + Clone> Backoff<K> {
     }
 }
 
+/// What a failed write calls for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Failure {
+    /// The object is gone: nothing is left to write.
+    Moot,
+    /// Refused by the apiserver (invalid, forbidden, too large, …): trying again cannot help,
+    /// only a change of what is written.
+    Refused,
+    /// Anything else (conflict, throttling, server or network trouble): try again later.
+    Transient,
+}
+
+/// What the failed write `err` calls for.
+pub fn failure(err: &kube::Error) -> Failure {
+    match err {
+        kube::Error::Api(status) if status.code == 404 => Failure::Moot,
+        kube::Error::Api(status) if (400..500).contains(&status.code) && ![409, 429].contains(&status.code) => {
+            Failure::Refused
+        }
+        _ => Failure::Transient,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn api_error(code: u16) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status {
+                code,
+                ..Default::default()
+            }
+            .boxed(),
+        )
+    }
+
+    #[test]
+    fn only_transient_failures_are_worth_a_retry() {
+        assert_eq!(failure(&api_error(404)), Failure::Moot);
+        for code in [400, 403, 413, 422] {
+            assert_eq!(failure(&api_error(code)), Failure::Refused, "{code}");
+        }
+        for code in [409, 429, 500, 503] {
+            assert_eq!(failure(&api_error(code)), Failure::Transient, "{code}");
+        }
+        assert_eq!(
+            failure(&kube::Error::LinesCodecMaxLineLengthExceeded),
+            Failure::Transient
+        );
+    }
 
     const S: Duration = Duration::from_secs(1);
 

@@ -41,7 +41,7 @@ impl Tools {
         let scratch = ctx
             .stack
             .state
-            .join("scratch")
+            .join("tmp")
             .join(format!("{test}-{}", std::process::id()));
         std::fs::create_dir_all(&scratch)?;
         Ok(Tools {
@@ -63,20 +63,14 @@ impl Tools {
     }
 
     pub fn kubectl(&self, context: &str, args: &[&str]) -> anyhow::Result<String> {
-        let kubeconfig = self.kubeconfig.to_string_lossy();
-        output(
-            Command::new(self.bin.join("kubectl"))
-                .args(["--kubeconfig", &kubeconfig, "--context", context])
-                .args(args),
-        )
+        output(self.kubectl_in(context).args(args))
     }
 
     /// `kubectl` in `context` with `input` on its standard input (as in `kubectl apply -f -`).
     pub fn kubectl_input(&self, context: &str, args: &[&str], input: &str) -> anyhow::Result<String> {
         use std::io::Write;
-        let kubeconfig = self.kubeconfig.to_string_lossy();
-        let mut child = Command::new(self.bin.join("kubectl"))
-            .args(["--kubeconfig", &kubeconfig, "--context", context])
+        let mut child = self
+            .kubectl_in(context)
             .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -88,26 +82,27 @@ impl Tools {
             .take()
             .context("kubectl's stdin")?
             .write_all(input.as_bytes())?;
-        let result = child.wait_with_output()?;
-        ensure!(
-            result.status.success(),
-            "kubectl {args:?} failed ({}): {}",
-            result.status,
-            String::from_utf8_lossy(&result.stderr)
-        );
-        Ok(String::from_utf8(result.stdout)?)
+        succeeded(&format!("kubectl {args:?}"), child.wait_with_output()?)
     }
 
     /// `kubectl` in `context` whose editor (for `kubectl edit`) runs the sed script `script`
     /// over the file, as a user changing a line would.
     pub fn kubectl_with_editor(&self, context: &str, args: &[&str], script: &str) -> anyhow::Result<String> {
-        let kubeconfig = self.kubeconfig.to_string_lossy();
         output(
-            Command::new(self.bin.join("kubectl"))
-                .args(["--kubeconfig", &kubeconfig, "--context", context])
+            self.kubectl_in(context)
                 .args(args)
                 .env("KUBE_EDITOR", format!("sed -i '{script}'")),
         )
+    }
+
+    /// `kubectl` with the stack's kubeconfig, in `context`.
+    fn kubectl_in(&self, context: &str) -> Command {
+        let mut command = Command::new(self.bin.join("kubectl"));
+        command
+            .arg("--kubeconfig")
+            .arg(&self.kubeconfig)
+            .args(["--context", context]);
+        command
     }
 
     /// Writes `text` into the scratch directory; the file's path.
@@ -200,10 +195,14 @@ impl Tools {
 /// Runs a command to success; its standard output.
 pub fn output(command: &mut Command) -> anyhow::Result<String> {
     let result = command.output().with_context(|| format!("running {command:?}"))?;
+    succeeded(&format!("{:?}", command.get_args().collect::<Vec<_>>()), result)
+}
+
+/// The standard output of the finished command `what`, or why it failed.
+fn succeeded(what: &str, result: std::process::Output) -> anyhow::Result<String> {
     if !result.status.success() {
         bail!(
-            "{:?} failed ({}): {}{}",
-            command.get_args().collect::<Vec<_>>(),
+            "{what} failed ({}): {}{}",
             result.status,
             String::from_utf8_lossy(&result.stderr),
             String::from_utf8_lossy(&result.stdout)

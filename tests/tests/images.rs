@@ -12,6 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use anyhow::{Context, bail, ensure};
+use ks_tests::tools::output;
 use serde_json::Value;
 
 const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -78,7 +79,7 @@ fn check_image(name: &str) -> anyhow::Result<()> {
 
 /// Checks the layout from index.json down, unpacking the layers into `rootfs`.
 fn unpack_and_check(name: &str, archive: &Path, layout: &Path, rootfs: &Path) -> anyhow::Result<()> {
-    run(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(layout))?;
+    output(Command::new("tar").arg("-xf").arg(archive).arg("-C").arg(layout))?;
     let oci_layout: Value = serde_json::from_slice(&std::fs::read(layout.join("oci-layout"))?)?;
     ensure!(oci_layout["imageLayoutVersion"] == "1.0.0", "oci-layout: {oci_layout}");
 
@@ -122,16 +123,18 @@ fn unpack_and_check(name: &str, archive: &Path, layout: &Path, rootfs: &Path) ->
         blob(layout, layer, LAYER)?;
         let compressed = blob_path(layout, layer)?;
         // The diff_id is the digest of the uncompressed layer.
-        let uncompressed = run(Command::new("sh")
-            .arg("-c")
-            .arg("gzip -dc \"$0\" | sha256sum")
-            .arg(&compressed))?;
+        let uncompressed = output(
+            Command::new("sh")
+                .arg("-c")
+                .arg("gzip -dc \"$0\" | sha256sum")
+                .arg(&compressed),
+        )?;
         let digest = format!("sha256:{}", uncompressed.split_whitespace().next().unwrap_or_default());
         ensure!(
             *diff_id == digest.as_str(),
             "diff_id {diff_id} but the layer is {digest}"
         );
-        run(Command::new("tar").arg("-xzf").arg(&compressed).arg("-C").arg(rootfs))?;
+        output(Command::new("tar").arg("-xzf").arg(&compressed).arg("-C").arg(rootfs))?;
     }
 
     let passwd = std::fs::read_to_string(rootfs.join("etc/passwd"))?;
@@ -149,7 +152,7 @@ fn run_version(name: &str, rootfs: &Path) -> anyhow::Result<()> {
     let binary = rootfs.join("usr/local/bin").join(name);
     let Some(interpreter) = elf_interpreter(&std::fs::read(&binary)?)? else {
         // A static binary needs nothing from the image.
-        let printed = run(Command::new(&binary).arg("--version").env_clear())?;
+        let printed = output(Command::new(&binary).arg("--version").env_clear())?;
         return expect_version(name, &printed);
     };
     let loader = rootfs.join(interpreter.trim_start_matches('/'));
@@ -160,10 +163,12 @@ fn run_version(name: &str, rootfs: &Path) -> anyhow::Result<()> {
     let library_path = library_dirs(rootfs)?.join(":");
     // ld.so falls back to the host's system directories for a library the path lacks, so check
     // first that every library resolves inside the image.
-    let listed = run(Command::new(&loader)
-        .args(["--library-path", &library_path, "--list"])
-        .arg(&binary)
-        .env_clear())?;
+    let listed = output(
+        Command::new(&loader)
+            .args(["--library-path", &library_path, "--list"])
+            .arg(&binary)
+            .env_clear(),
+    )?;
     for line in listed.lines().filter(|l| l.contains("=>")) {
         let resolved = line.split("=>").nth(1).unwrap_or_default().trim();
         ensure!(
@@ -171,11 +176,13 @@ fn run_version(name: &str, rootfs: &Path) -> anyhow::Result<()> {
             "{name} loads a library from outside the image: {line}\n{listed}"
         );
     }
-    let printed = run(Command::new(&loader)
-        .args(["--library-path", &library_path])
-        .arg(&binary)
-        .arg("--version")
-        .env_clear())?;
+    let printed = output(
+        Command::new(&loader)
+            .args(["--library-path", &library_path])
+            .arg(&binary)
+            .arg("--version")
+            .env_clear(),
+    )?;
     expect_version(name, &printed)
 }
 
@@ -247,7 +254,7 @@ fn blob(layout: &Path, descriptor: &Value, media_type: &str) -> anyhow::Result<V
         "{descriptor}: the blob has {} bytes",
         bytes.len()
     );
-    let printed = run(Command::new("sha256sum").arg(&path))?;
+    let printed = output(Command::new("sha256sum").arg(&path))?;
     let digest = format!("sha256:{}", printed.split_whitespace().next().unwrap_or_default());
     ensure!(
         descriptor["digest"] == digest.as_str(),
@@ -264,16 +271,4 @@ fn blob_path(layout: &Path, descriptor: &Value) -> anyhow::Result<PathBuf> {
         "bad digest {digest}"
     );
     Ok(layout.join("blobs/sha256").join(hex))
-}
-
-/// Runs a command to success; its standard output.
-fn run(command: &mut Command) -> anyhow::Result<String> {
-    let output = command.output().with_context(|| format!("running {command:?}"))?;
-    ensure!(
-        output.status.success(),
-        "{command:?} failed ({}): {}",
-        output.status,
-        String::from_utf8_lossy(&output.stderr)
-    );
-    Ok(String::from_utf8(output.stdout)?)
 }

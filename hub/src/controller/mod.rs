@@ -14,6 +14,7 @@ use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{Binding, BindingPolicy, StatusCollector};
+use ks_shared::backoff::{Failure, failure};
 use ks_shared::cli::retry_until_done;
 use ks_shared::names::BINDING_POLICY_FINALIZER;
 use ks_shared::ocm::ManagedCluster;
@@ -28,7 +29,6 @@ use tokio_util::sync::CancellationToken;
 
 pub use metrics::Metrics;
 pub use state::{Resolutions, StatusRequest};
-use writes::Failure;
 
 use crate::binding::{Labels, ObjectIdentity, Wec, WorkloadObject};
 use crate::informers::{GroupResource, ResourceFilter, WorkloadEvent, WorkloadInformers};
@@ -514,7 +514,7 @@ impl Loop<'_> {
     /// that, and a change brings its own try). Returns what the failure calls for.
     fn settle(&mut self, result: kube::Result<()>, retry: Retry, what: &str) -> Option<Failure> {
         let err = result.err()?;
-        let failure = writes::failure(&err);
+        let failure = failure(&err);
         match failure {
             Failure::Moot => tracing::debug!(?retry, what, "object gone; nothing to write"),
             Failure::Refused => {
@@ -600,7 +600,7 @@ impl Loop<'_> {
             );
             let mut write_error = None;
             if needs_write {
-                let written = writes::write_binding(&self.binding_api, &policy, existing.as_deref(), desired).await;
+                let written = writes::write_binding(&self.binding_api, &policy, existing.is_some(), desired).await;
                 match &written {
                     Ok(()) => {
                         self.metrics.binding_writes.inc();

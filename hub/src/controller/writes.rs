@@ -18,7 +18,7 @@ use serde_json::json;
 pub async fn write_binding(
     api: &Api<Binding>,
     policy: &BindingPolicy,
-    existing: Option<&Binding>,
+    exists: bool,
     spec: BindingSpec,
 ) -> kube::Result<()> {
     let name = policy.name_any();
@@ -30,39 +30,33 @@ pub async fn write_binding(
         controller: Some(true),
         block_owner_deletion: Some(false),
     };
-    let params = PostParams {
-        field_manager: Some(field_manager::BINDING.into()),
-        ..Default::default()
-    };
-    match existing {
-        Some(_) => {
-            let patch: json_patch::Patch = serde_json::from_value(json!([
-                {"op": "replace", "path": "/spec", "value": spec},
-                {"op": "add", "path": "/metadata/ownerReferences", "value": [owner]},
-            ]))
-            .expect("a well-formed JSON patch");
-            let params = PatchParams {
-                field_manager: Some(field_manager::BINDING.into()),
-                ..Default::default()
-            };
-            api.patch(&name, &params, &Patch::<()>::Json(patch)).await?;
-        }
-        None => {
-            let metadata = ObjectMeta {
-                name: Some(name.clone()),
-                owner_references: Some(vec![owner]),
-                ..Default::default()
-            };
-            api.create(
-                &params,
-                &Binding {
-                    metadata,
-                    spec,
-                    status: None,
-                },
-            )
-            .await?;
-        }
+    if exists {
+        let patch: json_patch::Patch = serde_json::from_value(json!([
+            {"op": "replace", "path": "/spec", "value": spec},
+            {"op": "add", "path": "/metadata/ownerReferences", "value": [owner]},
+        ]))
+        .expect("a well-formed JSON patch");
+        let params = PatchParams {
+            field_manager: Some(field_manager::BINDING.into()),
+            ..Default::default()
+        };
+        api.patch(&name, &params, &Patch::<()>::Json(patch)).await?;
+    } else {
+        let params = PostParams {
+            field_manager: Some(field_manager::BINDING.into()),
+            ..Default::default()
+        };
+        let metadata = ObjectMeta {
+            name: Some(name.clone()),
+            owner_references: Some(vec![owner]),
+            ..Default::default()
+        };
+        let binding = Binding {
+            metadata,
+            spec,
+            status: None,
+        };
+        api.create(&params, &binding).await?;
     }
     Ok(())
 }
@@ -157,28 +151,6 @@ pub async fn apply_status(api: &Api<BindingPolicy>, name: &str, status: &Binding
     Ok(())
 }
 
-/// What a failed write calls for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
-    /// The object is gone: nothing is left to write.
-    Moot,
-    /// Refused by the apiserver (invalid, forbidden, …): trying again cannot help, only a change.
-    Refused,
-    /// Anything else (conflict, throttling, server or network trouble): try again later.
-    Transient,
-}
-
-/// What the failed write `err` calls for.
-pub fn failure(err: &kube::Error) -> Failure {
-    match err {
-        kube::Error::Api(status) if status.code == 404 => Failure::Moot,
-        kube::Error::Api(status) if (400..500).contains(&status.code) && ![409, 429].contains(&status.code) => {
-            Failure::Refused
-        }
-        _ => Failure::Transient,
-    }
-}
-
 /// What the API server said, without the debug dump of the whole response.
 pub fn error_message(err: &kube::Error) -> String {
     match err {
@@ -236,33 +208,3 @@ pub async fn apply_status_request_labels(
 /// Our field manager for the status-request labels on workload objects, apart from everything
 /// else so that applying only these labels never releases other fields.
 const STATUS_REQUEST_FIELD_MANAGER: &str = "kubestellar-status-request";
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn api_error(code: u16) -> kube::Error {
-        kube::Error::Api(
-            kube::core::Status {
-                code,
-                ..Default::default()
-            }
-            .boxed(),
-        )
-    }
-
-    #[test]
-    fn only_transient_failures_are_worth_a_retry() {
-        assert_eq!(failure(&api_error(404)), Failure::Moot);
-        for code in [400, 403, 422] {
-            assert_eq!(failure(&api_error(code)), Failure::Refused, "{code}");
-        }
-        for code in [409, 429, 500, 503] {
-            assert_eq!(failure(&api_error(code)), Failure::Transient, "{code}");
-        }
-        assert_eq!(
-            failure(&kube::Error::LinesCodecMaxLineLengthExceeded),
-            Failure::Transient
-        );
-    }
-}

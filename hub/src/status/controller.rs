@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ks_shared::api::{Binding, CombinedStatus, StatusCollector, WorkStatus, condition_type};
+use ks_shared::backoff::{Failure, failure};
 use ks_shared::names::{ORIGIN_WDS_LABEL, REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use kube::api::{Api, DynamicObject};
@@ -417,7 +418,7 @@ impl StatusController {
     /// Counts and logs a failure; true if trying again may help.
     fn failed(&self, err: &kube::Error, what: &str) -> bool {
         self.metrics.errors.inc();
-        let retry = writes::worth_retrying(err);
+        let retry = failure(err) == Failure::Transient;
         tracing::warn!(%what, error = %err, retry, "status write failed");
         retry
     }
@@ -529,7 +530,7 @@ impl StatusController {
             }
             // Refused (e.g. a Job's status cannot lose its completion): not again until the
             // object's status or what we want changes.
-            Err(err) if !writes::worth_retrying(&err) => {
+            Err(err) if failure(&err) != Failure::Transient => {
                 self.applied.insert(key.clone(), (status, current.cloned()));
                 Err(err)
             }

@@ -131,15 +131,6 @@ fn binding_condition_patch(binding: &Binding, condition: &Condition) -> Option<J
     Some(json!({"status": {"conditions": conditions}}))
 }
 
-/// Whether trying again can help: not when the apiserver rejected the request itself (invalid
-/// status, no status subresource), which only a change of input can fix.
-pub fn worth_retrying(err: &kube::Error) -> bool {
-    match err {
-        kube::Error::Api(status) => !(400..500).contains(&status.code) || [409, 429].contains(&status.code),
-        _ => true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use ks_shared::api::BindingStatus;

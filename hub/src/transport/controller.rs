@@ -11,7 +11,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus};
-use ks_shared::backoff::Backoff;
+use ks_shared::backoff::{Backoff, Failure, failure};
 use ks_shared::names::{
     CUSTOMIZATION_PROPERTIES_NAMESPACE, EXPAND_TEMPLATES_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL,
     TRANSPORT_FINALIZER, WDS_GENERATION_ANNOTATION, field_manager,
@@ -329,7 +329,7 @@ impl<P: Plugin> Transport<P> {
                 .await;
             match written {
                 // Deleted meanwhile: a Binding that is gone is done.
-                Err(kube::Error::Api(status)) if status.code == 404 => {}
+                Err(err) if failure(&err) == Failure::Moot => {}
                 written => {
                     written?;
                 }
@@ -621,20 +621,25 @@ impl<P: Plugin> Transport<P> {
         body["kind"] = json!(P::Wrapped::kind(&()));
         let params = PatchParams::apply(field_manager::TRANSPORT).force();
         self.settings.metrics.writes.inc();
-        match api.patch(name, &params, &Patch::Apply(&body)).await {
-            Ok(_) => Ok(None),
-            Err(kube::Error::Api(status)) if is_rejection(status.code) => Ok(Some(format!(
+        let Err(err) = api.patch(name, &params, &Patch::Apply(&body)).await else {
+            return Ok(None);
+        };
+        let kube::Error::Api(status) = &err else {
+            return Err(err.into());
+        };
+        match failure(&err) {
+            Failure::Refused => Ok(Some(format!(
                 "the ITS rejected {} {mailbox}/{name}: {}",
                 P::Wrapped::kind(&()),
                 status.message
             ))),
             // A WEC not accepted yet has no mailbox. Retrying cannot help until it is accepted,
             // and that changes its inventory object, which brings this Binding back.
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(Some(format!(
+            Failure::Moot => Ok(Some(format!(
                 "the mailbox namespace {mailbox} does not exist (is the WEC accepted into the ITS?): {}",
                 status.message
             ))),
-            Err(err) => Err(err.into()),
+            Failure::Transient => Err(err.into()),
         }
     }
 
@@ -664,12 +669,6 @@ fn apply_order(delivery: &Delivery) -> u8 {
         _ if !namespaced => 2,
         _ => 3,
     }
-}
-
-/// Whether an API error code means the request itself is refused (invalid, too large,
-/// forbidden), as opposed to a conflict, throttling or an outage that a retry may get past.
-fn is_rejection(code: u16) -> bool {
-    matches!(code, 400 | 403 | 413 | 422)
 }
 
 #[cfg(test)]
