@@ -126,7 +126,17 @@ pub fn repo_root() -> PathBuf {
 /// Runs `tests` against the stack with the standard test-runner arguments and output.
 /// `our_binaries` is the cargo target directory holding `ks-stack`, `ks-agent`, ...
 pub fn run(our_binaries: &std::path::Path, tests: Vec<StackTest>) -> ExitCode {
-    let args = Arguments::from_args();
+    run_with(Arguments::from_args(), our_binaries, tests)
+}
+
+/// As [`run`], one test at a time: for tests that restart or break the stack's processes.
+pub fn run_one_at_a_time(our_binaries: &std::path::Path, tests: Vec<StackTest>) -> ExitCode {
+    let mut args = Arguments::from_args();
+    args.test_threads = Some(1);
+    run_with(args, our_binaries, tests)
+}
+
+fn run_with(args: Arguments, our_binaries: &std::path::Path, tests: Vec<StackTest>) -> ExitCode {
     let runtime = tokio::runtime::Runtime::new().expect("tokio runtime");
     let stack = match Stack::new(&repo_root(), 2, our_binaries) {
         Ok(stack) => Arc::new(stack),

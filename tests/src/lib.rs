@@ -3,6 +3,7 @@
 
 pub mod binaries;
 pub mod crd_fields;
+pub mod faults;
 pub mod gauge;
 pub mod harness;
 pub mod invariants;

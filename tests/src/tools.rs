@@ -217,6 +217,21 @@ pub fn objects(yaml: &str) -> anyhow::Result<Vec<Value>> {
     Ok(documents.into_iter().filter(Value::is_object).collect())
 }
 
+/// A BindingPolicy as a user writes it: objects labelled `selector` to the WECs labelled `clusters`
+/// (both YAML flow-map entries, e.g. `name: cluster1`).
+pub fn policy_yaml(name: &str, clusters: &str, selector: &str) -> String {
+    format!(
+        r#"---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {name}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{{clusters}}}}}]
+  downsync: [{{objectSelectors: [{{matchLabels: {{{selector}}}}}]}}]
+"#
+    )
+}
+
 pub fn chart_path(chart: &str) -> String {
     repo_root().join(chart).to_string_lossy().into_owned()
 }

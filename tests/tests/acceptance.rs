@@ -15,7 +15,7 @@ use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, run, wait_until};
 use ks_tests::stack::wait_for;
 use ks_tests::stack_test;
-use ks_tests::tools::{Release, Tools};
+use ks_tests::tools::{Release, Tools, policy_yaml};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::wait::conditions;
@@ -77,21 +77,6 @@ async fn namespace_on_wec(
         .await
         .with_context(|| format!("on {wec}"))?;
     Ok(())
-}
-
-/// A BindingPolicy as a user writes it: objects labelled `selector` to the WECs labelled `clusters`
-/// (both YAML flow-map entries, e.g. `name: cluster1`).
-fn policy_yaml(name: &str, clusters: &str, selector: &str) -> String {
-    format!(
-        r#"---
-apiVersion: control.kubestellar.io/v1alpha1
-kind: BindingPolicy
-metadata: {{name: {name}}}
-spec:
-  clusterSelectors: [{{matchLabels: {{{clusters}}}}}]
-  downsync: [{{objectSelectors: [{{matchLabels: {{{selector}}}}}]}}]
-"#
-    )
 }
 
 fn present<K>(object: Option<&K>) -> bool {

@@ -57,16 +57,16 @@ pub enum Tracing {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HubOptions {
     pub tracing: Tracing,
-    /// `--max-num-wrapped=HUB_MAX_NUM_WRAPPED` (so tests see sharding by count) instead of the
-    /// shipped default.
-    pub small_shards: bool,
+    /// `--max-num-wrapped`; `None` is the shipped default. The stack's is
+    /// [`HUB_MAX_NUM_WRAPPED`], so tests see sharding by count.
+    pub max_num_wrapped: Option<usize>,
 }
 
 impl HubOptions {
     /// As `make up` runs it.
     pub const STACK: HubOptions = HubOptions {
         tracing: Tracing::On,
-        small_shards: true,
+        max_num_wrapped: Some(HUB_MAX_NUM_WRAPPED),
     };
 }
 
@@ -630,8 +630,8 @@ impl Stack {
             format!("--wds-name={wds}"),
             format!("--http-address=127.0.0.1:{}", self.hub_port(wds)),
         ];
-        if options.small_shards {
-            args.push(format!("--max-num-wrapped={HUB_MAX_NUM_WRAPPED}"));
+        if let Some(n) = options.max_num_wrapped {
+            args.push(format!("--max-num-wrapped={n}"));
         }
         let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
         let mut env = vec![("OTEL_SERVICE_NAME", "ks-hub")];

@@ -130,6 +130,17 @@ impl Procs {
         }
         Ok(())
     }
+
+    /// Sends `name` the signal `signal` (`KILL`, `STOP`, `CONT`), as a crash or a stall would
+    /// (no clean-up); after `KILL`, waits until it is gone. Fails when it is not running.
+    pub fn signal(&self, name: &str, signal_name: &str) -> anyhow::Result<()> {
+        let pid = self.running(name).with_context(|| format!("{name} is not running"))?;
+        signal(pid, signal_name)?;
+        if signal_name == "KILL" && !wait_gone(pid, Duration::from_secs(5)) {
+            bail!("{name} (pid {pid}) survived SIGKILL");
+        }
+        Ok(())
+    }
 }
 
 fn alive(pid: u32) -> bool {

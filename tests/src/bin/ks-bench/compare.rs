@@ -137,7 +137,7 @@ async fn switch_to(stack: &Stack, implementation: Implementation) -> anyhow::Res
             stack.stop_upstream_hub(WDS)?;
             let defaults = HubOptions {
                 tracing: Tracing::On,
-                small_shards: false,
+                max_num_wrapped: None,
             };
             stack.restart_hub(WDS, defaults).await
         }
