@@ -1,6 +1,9 @@
 //! One informer per listable resource of the WDS, at its preferred version, started and stopped
 //! as CRDs come and go, without a restart. Each informer keeps a cache and reports every change
-//! as a [`WorkloadEvent`]; nothing on the hot path reads the API server.
+//! as a [`WorkloadEvent`]; nothing on the hot path reads the API server. A cache that is not
+//! filled yet is never read as empty: lookups see an informer only once it has listed, a new
+//! version's informer replaces the old one only then, and [`WorkloadInformers::unsynced`] names
+//! the resources whose objects are not known (so nothing is removed from a WEC for their sake).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -14,6 +17,10 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
@@ -80,21 +87,54 @@ impl ResourceFilter {
     }
 
     pub fn watches(&self, group: &str, resource: &str, caps: &ApiCapabilities) -> bool {
+        caps.supports_operation(verbs::LIST) && caps.supports_operation(verbs::WATCH) && self.selects(group, resource)
+    }
+
+    /// Whether a resource is watched when it can be listed and watched.
+    pub fn selects(&self, group: &str, resource: &str) -> bool {
         !resource.contains('/')
-            && caps.supports_operation(verbs::LIST)
-            && caps.supports_operation(verbs::WATCH)
             && !EXCLUDED_GROUPS.contains(&group)
             && !EXCLUDED_RESOURCES.contains(&(group, resource))
             && self.allowed_groups.as_ref().is_none_or(|g| g.contains(group))
     }
 }
 
-/// A running informer.
+/// One informer: its cache and how to stop it.
 struct Informer {
     resource: ApiResource,
     namespaced: bool,
     store: Store<DynamicObject>,
     stop: CancellationToken,
+    /// Tells this informer from a later one of the same resource.
+    id: u64,
+}
+
+/// The informers, by the state of their caches.
+#[derive(Default)]
+struct Informers {
+    /// Filled: what lookups see.
+    serving: BTreeMap<GroupResource, Informer>,
+    /// Filling: a new resource, or a resource at a new version whose informer at the old version
+    /// serves until this one is filled (an empty cache would read as every object deleted).
+    filling: BTreeMap<GroupResource, Informer>,
+    /// Resources of established CRDs that discovery does not list (yet): unknown, not gone.
+    undiscovered: BTreeSet<GroupResource>,
+    next_id: u64,
+}
+
+/// The resource label of the informers' metrics, e.g. `apps/deployments`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabel {
+    pub resource: String,
+}
+
+/// What the informers count.
+#[derive(Clone, Debug, Default)]
+pub struct InformerMetrics {
+    /// Failed lists and watches, by resource.
+    pub watch_errors: Family<ResourceLabel, Counter>,
+    /// Resources to watch whose cache is not filled.
+    pub unsynced: Gauge,
 }
 
 /// The set of informers over the WDS.
@@ -102,10 +142,13 @@ struct Informer {
 pub struct WorkloadInformers {
     client: Client,
     filter: ResourceFilter,
-    running: Arc<Mutex<BTreeMap<GroupResource, Informer>>>,
+    informers: Arc<Mutex<Informers>>,
+    /// Bumped whenever a cache is filled.
+    filled: Arc<tokio::sync::watch::Sender<u64>>,
     events: UnboundedSender<WorkloadEvent>,
     shutdown: CancellationToken,
     first_seen: FirstSeen,
+    metrics: InformerMetrics,
 }
 
 /// When each object generation (by UID) was first seen changing: where a rollout's trace starts.
@@ -140,15 +183,18 @@ impl WorkloadInformers {
         client: Client,
         filter: ResourceFilter,
         events: UnboundedSender<WorkloadEvent>,
+        metrics: InformerMetrics,
         shutdown: CancellationToken,
     ) -> Self {
         WorkloadInformers {
             client,
             filter,
-            running: Arc::default(),
+            informers: Arc::default(),
+            filled: Arc::new(tokio::sync::watch::Sender::new(0)),
             events,
             shutdown,
             first_seen: FirstSeen::default(),
+            metrics,
         }
     }
 
@@ -157,19 +203,31 @@ impl WorkloadInformers {
         &self.first_seen
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<GroupResource, Informer>> {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Informers> {
+        self.informers.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// How many informers run.
+    /// How many informers serve.
     pub fn count(&self) -> usize {
-        self.lock().len()
+        self.lock().serving.len()
+    }
+
+    /// The resources to watch whose objects are not known: their informer is still filling its
+    /// cache (or cannot: its LIST fails), or discovery does not list them yet. Their objects
+    /// must not be taken for deleted.
+    pub fn unsynced(&self) -> BTreeSet<GroupResource> {
+        let informers = self.lock();
+        let filling = informers
+            .filling
+            .keys()
+            .filter(|gr| !informers.serving.contains_key(*gr));
+        filling.chain(&informers.undiscovered).cloned().collect()
     }
 
     /// The cached object, with the version it is served at and its scope.
     pub fn get(&self, resource: &GroupResource, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
-        let running = self.lock();
-        let informer = running.get(resource)?;
+        let informers = self.lock();
+        let informer = informers.serving.get(resource)?;
         let key = ObjectRef::new_with(name, informer.resource.clone());
         let key = match namespace {
             Some(namespace) if informer.namespaced => key.within(namespace),
@@ -178,15 +236,16 @@ impl WorkloadInformers {
         informer.store.get(&key)
     }
 
-    /// The API resource (version, kind) watched for a group/resource.
+    /// The API resource (version, kind) served for a group/resource.
     pub fn api_resource(&self, resource: &GroupResource) -> Option<ApiResource> {
-        self.lock().get(resource).map(|i| i.resource.clone())
+        self.lock().serving.get(resource).map(|i| i.resource.clone())
     }
 
     /// Every cached object of every resource, with its group/resource.
     pub fn all_objects(&self) -> Vec<(GroupResource, ApiResource, Arc<DynamicObject>)> {
-        let running = self.lock();
-        running
+        let informers = self.lock();
+        informers
+            .serving
             .iter()
             .flat_map(|(gr, informer)| {
                 informer
@@ -200,12 +259,18 @@ impl WorkloadInformers {
 
     /// Every cached object of one resource.
     pub fn objects_of(&self, resource: &GroupResource) -> Vec<Arc<DynamicObject>> {
-        self.lock().get(resource).map(|i| i.store.state()).unwrap_or_default()
+        self.lock()
+            .serving
+            .get(resource)
+            .map(|i| i.store.state())
+            .unwrap_or_default()
     }
 
     /// Brings the set of informers in line with discovery and the established CRDs: starts the
-    /// missing ones, stops those whose resource is gone. `crds` are the CRDs currently known.
-    pub async fn sync_with_discovery(&self, crds: &[Arc<CustomResourceDefinition>]) -> Result<(), kube::Error> {
+    /// missing ones, replaces those whose version changed (the old one serves until the new one
+    /// is filled), stops those whose resource is gone. `crds` are the CRDs currently known.
+    /// Returns whether discovery lists every established CRD's resource (if not, call again).
+    pub async fn sync_with_discovery(&self, crds: &[Arc<CustomResourceDefinition>]) -> Result<bool, kube::Error> {
         let discovery = Discovery::new(self.client.clone()).run_aggregated().await?;
         let served_crds: BTreeSet<GroupResource> = crds
             .iter()
@@ -214,6 +279,7 @@ impl WorkloadInformers {
                 group: crd.spec.group.clone(),
                 resource: crd.spec.names.plural.clone(),
             })
+            .filter(|gr| self.filter.selects(&gr.group, &gr.resource))
             .collect();
         let mut wanted = BTreeMap::new();
         for group in discovery.groups() {
@@ -234,41 +300,65 @@ impl WorkloadInformers {
                 }
             }
         }
-        let mut running = self.lock();
-        let stale: Vec<GroupResource> = running
-            .iter()
-            .filter(|(gr, informer)| {
-                wanted
-                    .get(*gr)
-                    .is_none_or(|(ar, _)| ar.version != informer.resource.version)
-            })
-            .map(|(gr, _)| gr.clone())
+        let undiscovered: BTreeSet<GroupResource> =
+            served_crds.into_iter().filter(|gr| !wanted.contains_key(gr)).collect();
+        let mut informers = self.lock();
+        // Gone: neither discovered nor an established CRD that discovery has not caught up with.
+        let gone: Vec<GroupResource> = informers
+            .serving
+            .keys()
+            .chain(informers.filling.keys())
+            .filter(|gr| !wanted.contains_key(*gr) && !undiscovered.contains(*gr))
+            .cloned()
             .collect();
-        for gr in stale {
-            if let Some(informer) = running.remove(&gr) {
-                informer.stop.cancel();
+        for gr in gone {
+            if let Some(filling) = informers.filling.remove(&gr) {
+                filling.stop.cancel();
+            }
+            if let Some(serving) = informers.serving.remove(&gr) {
+                serving.stop.cancel();
                 tracing::info!(group = %gr.group, resource = %gr.resource, "stopped informer");
                 let _ = self.events.send(WorkloadEvent::Stopped(gr));
             }
         }
         for (gr, (resource, caps)) in wanted {
-            if running.contains_key(&gr) {
+            let at = |i: Option<&Informer>| i.is_some_and(|i| i.resource.version == resource.version);
+            if at(informers.filling.get(&gr)) {
                 continue;
             }
-            let informer = self.start(gr.clone(), resource, caps.scope == Scope::Namespaced);
+            if let Some(outdated) = informers.filling.remove(&gr) {
+                outdated.stop.cancel();
+            }
+            if at(informers.serving.get(&gr)) {
+                continue;
+            }
+            informers.next_id += 1;
+            let informer = self.start(gr.clone(), resource, caps.scope == Scope::Namespaced, informers.next_id);
             tracing::info!(group = %gr.group, resource = %gr.resource, version = %informer.resource.version, "started informer");
-            running.insert(gr, informer);
+            informers.filling.insert(gr, informer);
         }
-        Ok(())
+        for gr in &undiscovered {
+            tracing::warn!(group = %gr.group, resource = %gr.resource, "CRD established but not in discovery yet; its objects are kept as they were");
+        }
+        let complete = undiscovered.is_empty();
+        informers.undiscovered = undiscovered;
+        drop(informers);
+        self.metrics.unsynced.set(self.unsynced().len() as i64);
+        Ok(complete)
     }
 
-    fn start(&self, gr: GroupResource, resource: ApiResource, namespaced: bool) -> Informer {
+    fn start(&self, gr: GroupResource, resource: ApiResource, namespaced: bool, id: u64) -> Informer {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let mut writer = Writer::new(resource.clone());
         let store = writer.as_reader();
         let stop = self.shutdown.child_token();
         let (events, token, first_seen) = (self.events.clone(), stop.clone(), self.first_seen.clone());
+        let this = self.clone();
         let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let errors = self.metrics.watch_errors.get_or_create(&ResourceLabel {
+            resource: format!("{}/{}", gr.group, gr.resource),
+        });
+        let errors = errors.clone();
         tokio::spawn(async move {
             tokio::pin!(stream);
             loop {
@@ -280,7 +370,8 @@ impl WorkloadInformers {
                 let event = match event {
                     Ok(event) => event,
                     Err(err) => {
-                        tracing::debug!(resource = %gr.resource, error = %err, "watch error; retrying");
+                        errors.inc();
+                        tracing::warn!(group = %gr.group, resource = %gr.resource, error = %err, "listing or watching failed; retrying");
                         continue;
                     }
                 };
@@ -296,7 +387,10 @@ impl WorkloadInformers {
                         events.send(change(o))
                     }
                     watcher::Event::Delete(o) => events.send(change(o)),
-                    watcher::Event::InitDone => events.send(WorkloadEvent::Listed(gr.clone())),
+                    watcher::Event::InitDone => {
+                        this.filled(&gr, id);
+                        events.send(WorkloadEvent::Listed(gr.clone()))
+                    }
                     watcher::Event::Init | watcher::Event::InitApply(_) => Ok(()),
                 };
                 if sent.is_err() {
@@ -309,15 +403,41 @@ impl WorkloadInformers {
             namespaced,
             store,
             stop,
+            id,
         }
     }
 
-    /// Whether every running informer has filled its cache.
-    pub async fn wait_synced(&self) {
-        let stores: Vec<Store<DynamicObject>> = self.lock().values().map(|i| i.store.clone()).collect();
-        for store in stores {
-            let _ = store.wait_until_ready().await;
+    /// Informer `id` of `gr` has filled its cache: if it was filling, it serves from now on, in
+    /// place of the one at the old version.
+    fn filled(&self, gr: &GroupResource, id: u64) {
+        let mut informers = self.lock();
+        if informers.filling.get(gr).is_some_and(|i| i.id == id) {
+            let Some(informer) = informers.filling.remove(gr) else {
+                return;
+            };
+            tracing::info!(group = %gr.group, resource = %gr.resource, version = %informer.resource.version, "informer serving");
+            if let Some(replaced) = informers.serving.insert(gr.clone(), informer) {
+                replaced.stop.cancel();
+            }
         }
+        drop(informers);
+        self.metrics.unsynced.set(self.unsynced().len() as i64);
+        self.filled.send_modify(|n| *n += 1);
+    }
+
+    /// Waits until no informer is filling its cache, at most `deadline`; the resources still
+    /// unsynced then.
+    pub async fn wait_synced(&self, deadline: Duration) -> BTreeSet<GroupResource> {
+        let mut filled = self.filled.subscribe();
+        let all_filled = async {
+            while !self.lock().filling.is_empty() {
+                if filled.changed().await.is_err() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(deadline, all_filled).await;
+        self.unsynced()
     }
 }
 

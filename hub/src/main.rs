@@ -103,6 +103,12 @@ struct Args {
     /// Milliseconds to gather changes before writing Bindings (bursts become one write).
     #[arg(long, env = "KS_BINDING_DEBOUNCE_MS", default_value_t = 50, value_name = "MS")]
     binding_debounce_ms: u64,
+    /// Seconds start-up waits for every workload resource's cache to fill. A resource whose LIST
+    /// keeps failing (e.g. a CRD whose conversion webhook is down) does not hold the others back:
+    /// its objects stay as the Bindings list them, and it is logged and counted in
+    /// kubestellar_binding_unsynced_resources until its cache fills.
+    #[arg(long, env = "KS_CACHE_SYNC_TIMEOUT", default_value_t = 30, value_name = "SECONDS")]
+    cache_sync_timeout: u64,
 }
 
 /// Where /metrics, /healthz and /readyz are served unless --http-address says otherwise.
@@ -150,6 +156,7 @@ async fn main() -> anyhow::Result<()> {
     let settings = Settings {
         filter: ResourceFilter::from_api_groups(&args.api_groups),
         debounce: Duration::from_millis(args.binding_debounce_ms),
+        cache_sync_timeout: Duration::from_secs(args.cache_sync_timeout),
         status: with("status").then(|| ks_hub::status::controller::Settings {
             wds_name: args.wds_name.clone(),
             after_transport: with("transport"),

@@ -105,9 +105,17 @@ async fn delivered(ctx: &Ctx, resource: &ApiResource, id: &str, count: usize) ->
 /// Fails with the objects lost, if any; checks each WEC still has `count` of them.
 fn no_losses(losses: &WecLosses, count: usize) -> anyhow::Result<()> {
     let lost = losses.losses();
-    ensure!(lost.is_empty(), "objects deleted or recreated on the WECs:\n{}", lost.join("\n"));
+    ensure!(
+        lost.is_empty(),
+        "objects deleted or recreated on the WECs:\n{}",
+        lost.join("\n")
+    );
     for wec in WECS {
-        ensure!(losses.count(wec) == count, "{wec} has {} objects, not {count}", losses.count(wec));
+        ensure!(
+            losses.count(wec) == count,
+            "{wec} has {} objects, not {count}",
+            losses.count(wec)
+        );
     }
     Ok(())
 }
@@ -141,9 +149,13 @@ async fn objects_moving_between_manifestworks_stay_on_the_wecs(ctx: Ctx) -> anyh
                 ..HubOptions::STACK
             };
             ctx.stack.restart_hub("wds1", options).await?;
-            wait_works(&ctx, &id, count, &format!("{count} ManifestWorks of at most {limit}"), |works| {
-                works.iter().all(|w| w.spec.workload.manifests.len() <= limit)
-            })
+            wait_works(
+                &ctx,
+                &id,
+                count,
+                &format!("{count} ManifestWorks of at most {limit}"),
+                |works| works.iter().all(|w| w.spec.workload.manifests.len() <= limit),
+            )
             .await?;
         }
         anyhow::Ok(())
@@ -195,7 +207,10 @@ async fn a_crd_version_added_and_removed_keeps_the_wec_objects(ctx: Ctx) -> anyh
     let crd_v1 = crd(&["v1"])?;
     tools.kubectl("wds1", &["apply", "-f", &crd_v1])?;
     let established = format!("crd/widgets.{group}");
-    tools.kubectl("wds1", &["wait", "--for=condition=established", "--timeout=60s", &established])?;
+    tools.kubectl(
+        "wds1",
+        &["wait", "--for=condition=established", "--timeout=60s", &established],
+    )?;
     let yaml = workload(&id, OBJECTS, |i| {
         format!(
             "apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\

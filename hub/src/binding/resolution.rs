@@ -32,6 +32,33 @@ pub fn desired_binding_spec<'o, 'w>(
     spec
 }
 
+/// Carries into `desired` what `existing` lists of the resources whose objects are not known
+/// (`unknown(group, resource)`: their cache is not filled). Those objects are absent from the
+/// caches, not deleted: a Binding, and so the WECs, lose them only once the cache says so.
+pub fn keep_unknown(desired: &mut BindingSpec, existing: &BindingSpec, unknown: impl Fn(&str, &str) -> bool) {
+    let workload = &mut desired.workload;
+    workload
+        .cluster_scope
+        .retain(|e| !unknown(&e.object.group, &e.object.resource));
+    workload
+        .namespace_scope
+        .retain(|e| !unknown(&e.object.group, &e.object.resource));
+    let kept = &existing.workload;
+    workload.cluster_scope.extend(
+        kept.cluster_scope
+            .iter()
+            .filter(|e| unknown(&e.object.group, &e.object.resource))
+            .cloned(),
+    );
+    workload.namespace_scope.extend(
+        kept.namespace_scope
+            .iter()
+            .filter(|e| unknown(&e.object.group, &e.object.resource))
+            .cloned(),
+    );
+    normalize(desired);
+}
+
 /// Whether `existing` says something other than `desired`: destinations compared as sets, the
 /// workload as a map from object to resourceVersion and modulation. List order never counts, so
 /// a Binding written by another implementation is not rewritten just to reorder it.
@@ -114,6 +141,25 @@ mod tests {
         let objects = [deployment("ns1", "web"), namespace("ns1")];
         let modulation = collecting(&["a", "b"]);
         desired_binding_spec(objects.iter().map(|o| (o, &modulation)), ["cluster1", "cluster2"])
+    }
+
+    #[test]
+    fn objects_of_unknown_resources_are_kept_as_the_binding_lists_them() {
+        let modulation = collecting(&[]);
+        let before = [deployment("ns1", "web"), deployment("ns1", "api"), namespace("ns1")];
+        let existing = desired_binding_spec(before.iter().map(|o| (o, &modulation)), ["cluster1"]);
+        // The Deployments' cache is empty while it fills: only the Namespace is known.
+        let now = [namespace("ns1")];
+        let mut desired = desired_binding_spec(now.iter().map(|o| (o, &modulation)), ["cluster1"]);
+        keep_unknown(&mut desired, &existing, |group, resource| {
+            (group, resource) == ("apps", "deployments")
+        });
+        assert!(!binding_spec_differs(&existing, &desired));
+        // Once known, the cache rules: a Deployment gone from it leaves the Binding.
+        let mut desired = desired_binding_spec(now.iter().map(|o| (o, &modulation)), ["cluster1"]);
+        keep_unknown(&mut desired, &existing, |_, _| false);
+        assert_eq!(desired.workload.namespace_scope.len(), 0);
+        assert_eq!(desired.workload.cluster_scope.len(), 1);
     }
 
     #[test]

@@ -14,8 +14,10 @@ pub struct Metrics {
     pub binding_writes: Counter,
     /// Policies waiting for their Binding check.
     pub queue_depth: Gauge,
-    /// Workload informers running on the WDS.
+    /// Workload informers serving on the WDS.
     pub informers: Gauge,
+    /// Their failed lists and watches, and the resources whose cache is not filled.
+    pub informer: crate::informers::InformerMetrics,
 }
 
 impl Metrics {
@@ -43,8 +45,18 @@ impl Metrics {
         );
         sub.register(
             "informers",
-            "Workload informers running on the WDS",
+            "Workload informers serving on the WDS",
             self.informers.clone(),
+        );
+        sub.register(
+            "watch_errors",
+            "Failed lists and watches of a workload resource of the WDS (each retried with back-off)",
+            self.informer.watch_errors.clone(),
+        );
+        sub.register(
+            "unsynced_resources",
+            "Workload resources whose cache is not filled (their objects are kept as the Bindings list them)",
+            self.informer.unsynced.clone(),
         );
     }
 }

@@ -43,6 +43,9 @@ pub struct Settings {
     pub status: Option<crate::status::controller::Settings>,
     /// How long to gather changes before writing Bindings.
     pub debounce: Duration,
+    /// How long start-up waits for the workload caches to fill; those still empty then keep
+    /// their objects as the Bindings list them.
+    pub cache_sync_timeout: Duration,
 }
 
 /// Everything the loop reacts to.
@@ -155,7 +158,13 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let (inputs, mut received) = mpsc::unbounded_channel();
     let (workload_events, mut workload_received) = mpsc::unbounded_channel();
-    let informers = WorkloadInformers::new(wds.clone(), settings.filter.clone(), workload_events, shutdown.clone());
+    let informers = WorkloadInformers::new(
+        wds.clone(),
+        settings.filter.clone(),
+        workload_events,
+        metrics.informer.clone(),
+        shutdown.clone(),
+    );
 
     let (policies, policy_stream) = cache(Api::all(wds.clone()), inputs.clone(), |p: &BindingPolicy| {
         Input::Policy(p.name_any())
@@ -214,14 +223,26 @@ pub async fn run(
             let (informers, crds) = (caches.informers.clone(), caches.crds.state());
             async move { informers.sync_with_discovery(&crds).await }
         });
-        if discovered.await.is_some() {
-            caches.informers.wait_synced().await;
+        let complete = discovered.await?;
+        // One resource whose LIST keeps failing must not keep every other one waiting: its
+        // objects stay as the Bindings list them until its cache is filled.
+        let unsynced = caches.informers.wait_synced(settings.cache_sync_timeout).await;
+        if !unsynced.is_empty() {
+            let names: Vec<String> = unsynced
+                .iter()
+                .map(|gr| format!("{}/{}", gr.group, gr.resource))
+                .collect();
+            tracing::warn!(resources = %names.join(","), "starting before these caches are filled; their objects are kept as the Bindings list them");
         }
+        Some(complete)
     };
-    tokio::select! {
+    let complete = tokio::select! {
         _ = shutdown.cancelled() => return Ok(()),
-        _ = filled => {}
-    }
+        complete = filled => match complete {
+            Some(complete) => complete,
+            None => return Ok(()),
+        },
+    };
     if let Some(transport) = settings.transport.clone() {
         let (wds, its, informers, shutdown) = (wds.clone(), its.clone(), caches.informers.clone(), shutdown.clone());
         tokio::spawn(async move {
@@ -266,7 +287,8 @@ pub async fn run(
     looper.flush().await;
     ready.open();
 
-    let mut discovery_due: Option<tokio::time::Instant> = None;
+    // Discovery can lag behind the established CRDs (an apiserver just restarted): look again.
+    let mut discovery_due = (!complete).then(|| tokio::time::Instant::now() + DISCOVERY_RETRY);
     let mut flush_due: Option<tokio::time::Instant> = None;
     let mut retry = RetryTimer::default();
     loop {
@@ -300,7 +322,7 @@ pub async fn run(
             _ = sleep_until(next_timer) => {
                 let now = tokio::time::Instant::now();
                 if discovery_due.is_some_and(|t| t <= now) {
-                    discovery_due = looper.sync_informers().await.then(|| now + Duration::from_millis(500));
+                    discovery_due = looper.sync_informers().await.then(|| now + DISCOVERY_RETRY);
                 }
                 if flush_due.is_some_and(|t| t <= now) {
                     flush_due = None;
@@ -341,6 +363,9 @@ enum Retry {
     /// The status-request labels of WDS objects.
     Labels,
 }
+
+/// How soon discovery is asked again when it lags behind the established CRDs.
+const DISCOVERY_RETRY: Duration = Duration::from_millis(500);
 
 /// Back-off of failed writes.
 const RETRY_MIN: Duration = Duration::from_secs(1);
@@ -422,6 +447,11 @@ impl Loop<'_> {
                 for id in present {
                     self.object_changed(&resource, Some(id.namespace).filter(|n| !n.is_empty()), &id.name);
                 }
+                // Bindings kept this resource's objects as they were while its cache filled.
+                self.metrics.informers.set(self.caches.informers.count() as i64);
+                for name in self.resolutions.policy_names() {
+                    self.resolutions.touch(&name);
+                }
             }
             WorkloadEvent::Stopped(resource) => {
                 self.resolutions
@@ -498,15 +528,19 @@ impl Loop<'_> {
             .set_policy(name, &policy.spec, objects.iter().map(|(o, l)| (o, l.as_ref())), &wecs);
     }
 
-    /// Re-syncs the informer set; true when an established CRD is not served yet (discovery lags).
+    /// Re-syncs the informer set; true when it must be done again: discovery failed, or an
+    /// established CRD is not listed yet (discovery lags).
     async fn sync_informers(&mut self) -> bool {
         let crds = self.caches.crds.state();
-        if let Err(err) = self.caches.informers.sync_with_discovery(&crds).await {
-            tracing::warn!(error = %err, "discovery failed; retrying");
-            return true;
-        }
+        let complete = match self.caches.informers.sync_with_discovery(&crds).await {
+            Ok(complete) => complete,
+            Err(err) => {
+                tracing::warn!(error = %err, "discovery failed; retrying");
+                false
+            }
+        };
         self.metrics.informers.set(self.caches.informers.count() as i64);
-        false
+        !complete
     }
 
     /// Counts and logs a failed write, and schedules `retry` when trying again may help: not
@@ -582,15 +616,23 @@ impl Loop<'_> {
         if !dirty.is_empty() {
             self.sync_status_labels().await;
         }
+        let unknown = self.caches.informers.unsynced();
         for name in dirty {
             self.metrics.reconciles.inc();
-            let (Some(policy), Some(desired)) = (
+            let (Some(policy), Some(mut desired)) = (
                 self.caches.policies.get(&ObjectRef::new(&name)),
                 self.resolutions.desired_spec(&name),
             ) else {
                 continue;
             };
             let existing = self.caches.bindings.get(&ObjectRef::new(&name));
+            if let Some(existing) = &existing
+                && !unknown.is_empty()
+            {
+                crate::binding::keep_unknown(&mut desired, &existing.spec, |group, resource| {
+                    unknown.iter().any(|gr| gr.group == group && gr.resource == resource)
+                });
+            }
             let needs_write = existing
                 .as_ref()
                 .is_none_or(|b| crate::binding::binding_spec_differs(&b.spec, &desired));
@@ -673,6 +715,7 @@ mod tests {
                 client.clone(),
                 ResourceFilter::default(),
                 events,
+                Default::default(),
                 CancellationToken::new(),
             ),
             policies: store(policies),

@@ -29,7 +29,7 @@ use super::metrics::Metrics;
 use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
 use super::wrap::{Delivery, Origin, work_name};
-use super::{jsonpath, template, trace, wrap};
+use super::{jsonpath, moves, template, trace, wrap};
 use crate::informers::{GroupResource, WorkloadInformers};
 
 /// Settings of the transport controller.
@@ -310,6 +310,14 @@ impl<P: Plugin> Transport<P> {
         if !has_finalizer {
             crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, true).await?;
         }
+        if let Some(unknown) = self.unknown_resource(&binding) {
+            // Its objects are not known, not gone: the WECs keep what they have.
+            anyhow::bail!(
+                "the WDS cache of {}/{} is not filled; its ManifestWorks stay as they are",
+                unknown.group,
+                unknown.resource
+            );
+        }
         let (desired, mut errors) = self.desired_works(&binding);
         if errors.is_empty() {
             errors = self.apply_works(name, desired).await?;
@@ -336,6 +344,26 @@ impl<P: Plugin> Transport<P> {
             }
         }
         Ok(())
+    }
+
+    /// A resource of which the Binding lists objects while its cache is not filled, if any.
+    fn unknown_resource(&self, binding: &Binding) -> Option<GroupResource> {
+        let unsynced = self.informers.unsynced();
+        if unsynced.is_empty() {
+            return None;
+        }
+        let w = &binding.spec.workload;
+        let listed = w
+            .cluster_scope
+            .iter()
+            .map(|c| (&c.object.group, &c.object.resource))
+            .chain(w.namespace_scope.iter().map(|n| (&n.object.group, &n.object.resource)));
+        listed
+            .map(|(group, resource)| GroupResource {
+                group: group.clone(),
+                resource: resource.clone(),
+            })
+            .find(|gr| unsynced.contains(gr))
     }
 
     /// The wrapped objects a Binding calls for, by (mailbox, name); or the errors preventing it.
@@ -389,7 +417,7 @@ impl<P: Plugin> Transport<P> {
                 group: group.clone(),
                 resource: resource.clone(),
             };
-            // Not cached yet: a later event brings it (the Binding changes with it).
+            // Deleted from the WDS (every cache it could be in is filled): the Binding follows.
             let (Some(object), Some(served_as)) = (
                 self.informers.get(&gr, namespace, name),
                 self.informers.api_resource(&gr),
@@ -582,21 +610,47 @@ impl<P: Plugin> Transport<P> {
     }
 
     /// Writes the desired ManifestWorks that differ and deletes this Binding's others, several
-    /// at a time (they are mostly in different WECs' mailboxes). Returns the ITS's rejections
-    /// of ManifestWorks, for the Binding's status; other failures are errors (to retry).
+    /// at a time (they are mostly in different WECs' mailboxes). One that would drop an object
+    /// moving to another waits until that one is applied (its status change brings the Binding
+    /// back). Returns the ITS's rejections of ManifestWorks, for the Binding's status; other
+    /// failures are errors (to retry).
     async fn apply_works(&self, binding: &str, desired: Works<P>) -> anyhow::Result<Vec<String>> {
         let current = self.current_works(binding);
+        let key = |w: &P::Wrapped| (w.namespace().unwrap_or_default(), w.name_any());
+        let now = current
+            .iter()
+            .map(|w| {
+                let objects = self.plugin.gloss(w).into_iter().collect();
+                let applied = self.plugin.applied(w);
+                (key(w), moves::Current { objects, applied })
+            })
+            .collect();
+        let wanted = desired
+            .iter()
+            .map(|(k, w)| (k.clone(), self.plugin.gloss(w).into_iter().collect()))
+            .collect();
+        let held = moves::held_back(&now, &wanted);
+        if !held.is_empty() {
+            tracing::debug!(
+                binding,
+                ?held,
+                "ManifestWorks wait for the objects they lose to be applied elsewhere"
+            );
+        }
         let mut changes: Vec<BoxFuture<'_, anyhow::Result<Option<String>>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
             let existing = current
                 .iter()
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
-            if !existing.is_some_and(|existing| self.plugin.same_content(existing, work)) {
+            if !existing.is_some_and(|existing| self.plugin.same_content(existing, work))
+                && !held.contains(&(mailbox.clone(), name.clone()))
+            {
                 changes.push(self.write_work(mailbox, name, work).boxed());
             }
         }
         for stale in &current {
-            if !desired.contains_key(&(stale.namespace().unwrap_or_default(), stale.name_any())) {
+            let key = key(stale);
+            if !desired.contains_key(&key) && !held.contains(&key) {
                 changes.push(self.delete_work(stale).map(|r| r.map(|()| None)).boxed());
             }
         }

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 pub mod controller;
 pub mod jsonpath;
 pub mod metrics;
+pub mod moves;
 pub mod sharding;
 pub mod template;
 pub mod trace;
@@ -53,6 +54,8 @@ pub trait Plugin: Send + Sync + 'static {
     /// Whether an existing wrapped object already says what a desired one says (bookkeeping
     /// such as generations and tracing annotations is no reason to write).
     fn same_content(&self, existing: &Self::Wrapped, desired: &Self::Wrapped) -> bool;
+    /// Whether the destination has applied this version of a wrapped object.
+    fn applied(&self, wrapped: &Self::Wrapped) -> bool;
     /// The labels and annotations of an inventory object.
     fn properties_of(inventory: &Self::Inventory) -> (&BTreeMap<String, String>, &BTreeMap<String, String>) {
         use kube::ResourceExt;

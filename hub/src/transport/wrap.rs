@@ -133,6 +133,15 @@ impl super::Plugin for Ocm {
     fn same_content(&self, existing: &ManifestWork, desired: &ManifestWork) -> bool {
         same_content(existing, desired)
     }
+
+    fn applied(&self, work: &ManifestWork) -> bool {
+        let generation = work.metadata.generation;
+        work.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation)
+        })
+    }
 }
 
 /// Whether an existing ManifestWork already says what `desired` says. The stored manifests are

@@ -1,0 +1,111 @@
+//! Objects moving between the wrapped objects of one destination (their shards changed, or the
+//! limits did) are added where they go before they are removed where they were. A destination
+//! deletes an object that leaves a wrapped object unless another wrapped object it has applied
+//! holds it too (OCM's work agent then only drops the old owner), so the removal waits for that.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::wrap::Identity;
+
+/// A wrapped object by (mailbox, name).
+pub type WorkKey = (String, String);
+
+/// A wrapped object as it is: the objects it holds, and whether its destination has applied
+/// this version of it.
+#[derive(Clone, Debug, Default)]
+pub struct Current {
+    pub objects: BTreeSet<Identity>,
+    pub applied: bool,
+}
+
+/// The current wrapped objects whose write or deletion must wait: each would drop an object that
+/// another wrapped object of the same mailbox is to hold but does not hold, applied, yet.
+pub fn held_back(
+    current: &BTreeMap<WorkKey, Current>,
+    desired: &BTreeMap<WorkKey, BTreeSet<Identity>>,
+) -> BTreeSet<WorkKey> {
+    let elsewhere = |key: &WorkKey, other: &WorkKey| other != key && other.0 == key.0;
+    current
+        .iter()
+        .filter(|(key, now)| {
+            let kept = desired.get(*key);
+            now.objects
+                .iter()
+                .filter(|object| kept.is_none_or(|kept| !kept.contains(*object)))
+                .any(|object| {
+                    let arriving = desired
+                        .iter()
+                        .any(|(other, holds)| elsewhere(key, other) && holds.contains(object));
+                    let landed = current
+                        .iter()
+                        .any(|(other, c)| elsewhere(key, other) && c.applied && c.objects.contains(object));
+                    arriving && !landed
+                })
+        })
+        .map(|(key, _)| key.clone())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object(name: &str) -> Identity {
+        (String::new(), "ConfigMap".into(), "ns".into(), name.into())
+    }
+
+    fn key(mailbox: &str, name: &str) -> WorkKey {
+        (mailbox.into(), name.into())
+    }
+
+    fn holding(names: &[&str]) -> BTreeSet<Identity> {
+        names.iter().map(|n| object(n)).collect()
+    }
+
+    fn current(names: &[&str], applied: bool) -> Current {
+        Current {
+            objects: holding(names),
+            applied,
+        }
+    }
+
+    #[test]
+    fn a_work_losing_an_object_to_another_waits_until_that_one_has_applied_it() {
+        let desired = BTreeMap::from([(key("c1", "w-0"), holding(&["a"])), (key("c1", "w-1"), holding(&["b"]))]);
+        // w-1 is new: w-0 keeps b until w-1 exists and is applied.
+        let before = BTreeMap::from([(key("c1", "w-0"), current(&["a", "b"], true))]);
+        assert_eq!(held_back(&before, &desired), BTreeSet::from([key("c1", "w-0")]));
+        let written = BTreeMap::from([
+            (key("c1", "w-0"), current(&["a", "b"], true)),
+            (key("c1", "w-1"), current(&["b"], false)),
+        ]);
+        assert_eq!(held_back(&written, &desired), BTreeSet::from([key("c1", "w-0")]));
+        let applied = BTreeMap::from([
+            (key("c1", "w-0"), current(&["a", "b"], true)),
+            (key("c1", "w-1"), current(&["b"], true)),
+        ]);
+        assert!(held_back(&applied, &desired).is_empty());
+    }
+
+    #[test]
+    fn a_work_deleted_while_its_objects_move_waits_too() {
+        let desired = BTreeMap::from([
+            (key("c1", "uid-a"), holding(&["a"])),
+            (key("c1", "uid-b"), holding(&["b"])),
+        ]);
+        let before = BTreeMap::from([
+            (key("c1", "w-0"), current(&["a", "b"], true)),
+            (key("c1", "uid-a"), current(&["a"], true)),
+        ]);
+        assert_eq!(held_back(&before, &desired), BTreeSet::from([key("c1", "w-0")]));
+    }
+
+    #[test]
+    fn objects_removed_or_moving_to_another_mailbox_do_not_wait() {
+        // b is deselected; c goes to another WEC (a different destination): both just leave.
+        let desired = BTreeMap::from([(key("c1", "w-0"), holding(&["a"])), (key("c2", "w-0"), holding(&["c"]))]);
+        let before = BTreeMap::from([(key("c1", "w-0"), current(&["a", "b", "c"], true))]);
+        assert!(held_back(&before, &desired).is_empty());
+        assert!(held_back(&before, &BTreeMap::new()).is_empty());
+    }
+}
