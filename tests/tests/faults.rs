@@ -6,12 +6,13 @@
 use std::time::Duration;
 
 use anyhow::ensure;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::names::ORIGIN_BINDING_LABEL;
 use ks_shared::ocm::ManifestWork;
 use ks_tests::faults::WecLosses;
 use ks_tests::harness::{Ctx, run_one_at_a_time};
-use ks_tests::stack::{HUB_MAX_NUM_WRAPPED, HubOptions, wait_for};
+use ks_tests::stack::{ADDON_PROCESS, HUB_MAX_NUM_WRAPPED, HubOptions, Stack, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, policy_yaml};
 use kube::api::{Api, DynamicObject, ListParams};
@@ -20,6 +21,15 @@ use kube::discovery::ApiResource;
 const DEADLINE: Duration = Duration::from_secs(120);
 const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 const WECS: [&str; 2] = ["cluster1", "cluster2"];
+const EVERYONE: &[&str] = &[
+    "hub-wds1",
+    "ks-addon-its1",
+    "ocm-agent-cluster1",
+    "ocm-agent-cluster2",
+    "apiserver-wds1",
+    "apiserver-its1",
+    "etcd",
+];
 
 fn main() -> std::process::ExitCode {
     let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
@@ -28,6 +38,7 @@ fn main() -> std::process::ExitCode {
         vec![
             stack_test!(objects_moving_between_manifestworks_stay_on_the_wecs, PATH),
             stack_test!(a_crd_version_added_and_removed_keeps_the_wec_objects, PATH),
+            stack_test!(a_rollout_survives_every_process_killed_or_stalled, EVERYONE),
         ],
     )
 }
@@ -250,3 +261,150 @@ async fn a_crd_version_added_and_removed_keeps_the_wec_objects(ctx: Ctx) -> anyh
     tools.kubectl("wds1", &["delete", "-f", &crd_v1])?;
     Ok(())
 }
+
+/// What the rollout suite does to a process.
+#[derive(Clone, Copy, Debug)]
+enum Fault {
+    /// `kill -9`, then the stack brings it back (the stand-in kubelet restarts agent pods).
+    Kill,
+    /// `SIGSTOP` for a while (a stalled or starved process), then `SIGCONT`.
+    Stall,
+}
+
+/// The rollout of step `step`: 150 ConfigMaps carrying it and 3 Deployments with 1 or 2
+/// replicas, to both WECs; a second policy asks for the Deployments' status from cluster1.
+fn rollout_yaml(id: &str, step: usize) -> String {
+    let replicas = 1 + step % 2;
+    let yaml = workload(id, ROLLOUT_CONFIGMAPS + ROLLOUT_DEPLOYMENTS, |i| {
+        if i < ROLLOUT_CONFIGMAPS {
+            format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\
+                 data: {{step: \"{step}\"}}\n"
+            )
+        } else {
+            let name = format!("web-{}", i - ROLLOUT_CONFIGMAPS);
+            format!(
+                "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\
+                 spec:\n  replicas: {replicas}\n  selector: {{matchLabels: {{app: {name}}}}}\n\
+                 \x20 template:\n    metadata: {{labels: {{app: {name}}}}}\n\
+                 \x20   spec: {{containers: [{{name: web, image: \"nginx:1.27\"}}]}}\n"
+            )
+        }
+    });
+    yaml + &format!(
+        "---\napiVersion: control.kubestellar.io/v1alpha1\nkind: BindingPolicy\nmetadata: {{name: {id}-status}}\n\
+         spec:\n  clusterSelectors: [{{matchLabels: {{name: cluster1}}}}]\n\
+         \x20 downsync: [{{objectSelectors: [{{matchLabels: {{fault: \"{id}\"}}}}], resources: [deployments], \
+         wantSingletonReportedState: true}}]\n"
+    )
+}
+
+const ROLLOUT_CONFIGMAPS: usize = 150;
+const ROLLOUT_DEPLOYMENTS: usize = 3;
+
+/// Whether step `step` of the rollout is on both WECs and cluster1's status is back in the WDS.
+async fn rolled_out(ctx: &Ctx, id: &str, step: usize) -> anyhow::Result<bool> {
+    let replicas = i32::try_from(1 + step % 2)?;
+    let selector = ListParams::default().labels(&format!("fault={id}"));
+    for wec in WECS {
+        let client = ctx.client(wec).await?;
+        let configmaps = Api::<ConfigMap>::namespaced(client.clone(), id).list(&selector).await?;
+        let at_step = configmaps
+            .iter()
+            .filter(|c| c.data.as_ref().and_then(|d| d.get("step")) == Some(&step.to_string()))
+            .count();
+        let deployments = Api::<Deployment>::namespaced(client, id).list(&selector).await?;
+        let scaled = deployments
+            .iter()
+            .filter(|d| d.spec.as_ref().and_then(|s| s.replicas) == Some(replicas))
+            .count();
+        if at_step != ROLLOUT_CONFIGMAPS || scaled != ROLLOUT_DEPLOYMENTS {
+            return Ok(false);
+        }
+    }
+    let deployments = Api::<Deployment>::namespaced(ctx.client("wds1").await?, id)
+        .list(&selector)
+        .await?;
+    Ok(deployments.items.len() == ROLLOUT_DEPLOYMENTS
+        && deployments.iter().all(|d| {
+            let status = d.status.as_ref();
+            status.and_then(|s| s.available_replicas) == Some(replicas)
+                && status.and_then(|s| s.replicas) == Some(replicas)
+        }))
+}
+
+/// The fault-injection suite: a rollout of ~150 objects to both WECs, with status return, is
+/// changed and at once a process of the stack is killed (`kill -9`) or stalled; after each, the
+/// new step must reach every WEC with its status back in the WDS, and no WEC object may be
+/// deleted or recreated on the way. Prints how long each took to converge.
+async fn a_rollout_survives_every_process_killed_or_stalled(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "rollout")?;
+    let id = ctx.unique_name("rollout");
+    let apply = |step: usize| -> anyhow::Result<String> {
+        let file = tools.scratch_file("yaml", &rollout_yaml(&id, step))?;
+        // Server-side: kubectl's client-side apply spends ~15 s of CPU on 150 objects here.
+        tools.kubectl("wds1", &["apply", "--server-side", "-f", &file])?;
+        Ok(file)
+    };
+    apply(0)?;
+    wait_for("the first rollout", DEADLINE, || rolled_out(&ctx, &id, 0)).await?;
+    let configmaps = delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, ROLLOUT_CONFIGMAPS).await?;
+    let deployments = delivered(&ctx, &ApiResource::erase::<Deployment>(&()), &id, ROLLOUT_DEPLOYMENTS).await?;
+
+    let faults = [
+        (Fault::Kill, Stack::hub_process("wds1")),
+        (Fault::Kill, ADDON_PROCESS.to_string()),
+        (Fault::Kill, Stack::agent_process("cluster1")),
+        (Fault::Kill, Stack::agent_process("cluster2")),
+        (Fault::Kill, "ocm-agent-cluster1".to_string()),
+        (Fault::Kill, "apiserver-wds1".to_string()),
+        (Fault::Kill, "apiserver-its1".to_string()),
+        (Fault::Kill, "apiserver-cluster2".to_string()),
+        (Fault::Kill, "etcd".to_string()),
+        (Fault::Stall, Stack::hub_process("wds1")),
+    ];
+    let mut table = vec!["fault | converged in".to_string()];
+    for (step, (fault, process)) in faults.iter().enumerate() {
+        let step = step + 1;
+        apply(step)?;
+        let started = std::time::Instant::now();
+        match fault {
+            Fault::Kill => {
+                ctx.stack.procs.signal(process, "KILL")?;
+                // A killed server's port is free once its clients have closed their connections.
+                wait_for(&format!("{process} restarted"), DEADLINE, || async {
+                    match ctx.stack.up().await {
+                        Ok(()) => Ok(true),
+                        Err(err) if format!("{err:#}").contains("is taken by another process") => Ok(false),
+                        Err(err) => Err(err),
+                    }
+                })
+                .await?;
+            }
+            Fault::Stall => {
+                ctx.stack.procs.signal(process, "STOP")?;
+                // The length of the stall, not a wait for something.
+                tokio::time::sleep(STALL).await;
+                ctx.stack.procs.signal(process, "CONT")?;
+            }
+        }
+        let what = format!("step {step} rolled out after {fault:?} of {process}");
+        wait_for(&what, DEADLINE, || rolled_out(&ctx, &id, step)).await?;
+        let line = format!("{fault:?} {process} | {:.1} s", started.elapsed().as_secs_f64());
+        eprintln!("{line}");
+        table.push(line);
+        let lost: Vec<String> = configmaps.losses().into_iter().chain(deployments.losses()).collect();
+        ensure!(
+            lost.is_empty(),
+            "after {fault:?} of {process}, lost on the WECs:\n{}",
+            lost.join("\n")
+        );
+    }
+    println!("{}", table.join("\n"));
+    let file = apply(faults.len())?;
+    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    Ok(())
+}
+
+/// How long a stalled process stays stopped.
+const STALL: Duration = Duration::from_secs(15);

@@ -299,9 +299,13 @@ impl StatusController {
             }
             Input::WorkStatusesListed => {
                 let all = self.stores.work_statuses.state();
-                let entries = all
+                let entries: Vec<_> = all
                     .iter()
-                    .filter_map(|w| Some((cached_name(&**w), plan::reported_object(w)?)));
+                    .filter_map(|w| Some((cached_name(&**w), plan::reported_object(w)?)))
+                    .collect();
+                // A report that changed while the watch was down shows only in the new list:
+                // every reported object is looked at again (and written only if it differs).
+                work.objects.extend(entries.iter().map(|(_, subject)| subject.clone()));
                 work.objects.extend(self.reports.replace(entries));
             }
             Input::CombinedStatus((namespace, name)) => {
