@@ -39,6 +39,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(objects_moving_between_manifestworks_stay_on_the_wecs, PATH),
             stack_test!(a_crd_version_added_and_removed_keeps_the_wec_objects, PATH),
             stack_test!(a_rollout_survives_every_process_killed_or_stalled, EVERYONE),
+            stack_test!(a_resource_whose_list_fails_holds_nothing_else_back, PATH),
         ],
     )
 }
@@ -408,3 +409,64 @@ async fn a_rollout_survives_every_process_killed_or_stalled(ctx: Ctx) -> anyhow:
 
 /// How long a stalled process stays stopped.
 const STALL: Duration = Duration::from_secs(15);
+
+/// Defect: the hub waited for every resource's cache before starting, so one resource whose
+/// LIST always fails (here a CRD whose conversion webhook is down: its objects are stored at v1
+/// and listed at v2) kept it unready, delivering nothing, forever. It starts after
+/// `--cache-sync-timeout`, other kinds are delivered, and the failing one is counted.
+async fn a_resource_whose_list_fails_holds_nothing_else_back(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "deadwebhook")?;
+    let id = ctx.unique_name("deadwebhook");
+    let group = format!("{id}.faults.example.com");
+    let crd = format!(
+        "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {{name: gadgets.{group}}}\n\
+         spec:\n  group: {group}\n  scope: Namespaced\n\
+         \x20 names: {{plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}}\n\
+         \x20 conversion:\n    strategy: Webhook\n\
+         \x20   webhook: {{conversionReviewVersions: [v1], clientConfig: {{url: \"https://127.0.0.1:9/convert\"}}}}\n\
+         \x20 versions:\n\
+         \x20 - {{name: v1, served: true, storage: true, schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}}}\n\
+         \x20 - {{name: v2, served: true, storage: false, schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}}}\n"
+    );
+    let crd_file = tools.scratch_file("yaml", &crd)?;
+    tools.kubectl("wds1", &["apply", "-f", &crd_file])?;
+    let established = format!("crd/gadgets.{group}");
+    tools.kubectl(
+        "wds1",
+        &["wait", "--for=condition=established", "--timeout=60s", &established],
+    )?;
+    // In a Namespace of its own: one holding an object that cannot be listed cannot be deleted.
+    let gadget = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {id}-gadgets}}\n---\n\
+         apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g, namespace: {id}-gadgets}}\nspec: {{size: 1}}\n"
+    );
+    let gadget_file = tools.scratch_file("yaml", &gadget)?;
+    tools.kubectl("wds1", &["apply", "-f", &gadget_file])?;
+
+    // Ready within the shipped --cache-sync-timeout (30 s) and the usual start-up.
+    let restarted = ctx.stack.restart_hub("wds1", HubOptions::STACK).await;
+    let checked = async {
+        restarted?;
+        let yaml = workload(&id, 1, |_| {
+            format!("apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n")
+        });
+        let file = tools.scratch_file("yaml", &yaml)?;
+        tools.kubectl("wds1", &["apply", "-f", &file])?;
+        let losses = delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, 1).await?;
+        no_losses(&losses, 1)?;
+        let address = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
+        let (_, metrics) = ks_tests::process::http_get(address, "/metrics");
+        let unsynced = ks_tests::metrics::sum(&metrics, "kubestellar_binding_unsynced_resources");
+        let errors = metrics
+            .lines()
+            .filter(|l| l.starts_with("kubestellar_binding_watch_errors_total") && l.contains(&group))
+            .count();
+        ensure!(unsynced >= 1.0 && errors == 1, "the failing resource is not reported:\n{metrics}");
+        // Namespaces finish deleting once the CRD whose objects cannot be listed is gone.
+        tools.kubectl("wds1", &["delete", "--wait=false", "-f", &file])?;
+        anyhow::Ok(())
+    }
+    .await;
+    tools.kubectl("wds1", &["delete", "--wait=false", "-f", &gadget_file, "-f", &crd_file])?;
+    checked
+}
