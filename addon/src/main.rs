@@ -109,7 +109,7 @@ async fn main() -> anyhow::Result<()> {
                 )));
             }
             if let Err(err) = controller::run(its, defaults, metrics, ready, token.clone()).await {
-                tracing::error!(error = format!("{err:#}"), "add-on controller stopped");
+                ks_shared::crash::exit_on_error("the add-on controller", &format!("{err:#}"));
             }
             token.cancel();
             for task in tasks {

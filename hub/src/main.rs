@@ -176,7 +176,7 @@ async fn main() -> anyhow::Result<()> {
         let lease = args.common.lease(format!("ks-hub-{}", args.wds_name));
         let result = ks_shared::leader::run_as_leader(wds.clone(), &lease, shutdown.clone(), |token| async move {
             if let Err(err) = work(token).await {
-                tracing::error!(error = format!("{err:#}"), "binding controller stopped");
+                ks_shared::crash::exit_on_error("the binding controller", &format!("{err:#}"));
             }
         })
         .await;

@@ -74,6 +74,7 @@ impl Process {
     /// Sets up telemetry and signal handling for `service`.
     pub fn start(service: &'static str, args: &CommonArgs) -> Result<Process, StartError> {
         let telemetry = telemetry::init(service, args.log_format)?;
+        crate::crash::exit_on_panic();
         let shutdown = crate::shutdown::on_signal()?;
         tracing::info!(
             service,

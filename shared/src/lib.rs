@@ -7,6 +7,7 @@ pub mod apilatency;
 pub mod backoff;
 pub mod cli;
 pub mod client;
+pub mod crash;
 pub mod crds;
 pub mod leader;
 pub mod names;

@@ -182,6 +182,14 @@ async fn objects_moving_between_manifestworks_stay_on_the_wecs(ctx: Ctx) -> anyh
     Ok(())
 }
 
+/// `kubectl apply -f file` of the CRD `name` in the WDS, and waits until it is established.
+fn install_crd(tools: &Tools, file: &str, name: &str) -> anyhow::Result<()> {
+    tools.kubectl("wds1", &["apply", "-f", file])?;
+    let crd = format!("crd/{name}");
+    tools.kubectl("wds1", &["wait", "--for=condition=established", "--timeout=60s", &crd])?;
+    Ok(())
+}
+
 /// The CustomResourceDefinition `widgets.<group>`, labelled `fault: id`, serving `versions`
 /// (the first is the storage version).
 fn widget_crd(id: &str, group: &str, versions: &[&str]) -> String {
@@ -217,12 +225,7 @@ async fn a_crd_version_added_and_removed_keeps_the_wec_objects(ctx: Ctx) -> anyh
     let group = format!("{id}.faults.example.com");
     let crd = |versions: &[&str]| tools.scratch_file("yaml", &widget_crd(&id, &group, versions));
     let crd_v1 = crd(&["v1"])?;
-    tools.kubectl("wds1", &["apply", "-f", &crd_v1])?;
-    let established = format!("crd/widgets.{group}");
-    tools.kubectl(
-        "wds1",
-        &["wait", "--for=condition=established", "--timeout=60s", &established],
-    )?;
+    install_crd(&tools, &crd_v1, &format!("widgets.{group}"))?;
     let yaml = workload(&id, OBJECTS, |i| {
         format!(
             "apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\
@@ -429,12 +432,7 @@ async fn a_resource_whose_list_fails_holds_nothing_else_back(ctx: Ctx) -> anyhow
          \x20 - {{name: v2, served: true, storage: false, schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}}}\n"
     );
     let crd_file = tools.scratch_file("yaml", &crd)?;
-    tools.kubectl("wds1", &["apply", "-f", &crd_file])?;
-    let established = format!("crd/gadgets.{group}");
-    tools.kubectl(
-        "wds1",
-        &["wait", "--for=condition=established", "--timeout=60s", &established],
-    )?;
+    install_crd(&tools, &crd_file, &format!("gadgets.{group}"))?;
     // In a Namespace of its own: one holding an object that cannot be listed cannot be deleted.
     let gadget = format!(
         "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {id}-gadgets}}\n---\n\

@@ -250,7 +250,7 @@ pub async fn run(
                 crate::transport::controller::run(crate::transport::wrap::Ocm, wds, its, informers, transport, shutdown)
                     .await
             {
-                tracing::error!(error = format!("{err:#}"), "transport controller stopped");
+                ks_shared::crash::exit_on_error("the transport controller", &format!("{err:#}"));
             }
         });
     }
