@@ -74,6 +74,13 @@ struct Args {
     #[arg(long, env = "KS_LOCAL_BURST", default_value_t = 40, value_name = "N")]
     local_burst: u32,
 
+    /// Seconds between looks at the hub kubeconfig and the certificate files it names. When they
+    /// change (OCM rotates the add-on's client certificate) the agent stops, to be restarted with
+    /// them.
+    #[arg(long, env = "KS_HUB_CREDENTIALS_CHECK", default_value_t = 30, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    hub_credentials_check: u64,
+
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -101,6 +108,11 @@ async fn main() -> anyhow::Result<()> {
     )
     .await
     .context("the WEC")?;
+    // Taken before the client reads them.
+    let rotated = ks_shared::credentials::changed(
+        args.hub_kubeconfig.clone(),
+        std::time::Duration::from_secs(args.hub_credentials_check),
+    );
     let hub = limited_client(
         Some(&args.hub_kubeconfig),
         args.hub_context.as_deref(),
@@ -110,6 +122,12 @@ async fn main() -> anyhow::Result<()> {
     .await
     .context("the hub")?;
     tracing::info!(cluster = %args.cluster_name, "reporting status to the hub's mailbox namespace");
+    let shutdown = process.shutdown.clone();
+    tokio::spawn(async move {
+        rotated.await;
+        tracing::warn!("the hub kubeconfig or a certificate it names changed; stopping, to be restarted with them");
+        shutdown.cancel();
+    });
 
     let mailbox = args.cluster_name.clone();
     let work = |token| controller::run(wec.clone(), hub, mailbox, metrics, ready, token);

@@ -84,3 +84,33 @@ fn serves_its_metrics_and_names_what_readiness_waits_for() {
     }
     assert!(running.terminate(Duration::from_secs(10)).success());
 }
+
+/// OCM rotates the add-on's client certificate by rewriting the Secret mounted as the hub
+/// kubeconfig; a client reads it once, so the agent stops (exit 0) to be restarted with it.
+#[test]
+fn stops_when_its_hub_credentials_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let hub = dir.path().join("kubeconfig");
+    std::fs::copy(unreachable_kubeconfig(), &hub).unwrap();
+    let flags = unreachable_flags();
+    let hub_flag = format!("--hub-kubeconfig={}", hub.display());
+    let mut args = vec![
+        "--http-address",
+        "127.0.0.1:0",
+        "--hub-credentials-check",
+        "1",
+        &hub_flag,
+    ];
+    args.extend(
+        flags
+            .iter()
+            .map(String::as_str)
+            .filter(|f| !f.starts_with("--hub-kubeconfig")),
+    );
+    let mut running = Running::start(AGENT, &args);
+    running.wait_for_line("reporting status", Duration::from_secs(20));
+    let rotated = std::fs::read_to_string(&hub).unwrap() + "# a new certificate\n";
+    std::fs::write(&hub, rotated).unwrap();
+    running.wait_for_line("changed; stopping", Duration::from_secs(20));
+    assert!(running.terminate(Duration::from_secs(10)).success());
+}

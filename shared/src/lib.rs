@@ -9,6 +9,7 @@ pub mod cli;
 pub mod client;
 pub mod crash;
 pub mod crds;
+pub mod credentials;
 pub mod leader;
 pub mod names;
 pub mod ocm;
