@@ -590,7 +590,7 @@ impl<P: Plugin> Transport<P> {
         let mut previous = BTreeMap::new();
         for work in current.iter().filter(|w| w.namespace().as_deref() == Some(mailbox)) {
             let name = work.name_any();
-            let Some(shard) = name.rsplit('-').next().and_then(|s| s.parse::<usize>().ok()) else {
+            let Some(shard) = wrap::shard_of(origin, &name) else {
                 continue;
             };
             let contents = self.plugin.gloss(work);

@@ -42,6 +42,13 @@ pub fn work_name(origin: &Origin<'_>, shard: usize, only_object_uid: Option<&str
     }
 }
 
+/// The shard a ManifestWork named by [`work_name`] holds; `None` for one named after its object's
+/// UID (whose last segment may be all digits, and is no shard).
+pub fn shard_of(origin: &Origin<'_>, name: &str) -> Option<usize> {
+    let prefix = format!("{}-{}-", origin.binding, origin.wds);
+    name.strip_prefix(&prefix)?.parse().ok()
+}
+
 /// The labels that find a Binding's ManifestWorks in every mailbox namespace.
 pub fn origin_labels(origin: &Origin<'_>) -> BTreeMap<String, String> {
     BTreeMap::from([
@@ -211,6 +218,13 @@ mod tests {
     fn names_as_upstream() {
         assert_eq!(work_name(&origin(), 2, None), "nginx-wds1-2");
         assert_eq!(work_name(&origin(), 0, Some("o-uid")), "b-uid-wds1-o-uid");
+    }
+
+    #[test]
+    fn only_shard_names_have_a_shard() {
+        assert_eq!(shard_of(&origin(), &work_name(&origin(), 2, None)), Some(2));
+        let by_uid = work_name(&origin(), 0, Some("0c5e3b1a-4d2f-4e6a-9b7c-123456789012"));
+        assert_eq!(shard_of(&origin(), &by_uid), None);
     }
 
     #[test]
