@@ -355,10 +355,10 @@ impl WorkloadInformers {
         let (events, token, first_seen) = (self.events.clone(), stop.clone(), self.first_seen.clone());
         let this = self.clone();
         let stream = watcher(api, watcher::Config::default()).default_backoff();
-        let errors = self.metrics.watch_errors.get_or_create(&ResourceLabel {
+        let resource_label = ResourceLabel {
             resource: format!("{}/{}", gr.group, gr.resource),
-        });
-        let errors = errors.clone();
+        };
+        let errors = self.metrics.watch_errors.get_or_create(&resource_label).clone();
         tokio::spawn(async move {
             tokio::pin!(stream);
             loop {

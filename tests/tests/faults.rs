@@ -368,9 +368,10 @@ async fn a_rollout_survives_every_process_killed_or_stalled(ctx: Ctx) -> anyhow:
         (Fault::Stall, Stack::hub_process("wds1")),
     ];
     let mut table = vec!["fault | converged in".to_string()];
+    let mut file = String::new();
     for (step, (fault, process)) in faults.iter().enumerate() {
         let step = step + 1;
-        apply(step)?;
+        file = apply(step)?;
         let started = std::time::Instant::now();
         match fault {
             Fault::Kill => {
@@ -405,7 +406,6 @@ async fn a_rollout_survives_every_process_killed_or_stalled(ctx: Ctx) -> anyhow:
         );
     }
     println!("{}", table.join("\n"));
-    let file = apply(faults.len())?;
     tools.kubectl("wds1", &["delete", "-f", &file])?;
     Ok(())
 }

@@ -352,14 +352,8 @@ impl<P: Plugin> Transport<P> {
         if unsynced.is_empty() {
             return None;
         }
-        let w = &binding.spec.workload;
-        let listed = w
-            .cluster_scope
-            .iter()
-            .map(|c| (&c.object.group, &c.object.resource))
-            .chain(w.namespace_scope.iter().map(|n| (&n.object.group, &n.object.resource)));
-        listed
-            .map(|(group, resource)| GroupResource {
+        entries(binding)
+            .map(|(group, resource, ..)| GroupResource {
                 group: group.clone(),
                 resource: resource.clone(),
             })
@@ -378,28 +372,7 @@ impl<P: Plugin> Transport<P> {
             };
             removals.entry(gr).or_default().extend(paths);
         }
-        let w = &binding.spec.workload;
-        let entries = w
-            .cluster_scope
-            .iter()
-            .map(|c| {
-                (
-                    &c.object.group,
-                    &c.object.resource,
-                    None,
-                    &c.object.name,
-                    c.modulation.create_only,
-                )
-            })
-            .chain(w.namespace_scope.iter().map(|n| {
-                (
-                    &n.object.group,
-                    &n.object.resource,
-                    Some(n.object.namespace.as_str()),
-                    &n.object.name,
-                    n.modulation.create_only,
-                )
-            }));
+        let entries = entries(binding);
         let mut deliveries: BTreeMap<String, Item> = BTreeMap::new();
         let current = self.current_works(&binding.name_any());
         // One look at the existing works serves the trace reuse below and the shard assignment.
@@ -706,6 +679,27 @@ impl<P: Plugin> Transport<P> {
             Err(err) => Err(err.into()),
         }
     }
+}
+
+/// The objects a Binding lists: group, resource, namespace (`None`: cluster-scoped), name, and
+/// whether it is created only.
+fn entries(binding: &Binding) -> impl Iterator<Item = (&String, &String, Option<&str>, &String, bool)> {
+    let w = &binding.spec.workload;
+    let cluster_scoped = w.cluster_scope.iter().map(|c| {
+        let o = &c.object;
+        (&o.group, &o.resource, None, &o.name, c.modulation.create_only)
+    });
+    let namespaced = w.namespace_scope.iter().map(|n| {
+        let o = &n.object;
+        (
+            &o.group,
+            &o.resource,
+            Some(o.namespace.as_str()),
+            &o.name,
+            n.modulation.create_only,
+        )
+    });
+    cluster_scoped.chain(namespaced)
 }
 
 /// Where an object goes in its ManifestWork, which OCM's work agent applies in order: what
