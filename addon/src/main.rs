@@ -16,6 +16,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use ks_shared::cli::{CommonArgs, Process, retry_until_done};
+use ks_shared::client::{Limits, limited_client};
 use ks_shared::names::AGENT_INSTALL_NAMESPACE;
 
 use crate::metrics::Metrics;
@@ -83,7 +84,19 @@ async fn main() -> anyhow::Result<()> {
         .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
         .await?;
 
-    let its = ks_shared::client::client(args.kubeconfig.as_deref(), args.context.as_deref())
+    let fence = args.common.fence();
+    let (kubeconfig, context) = (args.kubeconfig.as_deref(), args.context.as_deref());
+    let its = limited_client(
+        kubeconfig,
+        context,
+        &Limits {
+            fence: fence.clone(),
+            ..Limits::none()
+        },
+    )
+    .await
+    .context("ITS client")?;
+    let its_lease = limited_client(kubeconfig, context, &Limits::none())
         .await
         .context("ITS client")?;
     let shutdown = process.shutdown.clone();
@@ -119,7 +132,7 @@ async fn main() -> anyhow::Result<()> {
     };
     if args.common.leader_elect {
         let lease = args.common.lease("ks-addon");
-        ks_shared::leader::run_as_leader(its.clone(), &lease, shutdown.clone(), work).await?;
+        ks_shared::leader::run_as_leader(its_lease, &lease, &fence, shutdown.clone(), work).await?;
     } else {
         work(shutdown.clone()).await;
     }

@@ -18,7 +18,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::Parser;
 use ks_shared::cli::{CommonArgs, Process};
-use ks_shared::client::limited_client;
+use ks_shared::client::{Limits, limited_client};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -100,27 +100,32 @@ async fn main() -> anyhow::Result<()> {
         .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
         .await?;
 
-    let wec = limited_client(
-        args.kubeconfig.as_deref(),
-        args.context.as_deref(),
-        args.local_qps,
-        args.local_burst,
-    )
-    .await
-    .context("the WEC")?;
+    let fence = args.common.fence();
+    let (kubeconfig, context) = (args.kubeconfig.as_deref(), args.context.as_deref());
+    let wec_limits = Limits {
+        qps: args.local_qps,
+        burst: args.local_burst,
+        fence: fence.clone(),
+    };
+    let wec = limited_client(kubeconfig, context, &wec_limits)
+        .await
+        .context("the WEC")?;
+    let wec_lease = limited_client(kubeconfig, context, &Limits::none())
+        .await
+        .context("the WEC")?;
     // Taken before the client reads them.
     let rotated = ks_shared::credentials::changed(
         args.hub_kubeconfig.clone(),
         std::time::Duration::from_secs(args.hub_credentials_check),
     );
-    let hub = limited_client(
-        Some(&args.hub_kubeconfig),
-        args.hub_context.as_deref(),
-        args.hub_qps,
-        args.hub_burst,
-    )
-    .await
-    .context("the hub")?;
+    let hub_limits = Limits {
+        qps: args.hub_qps,
+        burst: args.hub_burst,
+        fence: fence.clone(),
+    };
+    let hub = limited_client(Some(&args.hub_kubeconfig), args.hub_context.as_deref(), &hub_limits)
+        .await
+        .context("the hub")?;
     tracing::info!(cluster = %args.cluster_name, "reporting status to the hub's mailbox namespace");
     let shutdown = process.shutdown.clone();
     tokio::spawn(async move {
@@ -133,8 +138,9 @@ async fn main() -> anyhow::Result<()> {
     let work = |token| controller::run(wec.clone(), hub, mailbox, metrics, ready, token);
     if args.common.leader_elect {
         ks_shared::leader::run_as_leader(
-            wec.clone(),
+            wec_lease,
             &args.common.lease(LEASE_NAME),
+            &fence,
             process.shutdown.clone(),
             work,
         )

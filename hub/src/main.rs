@@ -10,8 +10,9 @@ use ks_hub::controller::{self, Metrics, Settings};
 use ks_hub::informers::ResourceFilter;
 use ks_hub::kubeflex;
 use ks_shared::cli::{CommonArgs, Process, retry_until_done};
-use ks_shared::client::{limited_client, limited_client_from_text};
+use ks_shared::client::{Limits, limited_client, limited_client_from_text};
 use ks_shared::crds::{self, Space};
+use ks_shared::fence::Fence;
 use ks_shared::names::field_manager;
 use ks_shared::names::{CP_TYPE_ITS, CP_TYPE_WDS};
 use kube::Client;
@@ -141,7 +142,8 @@ async fn main() -> anyhow::Result<()> {
         .await?;
 
     let shutdown = process.shutdown.clone();
-    let Some((wds, its)) = spaces(&args, &shutdown).await? else {
+    let fence = args.common.fence();
+    let Some(Spaces { wds, its, wds_lease }) = spaces(&args, &fence, &shutdown).await? else {
         return Ok(serving.stopped().await?);
     };
     let install = || crds::install(&wds, Space::Wds, field_manager::BINDING);
@@ -174,12 +176,13 @@ async fn main() -> anyhow::Result<()> {
     let work = |token| controller::run(wds.clone(), its, settings, metrics, ready, token);
     if args.common.leader_elect {
         let lease = args.common.lease(format!("ks-hub-{}", args.wds_name));
-        let result = ks_shared::leader::run_as_leader(wds.clone(), &lease, shutdown.clone(), |token| async move {
-            if let Err(err) = work(token).await {
-                ks_shared::crash::exit_on_error("the binding controller", &format!("{err:#}"));
-            }
-        })
-        .await;
+        let result =
+            ks_shared::leader::run_as_leader(wds_lease, &lease, &fence, shutdown.clone(), |token| async move {
+                if let Err(err) = work(token).await {
+                    ks_shared::crash::exit_on_error("the binding controller", &format!("{err:#}"));
+                }
+            })
+            .await;
         result?;
     } else {
         work(shutdown.clone()).await?;
@@ -189,29 +192,43 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The clients of the hub.
+struct Spaces {
+    /// Rate limited, and fenced by leadership.
+    wds: Client,
+    its: Client,
+    /// Neither: for the leader-election Lease in the WDS.
+    wds_lease: Client,
+}
+
 /// Clients for the WDS and the ITS, from kubeconfig flags or through KubeFlex. `None` on shutdown.
 async fn spaces(
     args: &Args,
+    fence: &Fence,
     shutdown: &tokio_util::sync::CancellationToken,
-) -> anyhow::Result<Option<(Client, Client)>> {
+) -> anyhow::Result<Option<Spaces>> {
+    let wds_limits = Limits {
+        qps: args.wds_qps,
+        burst: args.wds_burst,
+        fence: fence.clone(),
+    };
+    let its_limits = Limits {
+        qps: args.its_qps,
+        burst: args.its_burst,
+        fence: fence.clone(),
+    };
     if !args.kubeflex {
-        let wds = limited_client(
-            args.wds_kubeconfig.as_deref(),
-            args.wds_context.as_deref(),
-            args.wds_qps,
-            args.wds_burst,
-        )
-        .await
-        .context("WDS client")?;
-        let its = limited_client(
-            args.its_kubeconfig.as_deref(),
-            args.its_context.as_deref(),
-            args.its_qps,
-            args.its_burst,
-        )
-        .await
-        .context("ITS client")?;
-        return Ok(Some((wds, its)));
+        let (kubeconfig, context) = (args.wds_kubeconfig.as_deref(), args.wds_context.as_deref());
+        let wds = limited_client(kubeconfig, context, &wds_limits)
+            .await
+            .context("WDS client")?;
+        let wds_lease = limited_client(kubeconfig, context, &Limits::none())
+            .await
+            .context("WDS client")?;
+        let its = limited_client(args.its_kubeconfig.as_deref(), args.its_context.as_deref(), &its_limits)
+            .await
+            .context("ITS client")?;
+        return Ok(Some(Spaces { wds, its, wds_lease }));
     }
     let hosting = ks_shared::client::client(args.kubeflex_kubeconfig.as_deref(), args.kubeflex_context.as_deref())
         .await
@@ -224,11 +241,14 @@ async fn spaces(
     let Some(its) = kubeflex::kubeconfig(&hosting, CP_TYPE_ITS, its_name, shutdown).await? else {
         return Ok(None);
     };
-    let wds = limited_client_from_text(&wds, args.wds_qps, args.wds_burst)
+    let wds_lease = limited_client_from_text(&wds, &Limits::none())
         .await
         .context("WDS kubeconfig Secret")?;
-    let its = limited_client_from_text(&its, args.its_qps, args.its_burst)
+    let wds = limited_client_from_text(&wds, &wds_limits)
+        .await
+        .context("WDS kubeconfig Secret")?;
+    let its = limited_client_from_text(&its, &its_limits)
         .await
         .context("ITS kubeconfig Secret")?;
-    Ok(Some((wds, its)))
+    Ok(Some(Spaces { wds, its, wds_lease }))
 }

@@ -8,6 +8,7 @@ use prometheus_client::registry::Registry;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::fence::Fence;
 use crate::leader::{LeaseConfig, default_identity};
 use crate::serve::{self, Readiness};
 use crate::telemetry::{self, LogFormat, Telemetry};
@@ -50,6 +51,16 @@ impl CommonArgs {
             namespace: self.leader_elect_namespace.clone(),
             identity: default_identity(),
             duration_seconds: self.leader_elect_lease_duration,
+        }
+    }
+
+    /// The fence for the clients the work writes with: closed until this process leads when
+    /// --leader-elect is on, else always open.
+    pub fn fence(&self) -> Fence {
+        if self.leader_elect {
+            Fence::closed()
+        } else {
+            Fence::open()
         }
     }
 }

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
 
+use crate::fence::{Fence, FenceLayer};
+
 /// Why a client could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -55,19 +57,44 @@ pub async fn client(kubeconfig: Option<&Path>, context: Option<&str>) -> Result<
     Client::try_from(config).map_err(|source| ClientError::Build { origin, source })
 }
 
-/// A client for `context` in `kubeconfig` making on average at most `qps` requests per second,
-/// up to `burst` at once (client-go's meaning; a `qps` of 0 means unlimited).
+/// What our layers do to a client's requests.
+#[derive(Clone, Debug)]
+pub struct Limits {
+    /// On average at most `qps` requests per second, up to `burst` at once (client-go's meaning;
+    /// a `qps` of 0 means unlimited).
+    pub qps: f32,
+    pub burst: u32,
+    /// Writes pass only while this is open (see [`crate::leader`]).
+    pub fence: Fence,
+}
+
+impl Limits {
+    /// Rate limited, never fenced.
+    pub fn rate(qps: f32, burst: u32) -> Limits {
+        Limits {
+            qps,
+            burst,
+            fence: Fence::open(),
+        }
+    }
+
+    /// Neither rate limited nor fenced: for the leader-election Lease.
+    pub fn none() -> Limits {
+        Limits::rate(0.0, 0)
+    }
+}
+
+/// A client for `context` in `kubeconfig` with [`Limits`]; see [`config`].
 pub async fn limited_client(
     kubeconfig: Option<&Path>,
     context: Option<&str>,
-    qps: f32,
-    burst: u32,
+    limits: &Limits,
 ) -> Result<Client, ClientError> {
-    limited(config(kubeconfig, context).await?, "", qps, burst)
+    limited(config(kubeconfig, context).await?, "", limits)
 }
 
-/// A client for `config` with our layers: rate limited, and every call timed.
-fn limited(config: Config, origin: &str, qps: f32, burst: u32) -> Result<Client, ClientError> {
+/// A client for `config` with our layers: fenced, rate limited, and every call timed.
+fn limited(config: Config, origin: &str, limits: &Limits) -> Result<Client, ClientError> {
     let server = config.cluster_url.to_string();
     let origin = if origin.is_empty() {
         server.clone()
@@ -76,15 +103,17 @@ fn limited(config: Config, origin: &str, qps: f32, burst: u32) -> Result<Client,
     };
     let builder =
         kube::client::ClientBuilder::try_from(config).map_err(|source| ClientError::Build { origin, source })?;
+    // Innermost first: a write that waited for a token is checked against the fence when sent.
     Ok(builder
-        .with_layer(&crate::ratelimit::RateLimitLayer::new(qps, burst))
+        .with_layer(&FenceLayer::new(limits.fence.clone()))
+        .with_layer(&crate::ratelimit::RateLimitLayer::new(limits.qps, limits.burst))
         .with_layer(&crate::apilatency::ApiLatencyLayer::new(&server))
         .build())
 }
 
 /// Like [`limited_client`], from the text of a kubeconfig (e.g. read from a Secret), using its
 /// current context.
-pub async fn limited_client_from_text(kubeconfig: &str, qps: f32, burst: u32) -> Result<Client, ClientError> {
+pub async fn limited_client_from_text(kubeconfig: &str, limits: &Limits) -> Result<Client, ClientError> {
     let origin = "kubeconfig from a Secret".to_string();
     let file = Kubeconfig::from_yaml(kubeconfig).map_err(|source| ClientError::Config {
         origin: origin.clone(),
@@ -96,7 +125,7 @@ pub async fn limited_client_from_text(kubeconfig: &str, qps: f32, burst: u32) ->
             origin: origin.clone(),
             source,
         })?;
-    limited(config, &origin, qps, burst)
+    limited(config, &origin, limits)
 }
 
 #[cfg(test)]

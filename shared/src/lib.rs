@@ -10,6 +10,7 @@ pub mod client;
 pub mod crash;
 pub mod crds;
 pub mod credentials;
+pub mod fence;
 pub mod leader;
 pub mod names;
 pub mod ocm;

@@ -4,13 +4,16 @@
 
 use std::time::Duration;
 
+use anyhow::Context;
 use k8s_openapi::api::apps::v1::Deployment;
 use ks_shared::api::{BindingPolicy, CustomTransform, StatusCollector};
+use ks_shared::client::Limits;
 use ks_shared::crds::{self, Space};
+use ks_shared::fence::Fence;
 use ks_shared::leader::{LeaseConfig, run_as_leader};
 use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
 use ks_tests::harness::{Ctx, StackTest, apply, run, wait_until};
-use kube::api::{Api, DeleteParams, DynamicObject};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::conditions;
 use serde_json::json;
@@ -48,6 +51,11 @@ fn main() -> std::process::ExitCode {
                 name: "leader_lease_hands_over",
                 components: &["apiserver-wds1"],
                 body: |ctx| Box::pin(leader_lease_hands_over(ctx)),
+            },
+            StackTest {
+                name: "a_leader_that_cannot_renew_stops_writing_first",
+                components: &["apiserver-wds1"],
+                body: |ctx| Box::pin(a_leader_that_cannot_renew_stops_writing_first(ctx)),
             },
         ],
     )
@@ -196,7 +204,7 @@ async fn leader_lease_hands_over(ctx: Ctx) -> anyhow::Result<()> {
     let contender = |identity: &'static str, shutdown: CancellationToken| {
         let (client, lease, led) = (client.clone(), lease(identity), led.clone());
         tokio::spawn(async move {
-            run_as_leader(client, &lease, shutdown, |token| async move {
+            run_as_leader(client, &lease, &Fence::closed(), shutdown, |token| async move {
                 let _ = led.send(identity);
                 token.cancelled().await;
             })
@@ -227,19 +235,153 @@ async fn leader_lease_hands_over(ctx: Ctx) -> anyhow::Result<()> {
         "the second contender takes over once the first steps down"
     );
 
-    // A Lease deleted under a waiting contender: it gives up (to be restarted) instead of
-    // waiting for ever.
-    let third = contender("third", CancellationToken::new());
+    // A Lease deleted under its leader and a waiting contender is created again by one of them.
+    let third_shutdown = CancellationToken::new();
+    let third = contender("third", third_shutdown.clone());
     leases.delete(&lease("x").name, &Default::default()).await?;
-    let waited = tokio::time::timeout(DEADLINE, third).await??;
-    anyhow::ensure!(
-        matches!(waited, Err(ks_shared::leader::LeaderError::Deleted { .. })),
-        "the waiting contender gives up on a deleted Lease: {waited:?}"
-    );
+    let name = lease("x").name;
+    ks_tests::stack::wait_for("the deleted Lease to be held again", DEADLINE, || async {
+        let held = leases.get_opt(&name).await?;
+        Ok(held.is_some_and(|l| {
+            ["second", "third"]
+                .iter()
+                .any(|who| l.data["spec"]["holderIdentity"] == *who)
+        }))
+    })
+    .await?;
     second_shutdown.cancel();
+    third_shutdown.cancel();
     // The leader whose Lease went may end either way.
     let _ = second.await?;
+    let _ = third.await?;
     Ok(())
+}
+
+/// A TCP relay to `port` on the loopback that the test can cut: from then on nothing passes
+/// either way, and connections hang (a network partition, or a client stuck behind its own
+/// traffic). Returns the relay's port and the switch.
+async fn relay(port: u16) -> anyhow::Result<(u16, tokio::sync::watch::Sender<bool>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let relay_port = listener.local_addr()?.port();
+    let (cut, is_cut) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let mut is_cut = is_cut.clone();
+            tokio::spawn(async move {
+                if !*is_cut.borrow()
+                    && let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await
+                {
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => return,
+                        _ = is_cut.wait_for(|cut| *cut) => {}
+                    }
+                }
+                // Hold the connection open, silent, until the test ends.
+                let _ = is_cut.wait_for(|_| false).await;
+                drop(inbound);
+            });
+        }
+    });
+    Ok((relay_port, cut))
+}
+
+/// A leader whose Lease renewals stop getting through (its writes still would) stops writing at
+/// its renewal deadline, before the standby takes the Lease over: at no instant do two leaders
+/// write. Each contender's work writes a ConfigMap in a loop through a client fenced by its
+/// leadership; the test compares the last write of the first with the first write of the second.
+async fn a_leader_that_cannot_renew_stops_writing_first(ctx: Ctx) -> anyhow::Result<()> {
+    let kubeconfig = ctx.stack.kubeconfig();
+    let namespace = ctx.namespace("wds1").await?;
+    let name = ctx.unique_name("partitioned-leader");
+    let lease = |identity: &str| LeaseConfig {
+        name: name.clone(),
+        namespace: namespace.clone(),
+        identity: identity.into(),
+        duration_seconds: 3,
+    };
+    let direct = ctx.client("wds1").await?;
+    let mut through_relay = ks_shared::client::config(Some(&kubeconfig), Some("wds1")).await?;
+    let port = through_relay.cluster_url.port_u16().unwrap_or(443);
+    let (relay_port, cut) = relay(port).await?;
+    through_relay.cluster_url = format!("https://127.0.0.1:{relay_port}").parse()?;
+    let through_relay = kube::Client::try_from(through_relay)?;
+
+    // Each write's instant, by contender.
+    let (wrote, mut writes) = tokio::sync::mpsc::unbounded_channel::<(&'static str, std::time::Instant)>();
+    let contender = |identity: &'static str, client: kube::Client, lease: LeaseConfig, shutdown: CancellationToken| {
+        let (kubeconfig, namespace, wrote) = (kubeconfig.clone(), namespace.clone(), wrote.clone());
+        tokio::spawn(async move {
+            let fence = Fence::closed();
+            let limits = Limits {
+                fence: fence.clone(),
+                ..Limits::none()
+            };
+            let writer = ks_shared::client::limited_client(Some(&kubeconfig), Some("wds1"), &limits).await?;
+            let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(writer, &namespace);
+            let result = run_as_leader(client, &lease, &fence, shutdown, |token| async move {
+                while !token.is_cancelled() {
+                    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "written"},
+                                      "data": {"by": identity}});
+                    let sent = config_maps
+                        .patch("written", &PatchParams::apply(MANAGER).force(), &Patch::Apply(&body))
+                        .await;
+                    if sent.is_ok() {
+                        let _ = wrote.send((identity, std::time::Instant::now()));
+                    }
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            })
+            .await;
+            anyhow::Ok(result)
+        })
+    };
+    let shutdown = CancellationToken::new();
+    let first = contender("first", through_relay, lease("first"), shutdown.clone());
+    let got = tokio::time::timeout(DEADLINE, writes.recv()).await?;
+    anyhow::ensure!(
+        got.map(|(who, _)| who) == Some("first"),
+        "the first contender leads and writes"
+    );
+    let second = contender("second", direct, lease("second"), shutdown.clone());
+
+    cut.send(true)?;
+    let mut last_of_first = None;
+    let first_of_second = loop {
+        match tokio::time::timeout(DEADLINE, writes.recv()).await? {
+            Some(("first", at)) => last_of_first = Some(at),
+            Some((_, at)) => break at,
+            None => anyhow::bail!("the writers ended"),
+        }
+    };
+    let lost = tokio::time::timeout(DEADLINE, first)
+        .await
+        .context("the first contender never gave up leading")???;
+    anyhow::ensure!(
+        matches!(lost, Err(ks_shared::leader::LeaderError::Lost { .. })),
+        "the first contender gives up leading: {lost:?}"
+    );
+    while let Ok((who, at)) = writes.try_recv() {
+        if who == "first" {
+            last_of_first = Some(at);
+        }
+    }
+    let last_of_first =
+        last_of_first.with_context(|| format!("the first contender wrote again (it ended with {lost:?})"))?;
+    anyhow::ensure!(
+        last_of_first < first_of_second,
+        "two leaders wrote at once: the first wrote {:?} after the second began",
+        last_of_first - first_of_second
+    );
+    println!(
+        "a_leader_that_cannot_renew_stops_writing_first: {:.1} s between the first leader's last write and the second's first",
+        (first_of_second - last_of_first).as_secs_f64()
+    );
+    shutdown.cancel();
+    tokio::time::timeout(DEADLINE, second)
+        .await???
+        .map_err(anyhow::Error::from)?;
+    drop(cut);
+    ctx.delete_namespace("wds1", &namespace).await
 }
 
 /// The stack plays kubelet for our images: a `ks-agent` Deployment with its Secret becomes a
