@@ -100,19 +100,19 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("ITS client")?;
     let shutdown = process.shutdown.clone();
-    // Alive but not ready while the ITS is unreachable: no crash loop, /readyz says why.
-    let register = || install::register_addon(&its, &metrics);
-    if retry_until_done("registering the ClusterManagementAddOn", &shutdown, register)
-        .await
-        .is_none()
-    {
-        return Ok(serving.stopped().await?);
-    }
-    tracing::info!(image = %defaults.image, namespace = %defaults.install_namespace, "add-on registered");
-
     let work = |token: tokio_util::sync::CancellationToken| {
         let (its, metrics) = (its.clone(), metrics.clone());
         async move {
+            // Only the leader writes. Alive but not ready while the ITS is unreachable: no crash
+            // loop, /readyz says why.
+            let register = || install::register_addon(&its, &metrics);
+            if retry_until_done("registering the ClusterManagementAddOn", &token, register)
+                .await
+                .is_none()
+            {
+                return;
+            }
+            tracing::info!(image = %defaults.image, namespace = %defaults.install_namespace, "add-on registered");
             let mut tasks = vec![tokio::spawn(approver::run(its.clone(), metrics.clone(), token.clone()))];
             if args.install_all {
                 tasks.push(tokio::spawn(install::install_on_every_cluster(

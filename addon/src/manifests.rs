@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use ks_shared::names::{
-    OCM_ADDON_NAME_LABEL, STATUS_ADDON_HUB_SECRET, STATUS_ADDON_MANIFESTWORK, STATUS_ADDON_NAME,
+    AGENT_LEASE, OCM_ADDON_NAME_LABEL, STATUS_ADDON_HUB_SECRET, STATUS_ADDON_MANIFESTWORK, STATUS_ADDON_NAME,
     STATUS_AGENT_DEPLOYMENT, STATUS_AGENT_SERVICE_ACCOUNT,
 };
 use ks_shared::ocm::{
@@ -87,8 +87,10 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
                "subjects": [service_account]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
                "metadata": {"name": AGENT_LEASE_ROLE, "namespace": namespace},
-               "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
-                          "verbs": ["get", "list", "watch", "create", "update", "patch", "delete"]}]}),
+               // A Lease is created without a name to check against, then only this one is read and renewed.
+               "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+                         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                          "resourceNames": [AGENT_LEASE], "verbs": ["get", "update"]}]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
                "metadata": {"name": AGENT_LEASE_ROLE, "namespace": namespace},
                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": AGENT_LEASE_ROLE},
@@ -215,6 +217,7 @@ mod tests {
         let role = by_kind(&manifests, "Role")[0];
         assert_eq!(role["metadata"]["namespace"], settings().install_namespace);
         assert_eq!(role["rules"][0]["resources"], json!(["leases"]));
+        assert_eq!(role["rules"][1]["resourceNames"], json!([AGENT_LEASE]));
         for binding in by_kind(&manifests, "ClusterRoleBinding")
             .into_iter()
             .chain(by_kind(&manifests, "RoleBinding"))

@@ -87,8 +87,6 @@ struct Args {
 
 /// Where /metrics, /healthz and /readyz are served unless --http-address says otherwise.
 const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
-/// The leader-election Lease (in the WEC, in --leader-elect-namespace).
-const LEASE_NAME: &str = "ks-status-agent";
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -139,7 +137,7 @@ async fn main() -> anyhow::Result<()> {
     if args.common.leader_elect {
         ks_shared::leader::run_as_leader(
             wec_lease,
-            &args.common.lease(LEASE_NAME),
+            &args.common.lease(ks_shared::names::AGENT_LEASE),
             &fence,
             process.shutdown.clone(),
             work,

@@ -146,15 +146,6 @@ async fn main() -> anyhow::Result<()> {
     let Some(Spaces { wds, its, wds_lease }) = spaces(&args, &fence, &shutdown).await? else {
         return Ok(serving.stopped().await?);
     };
-    let install = || crds::install(&wds, Space::Wds, field_manager::BINDING);
-    if retry_until_done("installing CRDs into the WDS", &shutdown, install)
-        .await
-        .is_none()
-    {
-        return Ok(serving.stopped().await?);
-    }
-    tracing::info!(wds = %args.wds_name, "KubeStellar CRDs installed");
-
     let settings = Settings {
         filter: ResourceFilter::from_api_groups(&args.api_groups),
         debounce: Duration::from_millis(args.binding_debounce_ms),
@@ -173,7 +164,19 @@ async fn main() -> anyhow::Result<()> {
             metrics: transport_metrics,
         }),
     };
-    let work = |token| controller::run(wds.clone(), its, settings, metrics, ready, token);
+    let wds_name = args.wds_name.clone();
+    // Only the leader writes, the CRDs included.
+    let work = |token: tokio_util::sync::CancellationToken| async move {
+        let install = || crds::install(&wds, Space::Wds, field_manager::BINDING);
+        if retry_until_done("installing CRDs into the WDS", &token, install)
+            .await
+            .is_none()
+        {
+            return Ok(());
+        }
+        tracing::info!(wds = %wds_name, "KubeStellar CRDs installed");
+        controller::run(wds.clone(), its, settings, metrics, ready, token).await
+    };
     if args.common.leader_elect {
         let lease = args.common.lease(format!("ks-hub-{}", args.wds_name));
         let result =

@@ -62,6 +62,9 @@ pub const KUBEFLEX_CP_TYPE_LABEL: &str = "kflex.kubestellar.io/cptype";
 pub const CP_TYPE_WDS: &str = "wds";
 pub const CP_TYPE_ITS: &str = "its";
 
+/// The agent's leader-election Lease, in its install namespace on the WEC.
+pub const AGENT_LEASE: &str = "ks-status-agent";
+
 /// ITS namespace holding one `customization-properties` ConfigMap per WEC.
 pub const CUSTOMIZATION_PROPERTIES_NAMESPACE: &str = "customization-properties";
 /// WDS namespace holding CombinedStatuses of cluster-scoped objects.

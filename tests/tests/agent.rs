@@ -40,8 +40,6 @@ const DELIVERY: Duration = Duration::from_secs(90);
 const PROMPTLY: Duration = Duration::from_secs(15);
 /// The label every ManifestWork of this run carries (and so every WorkStatus it causes).
 const RUN_LABEL: &str = "e2e.kubestellar.io/run";
-/// The Lease the agents hold in their install namespace on the WEC.
-const AGENT_LEASE: &str = "ks-status-agent";
 /// The WEC of the one test that takes its agent's Lease.
 const OTHER_WEC: &str = "cluster2";
 const COMPONENTS: &[&str] = &[
@@ -735,7 +733,7 @@ async fn leader_restarts_and_removes_leftovers(ctx: Ctx) -> anyhow::Result<()> {
     let taken = json!({"spec": {"holderIdentity": format!("ks-tests-{}", std::process::id()),
                                 "leaseDurationSeconds": 3600, "acquireTime": now, "renewTime": now}});
     leases
-        .patch(AGENT_LEASE, &PatchParams::default(), &Patch::Merge(&taken))
+        .patch(names::AGENT_LEASE, &PatchParams::default(), &Patch::Merge(&taken))
         .await
         .context("taking the agent's Lease")?;
     let agent = Stack::agent_process(OTHER_WEC);
@@ -754,7 +752,7 @@ async fn leader_restarts_and_removes_leftovers(ctx: Ctx) -> anyhow::Result<()> {
         |c: Option<&_>| c.is_none(),
     )
     .await?;
-    leases.delete(AGENT_LEASE, &DeleteParams::default()).await?;
+    leases.delete(names::AGENT_LEASE, &DeleteParams::default()).await?;
     let left = wait_work_statuses(&hub, OTHER_WEC, &selector, "the leftover removed", DELIVERY, |all| {
         source_names(all) == ["keep"]
     })

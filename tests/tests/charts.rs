@@ -613,10 +613,10 @@ async fn controller_may_do_exactly_its_job(hub: &Client, namespace: &str, accoun
             "",
             "kubernetes.io/kubelet-serving",
         ),
-        (true, "patch", "coordination.k8s.io", "leases", namespace, "ks-addon"),
+        (true, "update", "coordination.k8s.io", "leases", namespace, "ks-addon"),
         (
             false,
-            "patch",
+            "update",
             "coordination.k8s.io",
             "leases",
             "kube-system",

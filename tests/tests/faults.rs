@@ -5,8 +5,9 @@
 
 use std::time::Duration;
 
-use anyhow::ensure;
+use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::names::ORIGIN_BINDING_LABEL;
 use ks_shared::ocm::ManifestWork;
@@ -40,6 +41,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(a_crd_version_added_and_removed_keeps_the_wec_objects, PATH),
             stack_test!(a_rollout_survives_every_process_killed_or_stalled, EVERYONE),
             stack_test!(a_resource_whose_list_fails_holds_nothing_else_back, PATH),
+            stack_test!(a_busy_leader_keeps_its_lease_then_hands_over, PATH),
         ],
     )
 }
@@ -53,6 +55,14 @@ fn workload(id: &str, count: usize, object: impl Fn(usize) -> String) -> String 
         yaml += &object(i);
     }
     yaml + &policy_yaml(id, "location-group: edge", &format!("fault: \"{id}\""))
+}
+
+/// The ConfigMap `cm-<i>` of test `id`, holding `value`: YAML.
+fn config_map(id: &str, i: usize, value: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\
+         data: {{value: \"{value}\"}}\n"
+    )
 }
 
 /// The ManifestWorks of Binding `binding` in `wec`'s mailbox.
@@ -140,12 +150,7 @@ async fn objects_moving_between_manifestworks_stay_on_the_wecs(ctx: Ctx) -> anyh
     const OBJECTS: usize = 30;
     let tools = Tools::new(&ctx, "moves")?;
     let id = ctx.unique_name("moves");
-    let yaml = workload(&id, OBJECTS, |i| {
-        format!(
-            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\
-             data: {{i: \"{i}\"}}\n"
-        )
-    });
+    let yaml = workload(&id, OBJECTS, |i| config_map(&id, i, &i.to_string()));
     let file = tools.scratch_file("yaml", &yaml)?;
     tools.kubectl("wds1", &["apply", "-f", &file])?;
     let configmaps = ApiResource::erase::<ConfigMap>(&());
@@ -281,10 +286,7 @@ fn rollout_yaml(id: &str, step: usize) -> String {
     let replicas = 1 + step % 2;
     let yaml = workload(id, ROLLOUT_CONFIGMAPS + ROLLOUT_DEPLOYMENTS, |i| {
         if i < ROLLOUT_CONFIGMAPS {
-            format!(
-                "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\
-                 data: {{step: \"{step}\"}}\n"
-            )
+            config_map(id, i, &step.to_string())
         } else {
             let name = format!("web-{}", i - ROLLOUT_CONFIGMAPS);
             format!(
@@ -467,4 +469,128 @@ async fn a_resource_whose_list_fails_holds_nothing_else_back(ctx: Ctx) -> anyhow
     .await;
     tools.kubectl("wds1", &["delete", "--wait=false", "-f", &gadget_file, "-f", &crd_file])?;
     checked
+}
+
+/// The flags of the two leader-electing hubs: a 3 s Lease, and client rate limits so tight that
+/// the leader's own requests queue for seconds when it starts and under a burst.
+fn electing_hub_flags(lease_namespace: &str) -> Vec<String> {
+    [
+        "--leader-elect",
+        "--leader-elect-lease-duration=3",
+        "--wds-qps=10",
+        "--wds-burst=10",
+        "--its-qps=10",
+        "--its-burst=10",
+    ]
+    .map(String::from)
+    .into_iter()
+    .chain([format!("--leader-elect-namespace={lease_namespace}")])
+    .collect()
+}
+
+/// Whether a hub answers /readyz with 200 on `port` (a standby does not: it has not started).
+fn ready(port: u16) -> bool {
+    let address = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    std::net::TcpStream::connect(address).is_ok() && ks_tests::process::http_get(address, "/readyz").0 == 200
+}
+
+/// Who holds the hub's Lease, and how often it changed hands.
+async fn lease_holder(leases: &Api<Lease>) -> anyhow::Result<(String, i32)> {
+    let spec = leases.get("ks-hub-wds1").await?.spec.unwrap_or_default();
+    Ok((
+        spec.holder_identity.unwrap_or_default(),
+        spec.lease_transitions.unwrap_or_default(),
+    ))
+}
+
+/// Defect: the Lease was renewed through the hub's rate-limited client, so a leader busy with its
+/// own requests renewed late, a standby took over, and both wrote. Two hubs for wds1 with
+/// leader election, a 3 s Lease and tight rate limits: the busy leader keeps its Lease through
+/// its start and a burst (it renews on a client of its own), the standby stays unready; when the
+/// leader is killed the standby takes over and delivers the next change. No WEC object is lost.
+async fn a_busy_leader_keeps_its_lease_then_hands_over(ctx: Ctx) -> anyhow::Result<()> {
+    const OBJECTS: usize = 40;
+    let tools = Tools::new(&ctx, "leader")?;
+    let id = ctx.unique_name("leader");
+    let lease_namespace = ctx.namespace("wds1").await?;
+    let leases: Api<Lease> = Api::namespaced(ctx.client("wds1").await?, &lease_namespace);
+    let free_port = || -> anyhow::Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
+    let ports = [free_port()?, free_port()?];
+    ctx.stack
+        .procs
+        .stop(&Stack::hub_process("wds1"), Duration::from_secs(10))?;
+    let mut names = Vec::new();
+    let replicas = async {
+        for (replica, port) in ["a", "b"].into_iter().zip(ports) {
+            names.push(
+                ctx.stack
+                    .start_hub_replica("wds1", replica, port, &electing_hub_flags(&lease_namespace))?,
+            );
+        }
+        let started = std::time::Instant::now();
+        wait_for("one of the two hubs to lead and be ready", DEADLINE, || async {
+            // A hub that lost its Lease exits (to be restarted): here, a failure.
+            for name in &names {
+                ctx.stack.procs.check_alive(name)?;
+            }
+            Ok(ports.iter().any(|&port| ready(port)))
+        })
+        .await?;
+        let leading = ports.iter().position(|&port| ready(port)).context("a hub is ready")?;
+        let (holder, transitions) = lease_holder(&leases).await?;
+        let pid = ctx.stack.procs.running(&names[leading]).context("the leader runs")?;
+        ensure!(
+            holder.ends_with(&format!("_{pid}")),
+            "the ready hub (pid {pid}) holds the Lease, not {holder}"
+        );
+        ensure!(!ready(ports[1 - leading]), "the standby is not ready");
+
+        let file = tools.scratch_file("yaml", &workload(&id, OBJECTS, |i| config_map(&id, i, "")))?;
+        tools.kubectl("wds1", &["apply", "--server-side", "-f", &file])?;
+        let losses = delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, OBJECTS).await?;
+        println!(
+            "two hubs, 3 s Lease, 10 requests/s: leader started and delivered {OBJECTS} ConfigMaps in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+        ensure!(
+            lease_holder(&leases).await? == (holder.clone(), transitions),
+            "the busy leader kept its Lease (holder {holder}, {transitions} transitions), now {:?}",
+            lease_holder(&leases).await?
+        );
+
+        let killed = std::time::Instant::now();
+        ctx.stack.procs.signal(&names[leading], "KILL")?;
+        let standby = ports[1 - leading];
+        wait_for("the standby to take over", DEADLINE, || async { Ok(ready(standby)) }).await?;
+        let file = tools.scratch_file("yaml", &workload(&id, OBJECTS + 1, |i| config_map(&id, i, "")))?;
+        tools.kubectl("wds1", &["apply", "--server-side", "-f", &file])?;
+        let newest = format!("cm-{OBJECTS}");
+        let taken_over = || async {
+            for wec in WECS {
+                let api: Api<ConfigMap> = Api::namespaced(ctx.client(wec).await?, &id);
+                if api.get_opt(&newest).await?.is_none() {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        };
+        wait_for("the standby to deliver the next change", DEADLINE, taken_over).await?;
+        println!(
+            "leader killed: the standby led and delivered a new ConfigMap {:.1} s later",
+            killed.elapsed().as_secs_f64()
+        );
+        let (new_holder, new_transitions) = lease_holder(&leases).await?;
+        ensure!(
+            new_holder != holder && new_transitions == transitions + 1,
+            "the Lease changed hands once: {holder} ({transitions}) → {new_holder} ({new_transitions})"
+        );
+        no_losses(&losses, OBJECTS + 1)?;
+        tools.kubectl("wds1", &["delete", "-f", &file])?;
+        anyhow::Ok(())
+    }
+    .await;
+    ctx.stack.procs.stop_all(&names, Duration::from_secs(10))?;
+    ctx.stack.restart_hub("wds1", HubOptions::STACK).await?;
+    replicas?;
+    ctx.delete_namespace("wds1", &lease_namespace).await
 }

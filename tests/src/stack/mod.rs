@@ -624,22 +624,35 @@ impl Stack {
 
     /// Our hub process for a WDS, exporting traces to the stack's Jaeger when tracing is on.
     fn start_hub(&self, wds: &str, options: HubOptions) -> anyhow::Result<()> {
+        self.spawn_hub(&Self::hub_process(wds), wds, self.hub_port(wds), options, &[])
+    }
+
+    /// A further hub for a WDS, the process `hub-<wds>-<replica>` serving /readyz on `port`, with
+    /// `extra` flags (e.g. leader election); returns its process name. The test stops it.
+    pub fn start_hub_replica(&self, wds: &str, replica: &str, port: u16, extra: &[String]) -> anyhow::Result<String> {
+        let name = format!("{}-{replica}", Self::hub_process(wds));
+        self.spawn_hub(&name, wds, port, HubOptions::STACK, extra)?;
+        Ok(name)
+    }
+
+    fn spawn_hub(&self, name: &str, wds: &str, port: u16, options: HubOptions, extra: &[String]) -> anyhow::Result<()> {
         let mut args = vec![
             format!("--wds-kubeconfig={}", self.space_kubeconfig(wds).display()),
             format!("--its-kubeconfig={}", self.space_kubeconfig("its1").display()),
             format!("--wds-name={wds}"),
-            format!("--http-address=127.0.0.1:{}", self.hub_port(wds)),
+            format!("--http-address=127.0.0.1:{port}"),
         ];
         if let Some(n) = options.max_num_wrapped {
             args.push(format!("--max-num-wrapped={n}"));
         }
+        args.extend_from_slice(extra);
         let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
         let mut env = vec![("OTEL_SERVICE_NAME", "ks-hub")];
         if options.tracing == Tracing::On {
             env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()));
         }
         self.procs
-            .ensure(&Self::hub_process(wds), &self.our_binaries.join("ks-hub"), &args, &env)?;
+            .ensure(name, &self.our_binaries.join("ks-hub"), &args, &env)?;
         Ok(())
     }
 
