@@ -8,20 +8,21 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::ConfigMap;
-use ks_shared::names::ORIGIN_BINDING_LABEL;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use ks_shared::names::{AGENT_INSTALL_NAMESPACE, ORIGIN_BINDING_LABEL, STATUS_ADDON_HUB_SECRET};
 use ks_shared::ocm::ManifestWork;
 use ks_tests::faults::WecLosses;
 use ks_tests::harness::{Ctx, run_one_at_a_time};
 use ks_tests::stack::{ADDON_PROCESS, HUB_MAX_NUM_WRAPPED, HubOptions, Stack, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, policy_yaml};
-use kube::api::{Api, DynamicObject, ListParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 const WECS: [&str; 2] = ["cluster1", "cluster2"];
+const AGENT_PATH: &[&str] = &["hub-wds1", "ks-addon-its1", "ocm-agent-cluster1", "kubelet-cluster1"];
 const EVERYONE: &[&str] = &[
     "hub-wds1",
     "ks-addon-its1",
@@ -42,6 +43,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(a_rollout_survives_every_process_killed_or_stalled, EVERYONE),
             stack_test!(a_resource_whose_list_fails_holds_nothing_else_back, PATH),
             stack_test!(a_busy_leader_keeps_its_lease_then_hands_over, PATH),
+            stack_test!(the_agent_follows_its_reissued_hub_certificate, AGENT_PATH),
         ],
     )
 }
@@ -593,4 +595,73 @@ async fn a_busy_leader_keeps_its_lease_then_hands_over(ctx: Ctx) -> anyhow::Resu
     ctx.stack.restart_hub("wds1", HubOptions::STACK).await?;
     replicas?;
     ctx.delete_namespace("wds1", &lease_namespace).await
+}
+
+/// The client certificate in the agent's hub kubeconfig Secret on `wec`.
+async fn hub_certificate(secrets: &Api<Secret>) -> anyhow::Result<Option<Vec<u8>>> {
+    let secret = secrets.get(STATUS_ADDON_HUB_SECRET).await?;
+    Ok(secret.data.and_then(|d| d.get("tls.crt").map(|c| c.0.clone())))
+}
+
+/// Defect: the agent read its hub kubeconfig once, so when OCM gave the add-on a new client
+/// certificate it kept the old one until that expired. Here OCM issues a new one (the test
+/// makes the Secret's extra data stale, which OCM answers at once with a new CSR, approved by our
+/// add-on and signed by its1's controller-manager: the path of a rotation, which OCM itself only
+/// checks for every 5 min); the stand-in kubelet updates the mounted files in place, as a kubelet
+/// does; the agent sees them change, stops, is restarted with them, and status flows again.
+async fn the_agent_follows_its_reissued_hub_certificate(ctx: Ctx) -> anyhow::Result<()> {
+    let wec = "cluster1";
+    let old_agent = ctx.stack.wait_agent_ready(wec, DEADLINE).await?;
+    let secrets: Api<Secret> = Api::namespaced(ctx.client(wec).await?, AGENT_INSTALL_NAMESPACE);
+    let old_certificate = hub_certificate(&secrets)
+        .await?
+        .context("the agent has a hub certificate")?;
+    let started = std::time::Instant::now();
+    let stale = serde_json::json!({"stringData": {"cluster-name": format!("not-{wec}")}});
+    secrets
+        .patch(STATUS_ADDON_HUB_SECRET, &PatchParams::default(), &Patch::Merge(&stale))
+        .await?;
+    wait_for("OCM to issue a new certificate", DEADLINE, || async {
+        Ok(hub_certificate(&secrets).await?.is_some_and(|c| c != old_certificate))
+    })
+    .await?;
+    let issued = started.elapsed();
+    let agent = Stack::agent_process(wec);
+    wait_for("the agent to stop for its new credentials", DEADLINE, || async {
+        Ok(ctx.stack.procs.running(&agent) != Some(old_agent))
+    })
+    .await?;
+    let new_agent = ctx.stack.wait_agent_ready(wec, DEADLINE).await?;
+    ensure!(new_agent != old_agent, "a new agent process runs");
+    let restarted = started.elapsed();
+
+    // Status flows through the new agent: a Deployment's status comes back to the WDS.
+    let tools = Tools::new(&ctx, "rotation")?;
+    let id = ctx.unique_name("rotation");
+    let yaml = format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {id}, labels: {{fault: \"{id}\"}}}}\n---\n\
+         apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: web, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\
+         spec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n\
+         \x20 template:\n    metadata: {{labels: {{app: web}}}}\n\
+         \x20   spec: {{containers: [{{name: web, image: \"nginx:1.27\"}}]}}\n\
+         ---\napiVersion: control.kubestellar.io/v1alpha1\nkind: BindingPolicy\nmetadata: {{name: {id}}}\n\
+         spec:\n  clusterSelectors: [{{matchLabels: {{name: {wec}}}}}]\n\
+         \x20 downsync: [{{objectSelectors: [{{matchLabels: {{fault: \"{id}\"}}}}], wantSingletonReportedState: true}}]\n"
+    );
+    let file = tools.scratch_file("yaml", &yaml)?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client("wds1").await?, &id);
+    wait_for("the Deployment's status back in the WDS", DEADLINE, || async {
+        let web = deployments.get_opt("web").await?;
+        Ok(web.and_then(|d| d.status).and_then(|s| s.available_replicas) == Some(1))
+    })
+    .await?;
+    println!(
+        "hub certificate re-issued in {:.1} s; agent restarted with it after {:.1} s; status returned after {:.1} s",
+        issued.as_secs_f64(),
+        restarted.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    Ok(())
 }

@@ -2,8 +2,11 @@
 //! Deployment whose container runs one of our images (`ks-agent`, `ks-addon`, `ks-hub`) appears
 //! on a WEC and the Secrets it mounts exist, the stack runs that binary as a local process with
 //! the Deployment's arguments, the Secrets' files and the WEC as its in-cluster API; it stops
-//! the process when the Deployment goes away or is scaled to zero, and restarts it when the
-//! arguments or the Secrets change or when it exits. One such kubelet runs per WEC.
+//! the process when the Deployment goes away or is scaled to zero, and restarts it when its
+//! arguments change or when it exits. Like a kubelet, it updates a changed Secret's files in place
+//! without restarting anything (a process that must see new credentials watches its files, as the
+//! agent does), and keeps a running process's files when its Secret goes away. One such kubelet
+//! runs per WEC.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -43,6 +46,34 @@ struct LocalPod {
     env: Vec<(String, String)>,
     /// Secret files to write: path → content.
     files: BTreeMap<PathBuf, Vec<u8>>,
+}
+
+impl LocalPod {
+    /// Whether `other` is the same container: a kubelet restarts it for a changed spec, not for
+    /// a changed Secret.
+    fn same_container(&self, other: &LocalPod) -> bool {
+        (&self.binary, &self.args, &self.env) == (&other.binary, &other.args, &other.env)
+    }
+
+    /// Writes the Secret files, each replaced at once (a kubelet swaps a symlink), and removes
+    /// those of `before` that are gone.
+    fn write_files(&self, before: Option<&LocalPod>) -> anyhow::Result<()> {
+        for (path, content) in &self.files {
+            let dir = path.parent().context("file path")?;
+            std::fs::create_dir_all(dir)?;
+            let partial = dir.join(".writing");
+            std::fs::write(&partial, content)?;
+            std::fs::rename(&partial, path)?;
+        }
+        for gone in before
+            .iter()
+            .flat_map(|b| b.files.keys())
+            .filter(|p| !self.files.contains_key(*p))
+        {
+            let _ = std::fs::remove_file(gone);
+        }
+        Ok(())
+    }
 }
 
 /// The image's binary name, if it is one of ours: `registry/ks-agent:tag` → `ks-agent`.
@@ -196,13 +227,24 @@ async fn sync(
     for deployment in deployments.list(&ListParams::default()).await? {
         let namespace = deployment.namespace().unwrap_or_default();
         let dir = pods_dir.join(space).join(&namespace).join(deployment.name_any());
+        let name = pod_process(space, &namespace, &deployment.name_any());
         let Some(pod) = local_pod(space, &deployment, by_namespace.get(&namespace).unwrap_or(&none), &dir) else {
+            // A running container keeps its files when a Secret it mounts goes away.
+            let scaled_down = deployment.spec.as_ref().and_then(|s| s.replicas) == Some(0);
+            if running.contains_key(&name) && !scaled_down {
+                wanted.insert(name);
+            }
             continue;
         };
         wanted.insert(pod.name.clone());
-        let restarts = match running.get(&pod.name) {
-            Some(started) if started.pod == pod => {
-                if stack.procs.running(&pod.name).is_some() || Instant::now() < started.next_restart {
+        let restarts = match running.get_mut(&pod.name) {
+            Some(started) if started.pod.same_container(&pod) => {
+                if started.pod.files != pod.files {
+                    pod.write_files(Some(&started.pod))?;
+                    eprintln!("{space}: updated the Secret files of {}", pod.name);
+                    started.pod.files = pod.files.clone();
+                }
+                if stack.procs.running(&started.pod.name).is_some() || Instant::now() < started.next_restart {
                     continue;
                 }
                 if started.at.elapsed() > BACKOFF_RESET {
@@ -214,10 +256,7 @@ async fn sync(
             _ => 0,
         };
         stack.procs.stop(&pod.name, Duration::from_secs(10))?;
-        for (path, content) in &pod.files {
-            std::fs::create_dir_all(path.parent().context("file path")?)?;
-            std::fs::write(path, content)?;
-        }
+        pod.write_files(running.get(&pod.name).map(|s| &s.pod))?;
         let kubeconfig = stack.space_kubeconfig(space).display().to_string();
         // All local pods share one host: a free port for their endpoint unless the pod says otherwise;
         // and, like every process of the stack, they export traces to the stack's Jaeger.
