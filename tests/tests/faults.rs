@@ -44,6 +44,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(a_resource_whose_list_fails_holds_nothing_else_back, PATH),
             stack_test!(a_busy_leader_keeps_its_lease_then_hands_over, PATH),
             stack_test!(the_agent_follows_its_reissued_hub_certificate, AGENT_PATH),
+            stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
         ],
     )
 }
@@ -663,5 +664,53 @@ async fn the_agent_follows_its_reissued_hub_certificate(ctx: Ctx) -> anyhow::Res
         started.elapsed().as_secs_f64()
     );
     tools.kubectl("wds1", &["delete", "-f", &file])?;
+    Ok(())
+}
+
+/// A user replaces one policy by another selecting the same objects (applies the new one and
+/// deletes the old) while the WECs' work agents are slow (here: stopped until the hub has written
+/// the new ManifestWorks): the objects move from one Binding's ManifestWorks to the other's and
+/// must stay on the WECs throughout, so the old ones wait until the new ones are applied.
+async fn a_policy_replaced_by_another_keeps_the_wec_objects(ctx: Ctx) -> anyhow::Result<()> {
+    const OBJECTS: usize = 10;
+    let tools = Tools::new(&ctx, "replaced")?;
+    let id = ctx.unique_name("replaced");
+    let file = tools.scratch_file("yaml", &workload(&id, OBJECTS, |i| config_map(&id, i, "")))?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    let losses = delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, OBJECTS).await?;
+
+    let successor = format!("{id}-v2");
+    let policy = tools.scratch_file(
+        "yaml",
+        &policy_yaml(&successor, "location-group: edge", &format!("fault: \"{id}\"")),
+    )?;
+    let agents = WECS.map(|wec| format!("ocm-agent-{wec}"));
+    for agent in &agents {
+        ctx.stack.procs.signal(agent, "STOP")?;
+    }
+    let replaced = async {
+        tools.kubectl("wds1", &["apply", "-f", &policy])?;
+        tools.kubectl("wds1", &["delete", "bindingpolicy", &id])?;
+        wait_for("the new policy's ManifestWorks written", DEADLINE, || async {
+            for wec in WECS {
+                if works(&ctx, wec, &successor).await?.is_empty() {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+        .await
+    }
+    .await;
+    for agent in &agents {
+        ctx.stack.procs.signal(agent, "CONT")?;
+    }
+    replaced?;
+    wait_works(&ctx, &successor, 1, "the new policy's ManifestWork applied", |_| true).await?;
+    wait_works(&ctx, &id, 0, "the old policy's ManifestWorks gone", |_| true).await?;
+    no_losses(&losses, OBJECTS)?;
+
+    tools.kubectl("wds1", &["delete", "-f", &policy])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     Ok(())
 }

@@ -153,6 +153,7 @@ pub async fn run<P: Plugin>(
         transforms,
         clusters,
         customizations,
+        holding: Default::default(),
     };
     let mut pending: BTreeSet<String> = BTreeSet::new();
     let mut retries: Backoff<String> = Backoff::new(RETRY_MIN, RETRY_MAX);
@@ -177,6 +178,15 @@ pub async fn run<P: Plugin>(
             match input {
                 Input::Binding(name) => {
                     pending.insert(name);
+                    // A ManifestWork applied elsewhere may be what one waits for.
+                    pending.extend(
+                        transport
+                            .holding
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .iter()
+                            .cloned(),
+                    );
                 }
                 Input::All => transforms_changed = true,
                 Input::Cluster(cluster) => pending.extend(
@@ -223,6 +233,14 @@ struct Item {
     label: String,
 }
 
+/// What writing a Binding's ManifestWorks did.
+struct Applied {
+    /// The ITS's rejections.
+    rejections: Vec<String>,
+    /// Some wait for objects to land in another.
+    holding: bool,
+}
+
 struct Transport<P: Plugin> {
     plugin: P,
     packaging: trace::Packaging,
@@ -235,6 +253,8 @@ struct Transport<P: Plugin> {
     transforms: Store<CustomTransform>,
     clusters: Store<P::Inventory>,
     customizations: Store<ConfigMap>,
+    /// Bindings whose ManifestWorks wait for another Binding's: passed again on every change.
+    holding: std::sync::Mutex<BTreeSet<String>>,
 }
 
 /// What a CustomTransform's status should say: path errors, and a warning when several
@@ -297,12 +317,14 @@ impl<P: Plugin> Transport<P> {
         let api: Api<Binding> = Api::all(self.wds.clone());
         let Some(binding) = self.bindings.get(&ObjectRef::new(name)) else {
             // Gone: the finalizer made us clean up while it was being deleted.
+            self.set_holding(name, false);
             return Ok(());
         };
         let has_finalizer = binding.finalizers().iter().any(|f| f == TRANSPORT_FINALIZER);
         if binding.metadata.deletion_timestamp.is_some() {
-            self.apply_works(name, BTreeMap::new()).await?;
-            if has_finalizer {
+            // Its ManifestWorks must all be gone before the Binding may go.
+            let applied = self.apply_works(name, BTreeMap::new()).await?;
+            if has_finalizer && !applied.holding {
                 crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, false).await?;
             }
             return Ok(());
@@ -320,7 +342,7 @@ impl<P: Plugin> Transport<P> {
         }
         let (desired, mut errors) = self.desired_works(&binding);
         if errors.is_empty() {
-            errors = self.apply_works(name, desired).await?;
+            errors = self.apply_works(name, desired).await?.rejections;
         }
         // Errors leave what the WECs have untouched; they are reported on the Binding.
         let status = binding.status.clone().unwrap_or_default();
@@ -584,32 +606,32 @@ impl<P: Plugin> Transport<P> {
 
     /// Writes the desired ManifestWorks that differ and deletes this Binding's others, several
     /// at a time (they are mostly in different WECs' mailboxes). One that would drop an object
-    /// moving to another waits until that one is applied (its status change brings the Binding
-    /// back). Returns the ITS's rejections of ManifestWorks, for the Binding's status; other
-    /// failures are errors (to retry).
-    async fn apply_works(&self, binding: &str, desired: Works<P>) -> anyhow::Result<Vec<String>> {
+    /// moving to another (of this Binding or another) waits until that one is applied (its
+    /// status change brings the Binding back). Returns the ITS's rejections of ManifestWorks, for
+    /// the Binding's status, and whether any waits; other failures are errors (to retry).
+    async fn apply_works(&self, binding: &str, desired: Works<P>) -> anyhow::Result<Applied> {
         let current = self.current_works(binding);
         let key = |w: &P::Wrapped| (w.namespace().unwrap_or_default(), w.name_any());
-        let now = current
-            .iter()
-            .map(|w| {
-                let objects = self.plugin.gloss(w).into_iter().collect();
-                let applied = self.plugin.applied(w);
-                (key(w), moves::Current { objects, applied })
-            })
-            .collect();
-        let wanted = desired
+        let mut now: BTreeMap<moves::WorkKey, moves::Current> =
+            current.iter().map(|w| (key(w), self.as_is(w))).collect();
+        let mut wanted: BTreeMap<moves::WorkKey, BTreeSet<wrap::Identity>> = desired
             .iter()
             .map(|(k, w)| (k.clone(), self.plugin.gloss(w).into_iter().collect()))
             .collect();
+        let dropped = moves::dropped(&now, &wanted);
+        if !dropped.is_empty() {
+            self.add_takers(binding, &dropped, &mut now, &mut wanted);
+        }
         let held = moves::held_back(&now, &wanted);
-        if !held.is_empty() {
+        let holding = current.iter().any(|w| held.contains(&key(w)));
+        if holding {
             tracing::debug!(
                 binding,
                 ?held,
                 "ManifestWorks wait for the objects they lose to be applied elsewhere"
             );
         }
+        self.set_holding(binding, holding);
         let mut changes: Vec<BoxFuture<'_, anyhow::Result<Option<String>>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
             let existing = current
@@ -636,7 +658,71 @@ impl<P: Plugin> Transport<P> {
             .filter_map(Result::transpose)
             .collect::<anyhow::Result<Vec<_>>>()?;
         rejections.sort();
-        Ok(rejections)
+        Ok(Applied { rejections, holding })
+    }
+
+    /// Records whether `binding` waits for another Binding's ManifestWorks.
+    fn set_holding(&self, binding: &str, holding: bool) {
+        let mut waiting = self.holding.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if holding {
+            waiting.insert(binding.to_string());
+        } else {
+            waiting.remove(binding);
+        }
+    }
+
+    /// A wrapped object as it is.
+    fn as_is(&self, work: &P::Wrapped) -> moves::Current {
+        moves::Current {
+            objects: self.plugin.gloss(work).into_iter().collect(),
+            applied: self.plugin.applied(work),
+        }
+    }
+
+    /// Adds the wrapped objects, as they are and as they should be, of the other live Bindings
+    /// that list an object `binding` drops: one they take over waits for them.
+    fn add_takers(
+        &self,
+        binding: &str,
+        dropped: &BTreeSet<wrap::Identity>,
+        now: &mut BTreeMap<moves::WorkKey, moves::Current>,
+        wanted: &mut BTreeMap<moves::WorkKey, BTreeSet<wrap::Identity>>,
+    ) {
+        let names: BTreeSet<(&str, &str)> = dropped
+            .iter()
+            .map(|(_, _, ns, name)| (ns.as_str(), name.as_str()))
+            .collect();
+        let takers: BTreeSet<String> = self
+            .bindings
+            .state()
+            .iter()
+            .filter(|other| other.name_any() != binding && other.metadata.deletion_timestamp.is_none())
+            .filter(|other| {
+                entries(other).any(|(_, _, ns, name, _)| names.contains(&(ns.unwrap_or_default(), name.as_str())))
+            })
+            .filter_map(|other| {
+                let (works, errors) = self.desired_works(other);
+                // A Binding in error writes nothing, so it takes nothing over.
+                errors.is_empty().then(|| {
+                    for (key, work) in works {
+                        wanted.insert(key, self.plugin.gloss(&work).into_iter().collect());
+                    }
+                    other.name_any()
+                })
+            })
+            .collect();
+        for work in self.works.state() {
+            if work
+                .labels()
+                .get(ORIGIN_BINDING_LABEL)
+                .is_some_and(|b| takers.contains(b))
+            {
+                now.insert(
+                    (work.namespace().unwrap_or_default(), work.name_any()),
+                    self.as_is(&work),
+                );
+            }
+        }
     }
 
     /// Writes one wrapped object; `Some(why)` when the ITS rejects it or the mailbox is missing

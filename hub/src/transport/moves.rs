@@ -1,5 +1,6 @@
 //! Objects moving between the wrapped objects of one destination (their shards changed, or the
-//! limits did) are added where they go before they are removed where they were. A destination
+//! limits did, or another Binding takes them over) are added where they go before they are
+//! removed where they were. A destination
 //! deletes an object that leaves a wrapped object unless another wrapped object it has applied
 //! holds it too (OCM's work agent then only drops the old owner), so the removal waits for that.
 
@@ -28,21 +29,41 @@ pub fn held_back(
     current
         .iter()
         .filter(|(key, now)| {
-            let kept = desired.get(*key);
-            now.objects
-                .iter()
-                .filter(|object| kept.is_none_or(|kept| !kept.contains(*object)))
-                .any(|object| {
-                    let arriving = desired
-                        .iter()
-                        .any(|(other, holds)| elsewhere(key, other) && holds.contains(object));
-                    let landed = current
-                        .iter()
-                        .any(|(other, c)| elsewhere(key, other) && c.applied && c.objects.contains(object));
-                    arriving && !landed
-                })
+            drops(key, now, desired).any(|object| {
+                let arriving = desired
+                    .iter()
+                    .any(|(other, holds)| elsewhere(key, other) && holds.contains(object));
+                let landed = current
+                    .iter()
+                    .any(|(other, c)| elsewhere(key, other) && c.applied && c.objects.contains(object));
+                arriving && !landed
+            })
         })
         .map(|(key, _)| key.clone())
+        .collect()
+}
+
+/// The objects the wrapped object `key` holds `now` that `desired` no longer puts in it.
+fn drops<'a>(
+    key: &WorkKey,
+    now: &'a Current,
+    desired: &BTreeMap<WorkKey, BTreeSet<Identity>>,
+) -> impl Iterator<Item = &'a Identity> {
+    let kept = desired.get(key).cloned();
+    now.objects
+        .iter()
+        .filter(move |object| kept.as_ref().is_none_or(|kept| !kept.contains(*object)))
+}
+
+/// The objects `current` holds that `desired` no longer puts in the same wrapped object.
+pub fn dropped(
+    current: &BTreeMap<WorkKey, Current>,
+    desired: &BTreeMap<WorkKey, BTreeSet<Identity>>,
+) -> BTreeSet<Identity> {
+    current
+        .iter()
+        .flat_map(|(key, now)| drops(key, now, desired))
+        .cloned()
         .collect()
 }
 
@@ -98,6 +119,18 @@ mod tests {
             (key("c1", "uid-a"), current(&["a"], true)),
         ]);
         assert_eq!(held_back(&before, &desired), BTreeSet::from([key("c1", "w-0")]));
+    }
+
+    #[test]
+    fn a_binding_deleted_while_another_takes_its_objects_over_waits_for_it() {
+        // Binding one's work is deleted; binding two's is to hold a in the same mailbox.
+        let ours = BTreeMap::from([(key("c1", "one-w"), current(&["a", "b"], true))]);
+        assert_eq!(dropped(&ours, &BTreeMap::new()), holding(&["a", "b"]));
+        let desired = BTreeMap::from([(key("c1", "two-w"), holding(&["a"]))]);
+        assert_eq!(held_back(&ours, &desired), BTreeSet::from([key("c1", "one-w")]));
+        let mut landed = ours.clone();
+        landed.insert(key("c1", "two-w"), current(&["a"], true));
+        assert!(held_back(&landed, &desired).is_empty());
     }
 
     #[test]
