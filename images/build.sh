@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # Builds OCI image archives of our three binaries without a container runtime or daemon:
 #
-#   images/build.sh [--no-build] [ks-hub|ks-addon|ks-agent ...]     (default: all three)
+#   images/build.sh [--no-build] [--profile PROFILE] [ks-hub|ks-addon|ks-agent ...]   (default: all three)
+#
+# PROFILE is the cargo profile of the binaries, `release` unless said otherwise; the test suite
+# packages the `dev` binaries it has built anyway (same packaging, without a second compilation
+# of the whole workspace).
 #
 # Output: $CARGO_TARGET_DIR/images/<name>.oci.tar (default target/images/), an OCI image layout
 # (oci-layout, index.json, blobs/sha256/...) in a tar, loadable with e.g.
 # `skopeo copy oci-archive:target/images/ks-hub.oci.tar docker://REGISTRY/ks-hub:TAG`,
 # `kind load image-archive` or `ctr images import`.
 #
-# Each image is one layer: the release binary at /usr/local/bin/<name> (the entrypoint), exactly
+# Each image is one layer: the binary at /usr/local/bin/<name> (the entrypoint), exactly
 # the shared libraries `ldd` says it loads (glibc's loader, libc, libm, libgcc_s) at the paths the
 # binary asks for, the CA bundle, and /etc/passwd, /etc/group, /etc/nsswitch.conf naming the
 # non-root user 65532 (`nonroot`, as distroless) that the image runs as. The binaries stay
@@ -33,15 +37,21 @@ log() { printf '[images %(%H:%M:%S)T] %s\n' -1 "$*"; }
 die() { echo "images/build.sh: $*" >&2; exit 1; }
 
 build=1
+profile=release
 names=()
-for arg in "$@"; do
-  case "$arg" in
+while [ $# -gt 0 ]; do
+  case "$1" in
     --no-build) build=0 ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    ks-hub|ks-addon|ks-agent) names+=("$arg") ;;
-    *) die "unknown argument '$arg' (see --help)" ;;
+    --profile) [ $# -ge 2 ] || die "--profile needs a cargo profile name"; profile="$2"; shift ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    ks-hub|ks-addon|ks-agent) names+=("$1") ;;
+    *) die "unknown argument '$1' (see --help)" ;;
   esac
+  shift
 done
+# cargo puts the dev profile's output in target/debug.
+profile_dir="$profile"
+[ "$profile" = dev ] && profile_dir=debug
 [ ${#names[@]} -gt 0 ] || names=("${ALL[@]}")
 
 if [ "$build" = 1 ]; then
@@ -49,9 +59,9 @@ if [ "$build" = 1 ]; then
   t0=$SECONDS
   packages=()
   for name in "${names[@]}"; do packages+=(--package "$name" --bin "$name"); done
-  log "cargo build --release ${names[*]}"
-  (cd "$ROOT" && "${CARGO:-cargo}" build --release --locked "${packages[@]}")
-  log "release build: $((SECONDS - t0))s"
+  log "cargo build --profile $profile ${names[*]}"
+  (cd "$ROOT" && "${CARGO:-cargo}" build --profile "$profile" --locked "${packages[@]}")
+  log "$profile build: $((SECONDS - t0))s"
 fi
 
 # Files of the layer that are the same for every image.
@@ -104,7 +114,7 @@ add_blob() {
 }
 
 build_image() {
-  local name="$1" binary="$TARGET/release/$1" version ref work root layout
+  local name="$1" binary="$TARGET/$profile_dir/$1" version ref work root layout
   local layer_tar diff_id layer layer_size config config_size manifest manifest_size t0=$SECONDS
   [ -x "$binary" ] || die "$binary is missing: run images/build.sh without --no-build"
   version="$("$binary" --version | awk '{print $2}')"

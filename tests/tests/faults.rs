@@ -320,7 +320,7 @@ async fn rolled_out(ctx: &Ctx, id: &str, step: usize) -> anyhow::Result<bool> {
         let configmaps = Api::<ConfigMap>::namespaced(client.clone(), id).list(&selector).await?;
         let at_step = configmaps
             .iter()
-            .filter(|c| c.data.as_ref().and_then(|d| d.get("step")) == Some(&step.to_string()))
+            .filter(|c| c.data.as_ref().and_then(|d| d.get("value")) == Some(&step.to_string()))
             .count();
         let deployments = Api::<Deployment>::namespaced(client, id).list(&selector).await?;
         let scaled = deployments
