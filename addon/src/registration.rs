@@ -20,6 +20,9 @@ pub const CLIENT_SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 pub const AGENT_NAME: &str = "addon-status-agent";
 /// The key usages the registration agent asks for; `client auth` is the one that matters.
 const ALLOWED_USAGES: [&str; 3] = ["digital signature", "key encipherment", "client auth"];
+/// The longest certificate lifetime approved (a year, the signer's default); OCM rotates the
+/// certificate well before it ends.
+const MAX_EXPIRATION_SECONDS: i32 = 365 * 24 * 3600;
 
 /// The group every certificate for this add-on on `cluster` carries; the hub Role is bound to it.
 pub fn cluster_addon_group(cluster: &str) -> String {
@@ -115,6 +118,20 @@ pub fn decide(csr: &CertificateSigningRequest, state: ClusterState) -> Verdict {
     if !requester.starts_with(&format!("system:open-cluster-management:{cluster}:")) {
         return skip(format!("requester {requester:?} is not {cluster}'s registration agent"));
     }
+    // The prefix alone also matches other clusters' add-on agents when a cluster is named
+    // `cluster` (their users are `system:open-cluster-management:cluster:<name>:addon:…`), so
+    // the requester must also be in the cluster's own group, as its registration agent is.
+    let own_group = format!("system:open-cluster-management:{cluster}");
+    if !spec.groups.iter().flatten().any(|g| *g == own_group) {
+        return skip(format!(
+            "requester {requester:?} is not in {cluster}'s group {own_group:?}"
+        ));
+    }
+    if let Some(seconds) = spec.expiration_seconds
+        && seconds > MAX_EXPIRATION_SECONDS
+    {
+        return skip(format!("expirationSeconds {seconds} is more than a year"));
+    }
     let usages = spec.usages.as_deref().unwrap_or_default();
     if !usages.iter().any(|u| u == "client auth") || usages.iter().any(|u| !ALLOWED_USAGES.contains(&u.as_str())) {
         return skip(format!("usages {usages:?} are not client-only"));
@@ -200,6 +217,11 @@ mod tests {
                 request: ByteString(pem),
                 signer_name: CLIENT_SIGNER.into(),
                 username: Some(requester.into()),
+                groups: Some(vec![
+                    format!("system:open-cluster-management:{cluster}"),
+                    "system:open-cluster-management:managed-clusters".into(),
+                    "system:authenticated".into(),
+                ]),
                 usages: Some(ALLOWED_USAGES.iter().map(|u| u.to_string()).collect()),
                 ..Default::default()
             },
@@ -294,6 +316,32 @@ mod tests {
         }
         // The right request labelled for another cluster is that cluster's agent's business.
         assert!(skipped(&csr("cluster2", REQUESTER, AGENT_CLUSTER1.to_vec()), ENABLED));
+    }
+
+    #[test]
+    fn skips_a_requester_outside_the_clusters_group() {
+        // As another cluster's add-on agent asking for a cluster named `cluster` would be: the
+        // user has the registration agent's prefix, the groups are not the cluster's.
+        let mut outsider = good();
+        outsider.spec.groups = Some(vec![
+            "system:open-cluster-management:addon:addon-status".into(),
+            "system:authenticated".into(),
+        ]);
+        let Verdict::Skip(why) = decide(&outsider, ENABLED) else {
+            panic!("approved a requester outside the cluster's group");
+        };
+        assert!(why.contains("system:open-cluster-management:cluster1\""), "{why}");
+        outsider.spec.groups = None;
+        assert!(skipped(&outsider, ENABLED));
+    }
+
+    #[test]
+    fn skips_certificates_longer_than_a_year() {
+        let mut long = good();
+        long.spec.expiration_seconds = Some(MAX_EXPIRATION_SECONDS + 1);
+        assert!(skipped(&long, ENABLED));
+        long.spec.expiration_seconds = Some(3600);
+        assert!(!skipped(&long, ENABLED), "a short certificate is fine");
     }
 
     #[test]
