@@ -115,8 +115,17 @@ struct Args {
 /// Where /metrics, /healthz and /readyz are served unless --http-address says otherwise.
 const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
+    // The status controller evaluates users' CEL expressions on these threads: the third-party
+    // evaluator recurses deeply, with large frames (see `CEL_STACK`).
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(ks_hub::status::collector::CEL_STACK)
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
     if let Some(unknown) = args
         .controllers

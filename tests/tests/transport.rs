@@ -32,6 +32,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(templates_follow_wec_properties, PATH),
             stack_test!(sharding_and_generated_names, PATH),
             stack_test!(rejected_manifestwork_is_reported, PATH),
+            stack_test!(a_template_bomb_is_an_error_not_an_outage, PATH),
         ],
     )
 }
@@ -553,4 +554,52 @@ async fn rejected_manifestwork_is_reported(ctx: Ctx) -> anyhow::Result<()> {
     );
     policies.delete(&name, &DeleteParams::default()).await?;
     ctx.delete_namespace("wds1", &ns).await
+}
+
+/// A hostile template (a string doubled 30 times: 10 GB if it ran) is an error in its Binding's
+/// status; the hub stays up (same process) and another policy's object is still delivered.
+async fn a_template_bomb_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let hub = ctx.stack.procs.running(&ks_tests::stack::Stack::hub_process("wds1"));
+    let bomb = json!({"app.kubernetes.io/part-of": format!("{ns}-bomb")});
+    let plain = json!({"app.kubernetes.io/part-of": format!("{ns}-plain")});
+    // The namespace goes with the plain policy.
+    label_namespace(&wds, &ns, &plain).await?;
+    let mut text = String::from("{{$x := \"aaaaaaaaaa\"}}");
+    for _ in 0..30 {
+        text += "{{$x = printf \"%s%s\" $x $x}}";
+    }
+    text += "{{$x}}";
+    let config_maps = Api::<ConfigMap>::namespaced(wds.clone(), &ns);
+    let expand = json!({names::EXPAND_TEMPLATES_ANNOTATION: "true"});
+    apply(&config_maps, config_map("bomb", &bomb, expand, json!({"big": text}))).await?;
+    let name = format!("{ns}-bomb");
+    send(&wds, &name, json!({"location-group": "edge"}), &bomb).await?;
+    let errors = binding_errors(&ctx, &name, Some("longer than 1 MiB")).await?;
+    anyhow::ensure!(
+        errors
+            .iter()
+            .all(|e| e.contains(&format!("ConfigMap({ns}/bomb).data.big: template: "))),
+        "the errors name the object and the string: {errors:?}"
+    );
+
+    apply(&config_maps, config_map("plain", &plain, json!({}), json!({"k": "v"}))).await?;
+    send(&wds, &format!("{ns}-plain"), json!({"location-group": "edge"}), &plain).await?;
+    for wec in ["cluster1", "cluster2"] {
+        let delivered = Api::<ConfigMap>::namespaced(ctx.client(wec).await?, &ns);
+        wait_until(
+            delivered,
+            "plain",
+            "delivered beside the bomb",
+            DEADLINE,
+            |c: Option<&ConfigMap>| c.is_some(),
+        )
+        .await?;
+    }
+    anyhow::ensure!(
+        ctx.stack.procs.running(&ks_tests::stack::Stack::hub_process("wds1")) == hub,
+        "the hub kept running"
+    );
+    Ok(())
 }

@@ -221,13 +221,52 @@ const TYPE_NAMES: [&str; 13] = [
     "uint",
 ];
 
+/// The longest expression accepted, in bytes.
+const MAX_EXPRESSION_LENGTH: usize = 4096;
+/// How deep an expression's syntax tree may be: the evaluator recurses once per level, with
+/// large frames, so depth (`1+1+…+1`), not length, decides the stack it needs.
+const MAX_EXPRESSION_DEPTH: usize = 64;
+/// How deeply comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) may nest: each
+/// level multiplies the work by the length of a list.
+const MAX_COMPREHENSION_NESTING: usize = 2;
+/// The stack the CEL parser and evaluator need. The parser recurses up to 96 levels (its own
+/// limit) and, in a debug build, a level takes about 100 KiB; 20 nested parentheses overflowed a
+/// 2 MiB thread stack and aborted the process. Parsing runs on a thread of this size, and the
+/// hub's runtime threads, where expressions are evaluated, get it too.
+pub const CEL_STACK: usize = 64 << 20;
+
 /// Parses `expression` and checks that it uses no undeclared variable, with the error prefixes
-/// upstream uses. The parser is third-party code fed user input: a panic in it is an error here,
-/// not a crash of the controller.
+/// upstream uses, and that it is within the limits above. The parser is third-party code fed
+/// user input: a panic in it is an error here, not a crash of the controller.
 fn compile(expression: &str) -> Result<Program, String> {
-    let parsed = catch_unwind(AssertUnwindSafe(|| ENV.compile(expression)))
-        .map_err(|_| "failed to parse expression: the CEL parser failed".to_string())?;
+    if expression.len() > MAX_EXPRESSION_LENGTH {
+        return Err(format!(
+            "failed to parse expression: longer than {MAX_EXPRESSION_LENGTH} bytes"
+        ));
+    }
+    let parsed = std::thread::scope(|scope| {
+        let parse = || catch_unwind(AssertUnwindSafe(|| ENV.compile(expression)));
+        std::thread::Builder::new()
+            .name("cel-parser".into())
+            .stack_size(CEL_STACK)
+            .spawn_scoped(scope, parse)
+            .map_err(|e| format!("failed to parse expression: no thread for the CEL parser: {e}"))?
+            .join()
+            .map_err(|_| "failed to parse expression: the CEL parser failed".to_string())?
+            .map_err(|_| "failed to parse expression: the CEL parser failed".to_string())
+    })?;
     let program = parsed.map_err(|e| format!("failed to parse expression: {e}"))?;
+    let (depth, nesting) = shape(program.expression());
+    if depth > MAX_EXPRESSION_DEPTH {
+        return Err(format!(
+            "failed to check expression: nested {depth} deep, more than {MAX_EXPRESSION_DEPTH}"
+        ));
+    }
+    if nesting > MAX_COMPREHENSION_NESTING {
+        return Err(format!(
+            "failed to check expression: comprehensions (all, exists, exists_one, map, filter) nested {nesting} deep, more than {MAX_COMPREHENSION_NESTING}"
+        ));
+    }
     let mut undeclared = BTreeSet::new();
     collect_undeclared(program.expression(), &mut Vec::new(), &mut undeclared);
     if undeclared.is_empty() {
@@ -273,13 +312,40 @@ fn collect_undeclared<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, out: &mu
     }
 }
 
-fn collect_entry<'e>(entry: &'e EntryExpr, bound: &mut Vec<&'e str>, out: &mut BTreeSet<&'e str>) {
-    match entry {
-        EntryExpr::StructField(field) => collect_undeclared(&field.value, bound, out),
-        EntryExpr::MapEntry(entry) => {
-            collect_undeclared(&entry.key, bound, out);
-            collect_undeclared(&entry.value, bound, out);
+/// The depth of `expr`'s syntax tree, and how deeply comprehensions nest in it.
+fn shape(expr: &IdedExpr) -> (usize, usize) {
+    let deepest = |children: &mut dyn Iterator<Item = &IdedExpr>| {
+        children
+            .map(shape)
+            .fold((0, 0), |(d, n), (cd, cn)| (d.max(cd), n.max(cn)))
+    };
+    let (depth, nesting) = match &expr.expr {
+        Expr::Select(select) => deepest(&mut std::iter::once(&*select.operand)),
+        Expr::Call(call) => deepest(&mut call.target.iter().map(|t| &**t).chain(call.args.iter())),
+        Expr::List(list) => deepest(&mut list.elements.iter()),
+        Expr::Map(map) => deepest(&mut map.entries.iter().flat_map(|e| entry_values(&e.expr))),
+        Expr::Struct(st) => deepest(&mut st.entries.iter().flat_map(|e| entry_values(&e.expr))),
+        Expr::Comprehension(c) => {
+            let (outer_depth, outer_nesting) = deepest(&mut [&c.iter_range, &c.accu_init].into_iter());
+            let (inner_depth, inner_nesting) = deepest(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
+            (outer_depth.max(inner_depth), outer_nesting.max(inner_nesting + 1))
         }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => (0, 0),
+    };
+    (depth + 1, nesting)
+}
+
+/// The expressions of a map entry (key and value) or struct field (value).
+fn entry_values(entry: &EntryExpr) -> Vec<&IdedExpr> {
+    match entry {
+        EntryExpr::StructField(field) => vec![&field.value],
+        EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
+    }
+}
+
+fn collect_entry<'e>(entry: &'e EntryExpr, bound: &mut Vec<&'e str>, out: &mut BTreeSet<&'e str>) {
+    for value in entry_values(entry) {
+        collect_undeclared(value, bound, out);
     }
 }
 
@@ -913,6 +979,41 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Runs `f` on a thread with the stack of the hub's runtime threads.
+    fn on_hub_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|scope| {
+            let thread = std::thread::Builder::new().stack_size(CEL_STACK);
+            thread.spawn_scoped(scope, f).unwrap().join().unwrap()
+        })
+    }
+
+    #[test]
+    fn hostile_expressions_are_errors_not_crashes() {
+        // 20 nested parentheses overflowed a 2 MiB stack in the parser (abort, not a panic), and
+        // a chain of 64 additions overflowed it in the evaluator.
+        for (expression, error) in [
+            (format!("{}1{}", "(".repeat(200), ")".repeat(200)), "Recursion limit"),
+            (format!("1{}", "+1".repeat(100)), "nested 101 deep, more than 64"),
+            (
+                "[1, 2].map(a, [1, 2].map(b, [1, 2].map(c, c)))".to_string(),
+                "comprehensions (all, exists, exists_one, map, filter) nested 3 deep, more than 2",
+            ),
+            ("x".repeat(5000), "longer than 4096 bytes"),
+        ] {
+            let got = compile(&expression).map(|_| ()).unwrap_err();
+            assert!(got.contains(error), "{got}");
+        }
+    }
+
+    #[test]
+    fn expressions_at_the_limits_run_on_the_hubs_stack() {
+        let program = compile(&format!("1{}", "+1".repeat(60))).unwrap();
+        let sum = on_hub_stack(|| run(&program, &Context::default()));
+        assert_eq!(sum, Ok(Cel::Int(61)));
+        let program = compile("[1, 2].map(a, [1, 2].map(b, a * b))").unwrap();
+        assert!(on_hub_stack(|| run(&program, &Context::default())).is_ok());
+    }
 
     fn named(pairs: &[(&str, &str)]) -> Vec<NamedExpression> {
         pairs

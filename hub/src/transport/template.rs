@@ -30,6 +30,15 @@ type Props = BTreeMap<String, String>;
 const MAX_DEPTH: usize = 100;
 /// The widest printf field allowed, so that a template cannot ask for a huge allocation.
 const MAX_WIDTH: usize = 10_000;
+/// The longest string a template may make or print (1 MiB): an etcd object holds at most
+/// 1.5 MiB, so nothing longer could be delivered, and a template that doubles a string 30 times
+/// would otherwise make 10 GB and take the hub down.
+pub const MAX_TEXT: usize = 1 << 20;
+/// The bytes of strings one template may make or copy in all (64 MiB). Templates have no loops,
+/// but a large one can repeat costly steps; this bounds the time an expansion takes.
+const MAX_WORK: usize = 64 << 20;
+/// The most that all the templates of one object may print together (2 MiB).
+pub const MAX_OBJECT_TEXT: usize = 2 << 20;
 
 /// Whether a string is a template: upstream expands exactly the strings that contain `{{`.
 pub fn has_template(s: &str) -> bool {
@@ -53,7 +62,8 @@ pub fn contains_template(value: &Json) -> bool {
 /// `spec.containers[0].env[1].value: template: 1:2: executing at <.zone>: map has no entry for key "zone"`.
 pub fn expand_object(object: &mut Json, properties: &BTreeMap<String, String>) -> Result<(), String> {
     let mut errors = Vec::new();
-    expand_value(object, &mut String::new(), properties, &mut errors);
+    let mut printed = 0;
+    expand_value(object, &mut String::new(), properties, &mut printed, &mut errors);
     if errors.is_empty() {
         Ok(())
     } else {
@@ -61,22 +71,39 @@ pub fn expand_object(object: &mut Json, properties: &BTreeMap<String, String>) -
     }
 }
 
-fn expand_value(value: &mut Json, path: &mut String, properties: &Props, errors: &mut Vec<String>) {
+/// `printed` counts what the object's templates have printed so far; past [`MAX_OBJECT_TEXT`]
+/// the remaining leaves are left as they are.
+fn expand_value(
+    value: &mut Json,
+    path: &mut String,
+    properties: &Props,
+    printed: &mut usize,
+    errors: &mut Vec<String>,
+) {
     let len = path.len();
     match value {
         Json::String(text) if has_template(text) => {
+            let at = if path.is_empty() { "." } else { path.as_str() };
+            if *printed > MAX_OBJECT_TEXT {
+                errors.push(format!(
+                    "{at}: not expanded: the object's templates print more than {} MiB in all",
+                    MAX_OBJECT_TEXT >> 20
+                ));
+                return;
+            }
             let template = Template::parse(text);
             let mut out = String::new();
             let result = template.and_then(|template| template.execute(properties, &mut out));
+            *printed += out.len();
             *text = out;
             if let Err(error) = result {
-                errors.push(format!("{}: {error}", if path.is_empty() { "." } else { path }));
+                errors.push(format!("{at}: {error}"));
             }
         }
         Json::Array(items) => {
             for (i, item) in items.iter_mut().enumerate() {
                 path.push_str(&format!("[{i}]"));
-                expand_value(item, path, properties, errors);
+                expand_value(item, path, properties, printed, errors);
                 path.truncate(len);
             }
         }
@@ -86,7 +113,7 @@ fn expand_value(value: &mut Json, path: &mut String, properties: &Props, errors:
                     path.push('.');
                 }
                 path.push_str(key);
-                expand_value(item, path, properties, errors);
+                expand_value(item, path, properties, printed, errors);
                 path.truncate(len);
             }
         }
@@ -1421,6 +1448,7 @@ impl Template {
             text: &self.text,
             vars: vec![("$", Value::Map(properties))],
             out,
+            work: std::cell::Cell::new(0),
         };
         exec.walk(&self.nodes, &Value::Map(properties))
     }
@@ -1438,11 +1466,30 @@ struct Exec<'a, 'p> {
     /// Variables in scope, innermost last.
     vars: Vec<(&'a str, Value<'p>)>,
     out: &'a mut String,
+    /// Bytes of strings made or copied so far (see [`MAX_WORK`]).
+    work: std::cell::Cell<usize>,
 }
 
 impl<'a, 'p> Exec<'a, 'p> {
     fn fail(&self, span: Span, fault: Fault) -> TemplateError {
         fault.at(self.text, span.0, Some(span))
+    }
+
+    /// Counts a string made or copied; fails past [`MAX_WORK`].
+    fn charge(&self, value: &Value<'p>, span: Span) -> Run<()> {
+        if let Value::Str(text) = value {
+            self.work.set(self.work.get() + text.len());
+            if self.work.get() > MAX_WORK {
+                let limit = MAX_WORK >> 20;
+                return Err(self.fail(
+                    span,
+                    Fault::go(format!(
+                        "the template makes more than {limit} MiB of text in all (the limit)"
+                    )),
+                ));
+            }
+        }
+        Ok(())
     }
 
     fn walk(&mut self, nodes: &'a [Node], dot: &Value<'p>) -> Run<()> {
@@ -1453,6 +1500,13 @@ impl<'a, 'p> Exec<'a, 'p> {
                     let value = self.pipeline(pipe, dot)?;
                     if pipe.decl.is_empty() {
                         self.out.push_str(&display(&value));
+                        if self.out.len() > MAX_TEXT {
+                            let limit = MAX_TEXT >> 20;
+                            return Err(self.fail(
+                                pipe.span,
+                                Fault::go(format!("the output is longer than {limit} MiB (the limit)")),
+                            ));
+                        }
                     }
                 }
                 Node::If(control) => self.control(control, dot, false)?,
@@ -1565,7 +1619,10 @@ impl<'a, 'p> Exec<'a, 'p> {
 
     fn variable(&self, name: &str, span: Span) -> Run<Value<'p>> {
         match self.vars.iter().rev().find(|(var, _)| *var == name) {
-            Some((_, value)) => Ok(value.clone()),
+            Some((_, value)) => {
+                self.charge(value, span)?;
+                Ok(value.clone())
+            }
             None => Err(self.fail(span, Fault::go(format!("undefined variable: {name}")))),
         }
     }
@@ -1610,7 +1667,16 @@ impl<'a, 'p> Exec<'a, 'p> {
             values.push(self.arg(arg, dot)?);
         }
         values.extend(piped);
-        apply(builtin, &values).map_err(|fault| self.fail(span, fault.calling(function.name)))
+        let result = apply(builtin, &values).map_err(|fault| self.fail(span, fault.calling(function.name)))?;
+        if let Value::Str(text) = &result
+            && text.len() > MAX_TEXT
+        {
+            let limit = MAX_TEXT >> 20;
+            let fault = Fault::go(format!("its result is longer than {limit} MiB (the limit)"));
+            return Err(self.fail(span, fault.calling(function.name)));
+        }
+        self.charge(&result, span)?;
+        Ok(result)
     }
 
     /// `and` and `or` evaluate their arguments in order and stop at the first that decides; with
@@ -2336,6 +2402,60 @@ mod tests {
             proptest::collection::vec(proptest::sample::select(PIECES), 0..24).prop_map(|pieces| pieces.concat()),
             any::<String>().prop_map(|text| format!("{{{{{text}}}}}")),
         ]
+    }
+
+    /// `{{$x := "aaaaaaaaaa"}}` then `doublings` times `{{$x = printf "%s%s" $x $x}}`, then `tail`.
+    fn doubling(doublings: usize, tail: &str) -> String {
+        let mut text = String::from("{{$x := \"aaaaaaaaaa\"}}");
+        for _ in 0..doublings {
+            text += "{{$x = printf \"%s%s\" $x $x}}";
+        }
+        text + tail
+    }
+
+    #[test]
+    fn a_string_doubled_thirty_times_stops_at_the_limit() {
+        // 10 × 2^30 bytes (10 GB) if it ran: stops at the first string over 1 MiB.
+        let mut out = String::new();
+        let error = Template::parse(&doubling(30, "{{$x}}"))
+            .unwrap()
+            .execute(&wec(), &mut out)
+            .unwrap_err();
+        assert!(
+            error
+                .to_string()
+                .contains("error calling printf: its result is longer than 1 MiB"),
+            "{error}"
+        );
+        assert!(out.is_empty());
+        // Just under the limit is fine, and printed.
+        let fits = expand(&doubling(16, "{{$x}}"), &wec()).unwrap();
+        assert_eq!(fits.len(), 10 << 16);
+        // Printing the same string twice goes over.
+        let error = expand(&doubling(16, "{{$x}}{{$x}}"), &wec()).unwrap_err();
+        assert!(error.to_string().contains("the output is longer than 1 MiB"), "{error}");
+    }
+
+    #[test]
+    fn repeating_costly_steps_stops_at_the_work_limit() {
+        // A 640 KiB string read 120 times (75 MiB of copies) prints nothing, yet is stopped.
+        let error = expand(&doubling(16, &"{{if $x}}{{end}}".repeat(120)), &wec()).unwrap_err();
+        assert!(error.to_string().contains("more than 64 MiB of text in all"), "{error}");
+        assert!(expand(&doubling(16, &"{{if $x}}{{end}}".repeat(90)), &wec()).is_ok());
+    }
+
+    #[test]
+    fn an_objects_templates_print_at_most_two_mib_together() {
+        let leaf = doubling(16, "{{$x}}");
+        // Four leaves print 2.5 MiB; the fifth is not run.
+        let mut object = json!({"data": {"a": leaf, "b": leaf, "c": leaf, "d": leaf, "e": leaf}});
+        let error = expand_object(&mut object, &wec()).unwrap_err();
+        assert_eq!(
+            error,
+            "data.e: not expanded: the object's templates print more than 2 MiB in all"
+        );
+        assert_eq!(object["data"]["d"].as_str().unwrap().len(), 10 << 16);
+        assert_eq!(object["data"]["e"], json!(leaf), "left as it was");
     }
 
     proptest! {
