@@ -363,6 +363,21 @@ async fn bad_collectors_and_workstatuses_are_reported_or_ignored(ctx: Ctx) -> an
     };
     let syntax = "filter expression invalid: failed to parse expression";
     wait_until(collectors.clone(), &broken, syntax, DEADLINE, reports(syntax)).await?;
+
+    // Expressions that overflowed a thread's stack and aborted the hub (it then crash-looped on
+    // them): deep parentheses are fine, a chain of 100 additions is too deep for the evaluator.
+    let parenthesised = format!("{ns}-parens");
+    let parens = format!("{}true{}", "(".repeat(30), ")".repeat(30));
+    put_collector(&wds, &parenthesised, listing_wecs(&parens)).await?;
+    let chained = format!("{ns}-chained");
+    put_collector(&wds, &chained, listing_wecs(&format!("1{} == 101", "+1".repeat(100)))).await?;
+    let depth = "filter expression invalid: failed to check expression: nested 101 deep, more than 64";
+    wait_until(collectors.clone(), &chained, depth, DEADLINE, reports(depth)).await?;
+    let valid = |c: Option<&StatusCollector>| {
+        c.and_then(|c| c.status.as_ref())
+            .is_some_and(|s| s.errors.is_empty() && s.observed_generation == 1)
+    };
+    wait_until(collectors.clone(), &parenthesised, "valid", DEADLINE, valid).await?;
     let structure = "groupBy and combinedFields must be empty if select is not";
     wait_until(collectors.clone(), &mixed, structure, DEADLINE, reports(structure)).await?;
 
@@ -395,7 +410,7 @@ async fn bad_collectors_and_workstatuses_are_reported_or_ignored(ctx: Ctx) -> an
     let absent = Api::<Deployment>::namespaced(wds.clone(), &ns).get_opt("ghost").await?;
     anyhow::ensure!(absent.is_none(), "a WorkStatus created a WDS object");
     mailbox.delete(&ghost, &DeleteParams::default()).await?;
-    cleanup(&ctx, &[policy_name], &[broken, mixed], &ns).await
+    cleanup(&ctx, &[policy_name], &[broken, mixed, parenthesised, chained], &ns).await
 }
 
 async fn restarted_hub_converges_to_the_new_policy(ctx: Ctx) -> anyhow::Result<()> {
