@@ -48,8 +48,16 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
     if let Some(address) = &settings.http_address {
         args.push(format!("--http-address={address}"));
     }
+    // As the charts' pods: the image's non-root user, the runtime's seccomp profile, no
+    // capabilities, a read-only root, and bounded resources.
     let mut pod_spec = json!({
         "serviceAccountName": STATUS_AGENT_SERVICE_ACCOUNT,
+        "securityContext": {
+            "runAsNonRoot": true,
+            "runAsUser": 65532,
+            "runAsGroup": 65532,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
         "containers": [{
             "name": STATUS_AGENT_DEPLOYMENT,
             "image": settings.image,
@@ -57,6 +65,10 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
             "args": args,
             "ports": [{"name": "metrics", "containerPort": 8080}],
             "volumeMounts": [{"name": "hub-config", "mountPath": HUB_MOUNT_PATH, "readOnly": true}],
+            "resources": {
+                "requests": {"cpu": "10m", "memory": "32Mi"},
+                "limits": {"cpu": "500m", "memory": "256Mi"},
+            },
             "securityContext": {
                 "allowPrivilegeEscalation": false,
                 "readOnlyRootFilesystem": true,
@@ -199,6 +211,11 @@ mod tests {
         assert_eq!(pod["serviceAccountName"], STATUS_AGENT_SERVICE_ACCOUNT);
         assert!(pod.get("nodeSelector").is_none());
         assert!(!args.iter().any(|a| a.starts_with("--http-address")));
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+        assert_eq!(container["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
+        assert_eq!(container["resources"]["limits"]["memory"], "256Mi");
     }
 
     #[test]
