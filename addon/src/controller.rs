@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ResourceQuota;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
 use ks_shared::cli::retry_until_done;
@@ -139,7 +140,7 @@ async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Re
         }
     };
     let work = apply_manifest_work(&context, &cluster, &settings, owner.clone()).await?;
-    apply_hub_rbac(&context, &cluster, owner).await?;
+    apply_mailbox_objects(&context, &cluster, owner).await?;
     let health = health::health(work.status.as_ref(), &settings.install_namespace);
     write_status(&context, &addon, &cluster, Some(&settings.install_namespace), health).await?;
     Ok(Action::requeue(RESYNC))
@@ -204,13 +205,21 @@ fn same_meta(current: &kube::api::ObjectMeta, desired: &kube::api::ObjectMeta) -
             .all(|o| current.owner_references.iter().flatten().any(|c| c.uid == o.uid))
 }
 
-async fn apply_hub_rbac(context: &Context, cluster: &str, owner: OwnerReference) -> Result<(), ReconcileError> {
+/// The agent's Role and RoleBinding, and its ResourceQuota, in the cluster's mailbox namespace.
+async fn apply_mailbox_objects(context: &Context, cluster: &str, owner: OwnerReference) -> Result<(), ReconcileError> {
     let role = crate::hub_rbac::role(cluster, owner.clone());
     let roles: Api<Role> = Api::namespaced(context.client.clone(), cluster);
     apply_if_changed(context, &roles, &role, Object::HubRole).await?;
-    let binding = crate::hub_rbac::role_binding(cluster, owner);
+    let binding = crate::hub_rbac::role_binding(cluster, owner.clone());
     let bindings: Api<RoleBinding> = Api::namespaced(context.client.clone(), cluster);
-    apply_if_changed(context, &bindings, &binding, Object::HubRoleBinding).await
+    apply_if_changed(context, &bindings, &binding, Object::HubRoleBinding).await?;
+    let max = context.defaults.max_work_statuses;
+    if max == 0 {
+        return Ok(());
+    }
+    let quota = crate::hub_rbac::mailbox_quota(cluster, owner, max);
+    let quotas: Api<ResourceQuota> = Api::namespaced(context.client.clone(), cluster);
+    apply_if_changed(context, &quotas, &quota, Object::MailboxQuota).await
 }
 
 async fn apply_if_changed<K>(context: &Context, api: &Api<K>, desired: &K, object: Object) -> Result<(), ReconcileError>

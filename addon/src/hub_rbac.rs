@@ -1,11 +1,14 @@
-//! The agent's permissions on the hub: its own cluster namespace (the mailbox) only.
+//! The agent's permissions on the hub: its own cluster namespace (the mailbox) only, and a quota
+//! on what it keeps there.
 //!
 //! Bound to the group every certificate issued for this add-on on this cluster carries, so an
 //! agent holding cluster1's credential can do nothing in cluster2's namespace.
 
 use std::collections::BTreeMap;
 
+use k8s_openapi::api::core::v1::{ResourceQuota, ResourceQuotaSpec};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use ks_shared::names::STATUS_ADDON_HUB_ROLE;
 use kube::api::ObjectMeta;
@@ -22,9 +25,15 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     }
 }
 
-fn meta(cluster: &str, owner: OwnerReference, digest: String) -> ObjectMeta {
+/// The ResourceQuota's key for the number of WorkStatuses in a namespace.
+pub const WORK_STATUS_COUNT: &str = "count/workstatuses.control.kubestellar.io";
+
+/// The ResourceQuota's name (a DNS subdomain: no colons, unlike the Role's).
+pub const MAILBOX_QUOTA: &str = "addon-status-workstatuses";
+
+fn meta(name: &str, cluster: &str, owner: OwnerReference, digest: String) -> ObjectMeta {
     ObjectMeta {
-        name: Some(STATUS_ADDON_HUB_ROLE.into()),
+        name: Some(name.into()),
         namespace: Some(cluster.into()),
         annotations: Some(BTreeMap::from([(CONTENT_DIGEST_ANNOTATION.into(), digest)])),
         owner_references: Some(vec![owner]),
@@ -50,7 +59,7 @@ pub fn role(cluster: &str, owner: OwnerReference) -> Role {
         ),
     ];
     Role {
-        metadata: meta(cluster, owner, digest(&rules)),
+        metadata: meta(STATUS_ADDON_HUB_ROLE, cluster, owner, digest(&rules)),
         rules: Some(rules),
     }
 }
@@ -69,9 +78,23 @@ pub fn role_binding(cluster: &str, owner: OwnerReference) -> RoleBinding {
         namespace: None,
     }];
     RoleBinding {
-        metadata: meta(cluster, owner, digest(&(&role_ref, &subjects))),
+        metadata: meta(STATUS_ADDON_HUB_ROLE, cluster, owner, digest(&(&role_ref, &subjects))),
         role_ref,
         subjects: Some(subjects),
+    }
+}
+
+/// The ResourceQuota in `cluster`'s namespace: at most `max` WorkStatuses, so one WEC's agent
+/// cannot fill the hub's etcd.
+pub fn mailbox_quota(cluster: &str, owner: OwnerReference, max: u32) -> ResourceQuota {
+    let hard = BTreeMap::from([(WORK_STATUS_COUNT.to_string(), Quantity(max.to_string()))]);
+    ResourceQuota {
+        metadata: meta(MAILBOX_QUOTA, cluster, owner, digest(&hard)),
+        spec: Some(ResourceQuotaSpec {
+            hard: Some(hard),
+            ..Default::default()
+        }),
+        status: None,
     }
 }
 
@@ -93,6 +116,15 @@ mod tests {
             assert!(!rule.api_groups.iter().flatten().any(|g| g == "*"));
             assert!(!rule.resources.iter().flatten().any(|r| r == "*"));
         }
+    }
+
+    #[test]
+    fn quota_counts_workstatuses_in_the_mailbox() {
+        let quota = mailbox_quota("cluster1", OwnerReference::default(), 7);
+        assert_eq!(quota.metadata.namespace.as_deref(), Some("cluster1"));
+        let hard = quota.spec.unwrap().hard.unwrap();
+        assert_eq!(hard[WORK_STATUS_COUNT], Quantity("7".into()));
+        assert_eq!(hard.len(), 1);
     }
 
     #[test]

@@ -61,6 +61,13 @@ struct Args {
     /// Image of the status agent, unless a cluster's AddOnDeploymentConfig says otherwise.
     #[arg(long, env = "KS_AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE, value_name = "IMAGE")]
     agent_image: String,
+    /// The most WorkStatuses the agent of one WEC may keep in its mailbox on the ITS (a
+    /// ResourceQuota there), so that one WEC cannot fill the ITS's etcd; it needs one per object
+    /// delivered to its WEC. 0: no quota. Needs the ITS's kube-controller-manager to run its
+    /// resourcequota controller: until that controller has counted, the apiserver refuses every
+    /// WorkStatus in the namespace.
+    #[arg(long, env = "KS_MAX_WORK_STATUSES", default_value_t = 0, value_name = "COUNT")]
+    max_work_statuses: u32,
     /// Namespace of the agent on each WEC, unless a cluster's AddOnDeploymentConfig says otherwise.
     #[arg(long, env = "KS_AGENT_INSTALL_NAMESPACE", default_value = AGENT_INSTALL_NAMESPACE, value_name = "NAMESPACE")]
     agent_install_namespace: String,
@@ -73,6 +80,7 @@ const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(st
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let defaults = Defaults {
+        max_work_statuses: args.max_work_statuses,
         image: args.agent_image.clone(),
         install_namespace: args.agent_install_namespace.clone(),
     };

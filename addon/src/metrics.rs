@@ -11,6 +11,7 @@ pub enum Object {
     ManifestWork,
     HubRole,
     HubRoleBinding,
+    MailboxQuota,
     AddOnStatus,
     ManagedClusterAddOn,
     ClusterManagementAddOn,

@@ -21,6 +21,9 @@ pub const HTTP_ADDRESS_VARIABLE: &str = "HTTP_ADDRESS";
 pub struct Defaults {
     pub image: String,
     pub install_namespace: String,
+    /// The most WorkStatuses an agent may keep in its cluster's mailbox (a ResourceQuota);
+    /// 0: no quota.
+    pub max_work_statuses: u32,
 }
 
 /// Everything that varies in the rendered agent manifests.
@@ -133,6 +136,7 @@ mod tests {
 
     fn defaults() -> Defaults {
         Defaults {
+            max_work_statuses: 100,
             image: "ghcr.io/kubestellar-rs/ks-agent:0.1.0".into(),
             install_namespace: "open-cluster-management-agent-addon".into(),
         }

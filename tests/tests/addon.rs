@@ -17,8 +17,9 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec};
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ResourceQuota, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use ks_shared::api::WorkStatus;
 use ks_shared::names::{self, is_kubestellar_label};
 use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
@@ -76,6 +77,7 @@ async fn addon_lifecycle(ctx: Ctx) -> anyhow::Result<()> {
             .await
             .with_context(|| format!("on {wec}"))?;
     }
+    mailbox_quota_counts_work_statuses(&hub, WECS[0]).await?;
     impostor_is_not_approved(&hub, &ctx.stack.procs.log_file(ADDON_PROCESS)).await?;
     for (wec, other) in [(WECS[0], WECS[1]), (WECS[1], WECS[0])] {
         hub_credential_is_confined(&ctx, wec, other)
@@ -301,6 +303,25 @@ async fn impostor_is_not_approved(hub: &Client, log: &Path) -> anyhow::Result<()
         "not turned down for its requester: {verdict}"
     );
     Ok(())
+}
+
+/// The quota on WorkStatuses in `wec`'s mailbox (the stack sets `--max-work-statuses`) has the
+/// configured limit and counts exactly the WorkStatuses there: its key names them right.
+async fn mailbox_quota_counts_work_statuses(hub: &Client, wec: &str) -> anyhow::Result<()> {
+    let quotas: Api<ResourceQuota> = Api::namespaced(hub.clone(), wec);
+    let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), wec);
+    let key = "count/workstatuses.control.kubestellar.io";
+    let limit = Quantity(ks_tests::stack::MAX_WORK_STATUSES.to_string());
+    ks_tests::stack::wait_for("the mailbox quota to count the WorkStatuses", PROMPTLY, || async {
+        let Some(quota) = quotas.get_opt("addon-status-workstatuses").await? else {
+            return Ok(false);
+        };
+        let status = quota.status.unwrap_or_default();
+        let count = statuses.list(&ListParams::default()).await?.items.len();
+        Ok(status.hard.unwrap_or_default().get(key) == Some(&limit)
+            && status.used.unwrap_or_default().get(key) == Some(&Quantity(count.to_string())))
+    })
+    .await
 }
 
 /// With the certificate the registration agent got for `wec`'s agent, WorkStatuses can be

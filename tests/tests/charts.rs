@@ -588,6 +588,14 @@ async fn controller_may_do_exactly_its_job(hub: &Client, namespace: &str, accoun
         ),
         (true, "patch", RBAC, "roles", cluster, "role"),
         (true, "patch", RBAC, "rolebindings", cluster, "binding"),
+        (
+            true,
+            "patch",
+            "",
+            "resourcequotas",
+            cluster,
+            "addon-status-workstatuses",
+        ),
         (true, "watch", CERTIFICATES, "certificatesigningrequests", "", ""),
         (
             true,

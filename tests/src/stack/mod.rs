@@ -53,6 +53,10 @@ pub enum Tracing {
     Off,
 }
 
+/// The add-on's `--max-work-statuses` in the stack: a quota in every mailbox, as a careful
+/// operator would set.
+pub const MAX_WORK_STATUSES: u32 = 100_000;
+
 /// How the stack runs our hub.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HubOptions {
@@ -463,7 +467,8 @@ impl Stack {
             "serviceaccount-token",
         ];
         match space.role {
-            Role::Its => controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation"]),
+            // resourcequota: counts the WorkStatuses under the add-on's quota in each mailbox.
+            Role::Its => controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation", "resourcequota"]),
             Role::Wec => controllers.extend(["deployment", "replicaset", "daemonset", "statefulset", "job"]),
             Role::Hosting | Role::Wds => {}
         }
@@ -693,6 +698,7 @@ impl Stack {
         let args = [
             format!("--kubeconfig={}", self.space_kubeconfig("its1").display()),
             "--install-all".to_string(),
+            format!("--max-work-statuses={MAX_WORK_STATUSES}"),
             format!("--http-address=127.0.0.1:{}", self.addon_port()),
         ];
         let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
