@@ -45,6 +45,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(a_busy_leader_keeps_its_lease_then_hands_over, PATH),
             stack_test!(the_agent_follows_its_reissued_hub_certificate, AGENT_PATH),
             stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
+            stack_test!(a_deeply_nested_object_is_an_error_not_an_outage, PATH),
         ],
     )
 }
@@ -712,5 +713,47 @@ async fn a_policy_replaced_by_another_keeps_the_wec_objects(ctx: Ctx) -> anyhow:
 
     tools.kubectl("wds1", &["delete", "-f", &policy])?;
     tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
+    Ok(())
+}
+
+/// Hostile input: an object nested 122 levels deep is stored by the WDS, but wrapped in a
+/// ManifestWork (4 levels more) it would be past the 128 levels that the transport's and every
+/// agent's watchers decode, breaking their watches of every ManifestWork. It is an error in its
+/// Binding's status instead, and another policy's object is still delivered.
+async fn a_deeply_nested_object_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "deep")?;
+    let id = ctx.unique_name("deep");
+    let group = format!("{id}.faults.example.com");
+    let crd = tools.scratch_file("yaml", &widget_crd(&id, &group, &["v1"]))?;
+    install_crd(&tools, &crd, &format!("widgets.{group}"))?;
+    let nested = (0..120).fold(serde_json::json!("leaf"), |inner, _| serde_json::json!({"a": inner}));
+    let widget = serde_json::json!({"apiVersion": format!("{group}/v1"), "kind": "Widget",
+        "metadata": {"name": "deep", "namespace": id, "labels": {"fault": id}}, "spec": nested});
+    let yaml = workload(&id, 1, |i| config_map(&id, i, "")) + "---\n" + &serde_json::to_string(&widget)? + "\n";
+    let file = tools.scratch_file("yaml", &yaml)?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    let bindings: Api<ks_shared::api::Binding> = Api::all(ctx.client("wds1").await?);
+    wait_for("the Binding to report the nesting", DEADLINE, || async {
+        let errors = bindings
+            .get_opt(&id)
+            .await?
+            .and_then(|b| b.status)
+            .map(|s| s.errors)
+            .unwrap_or_default();
+        Ok(errors
+            .iter()
+            .any(|e| e.contains(&format!("Widget.{group}({id}/deep): nested 122 levels deep"))))
+    })
+    .await?;
+
+    let other = format!("{id}-other");
+    let yaml = workload(&other, 1, |i| config_map(&other, i, ""));
+    let other_file = tools.scratch_file("yaml", &yaml)?;
+    tools.kubectl("wds1", &["apply", "-f", &other_file])?;
+    delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &other, 1).await?;
+
+    tools.kubectl("wds1", &["delete", "-f", &other_file])?;
+    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "-f", &crd])?;
     Ok(())
 }

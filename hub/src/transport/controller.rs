@@ -465,6 +465,10 @@ impl<P: Plugin> Transport<P> {
                 Some(namespace) => format!("{kind}({namespace}/{name})"),
                 None => format!("{kind}({name})"),
             };
+            if let Some(error) = wrap::too_deep(&label, &manifest) {
+                errors.push(error);
+                continue;
+            }
             deliveries.insert(
                 key,
                 Item {

@@ -199,6 +199,32 @@ pub fn identity(manifest: &Value) -> Identity {
     )
 }
 
+/// The deepest object that is delivered. A ManifestWork holds it 4 levels down (the work, `spec`,
+/// `workload`, `manifests`), and the transport's and every agent's watchers decode at most 128
+/// levels (serde_json's limit): one ManifestWork deeper than that would break their watches of
+/// every ManifestWork. The rest is margin.
+pub const MAX_DELIVERED_DEPTH: usize = 120;
+
+/// How many levels of objects and arrays `value` nests: a scalar is 0, `{}` and `[1]` are 1.
+pub fn nesting_depth(value: &Value) -> usize {
+    match value {
+        Value::Object(fields) => 1 + fields.values().map(nesting_depth).max().unwrap_or(0),
+        Value::Array(items) => 1 + items.iter().map(nesting_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// An error, for the Binding's status, when the object `label` is too deeply nested to deliver.
+pub fn too_deep(label: &str, manifest: &Value) -> Option<String> {
+    let depth = nesting_depth(manifest);
+    (depth > MAX_DELIVERED_DEPTH).then(|| {
+        format!(
+            "{label}: nested {depth} levels deep; at most {MAX_DELIVERED_DEPTH} can be delivered (a ManifestWork \
+             wraps it 4 levels deeper, and its watchers decode at most 128)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::json;
@@ -374,5 +400,19 @@ mod tests {
             resource: "namespaces".into(),
             create_only: false,
         }
+    }
+
+    #[test]
+    fn deeply_nested_objects_are_refused() {
+        assert_eq!(nesting_depth(&json!("leaf")), 0);
+        assert_eq!(nesting_depth(&json!({})), 1);
+        assert_eq!(nesting_depth(&json!({"a": [1, {"b": 2}]})), 3);
+        let nested = |levels: usize| (0..levels).fold(json!("leaf"), |inner, _| json!({"a": inner}));
+        assert_eq!(too_deep("Widget.example.com(ns/w)", &nested(MAX_DELIVERED_DEPTH)), None);
+        let error = too_deep("Widget.example.com(ns/w)", &nested(MAX_DELIVERED_DEPTH + 1)).unwrap();
+        assert!(
+            error.starts_with("Widget.example.com(ns/w): nested 121 levels deep"),
+            "{error}"
+        );
     }
 }
