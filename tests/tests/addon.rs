@@ -311,15 +311,24 @@ async fn mailbox_quota_counts_work_statuses(hub: &Client, wec: &str) -> anyhow::
     let quotas: Api<ResourceQuota> = Api::namespaced(hub.clone(), wec);
     let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), wec);
     let key = "count/workstatuses.control.kubestellar.io";
-    let limit = Quantity(ks_tests::stack::MAX_WORK_STATUSES.to_string());
+    // The apiserver writes counts in canonical form: 100000 is "100k".
+    let count = |q: Option<&Quantity>| {
+        let text = q?.0.as_str();
+        match text.strip_suffix('k') {
+            Some(thousands) => thousands.parse::<u64>().ok().map(|n| n * 1000),
+            None => text.parse::<u64>().ok(),
+        }
+    };
     ks_tests::stack::wait_for("the mailbox quota to count the WorkStatuses", PROMPTLY, || async {
         let Some(quota) = quotas.get_opt("addon-status-workstatuses").await? else {
             return Ok(false);
         };
         let status = quota.status.unwrap_or_default();
-        let count = statuses.list(&ListParams::default()).await?.items.len();
-        Ok(status.hard.unwrap_or_default().get(key) == Some(&limit)
-            && status.used.unwrap_or_default().get(key) == Some(&Quantity(count.to_string())))
+        let listed = statuses.list(&ListParams::default()).await?.items.len() as u64;
+        Ok(
+            count(status.hard.unwrap_or_default().get(key)) == Some(u64::from(ks_tests::stack::MAX_WORK_STATUSES))
+                && count(status.used.unwrap_or_default().get(key)) == Some(listed),
+        )
     })
     .await
 }

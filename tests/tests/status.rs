@@ -371,7 +371,7 @@ async fn bad_collectors_and_workstatuses_are_reported_or_ignored(ctx: Ctx) -> an
     put_collector(&wds, &parenthesised, listing_wecs(&parens)).await?;
     let chained = format!("{ns}-chained");
     put_collector(&wds, &chained, listing_wecs(&format!("1{} == 101", "+1".repeat(100)))).await?;
-    let depth = "filter expression invalid: failed to check expression: nested 101 deep, more than 64";
+    let depth = "filter expression invalid: failed to check expression: nested 102 deep, more than 64";
     wait_until(collectors.clone(), &chained, depth, DEADLINE, reports(depth)).await?;
     let valid = |c: Option<&StatusCollector>| {
         c.and_then(|c| c.status.as_ref())

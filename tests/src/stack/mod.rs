@@ -223,6 +223,7 @@ impl Stack {
         }
         self.start_hub("wds1", HubOptions::STACK)?;
         self.start_addon()?;
+        self.wait_mailbox_quotas().await?;
         self.write_env()?;
         println!("stack up in {:.1}s", started.elapsed().as_secs_f64());
         Ok(())
@@ -477,6 +478,8 @@ impl Stack {
             "--leader-elect=false".into(),
             "--secure-port=0".into(),
             "--use-service-account-credentials=false".into(),
+            // Recounts quotas often: a new quota counts WorkStatuses within seconds.
+            "--resource-quota-sync-period=10s".into(),
             format!("--controllers={}", controllers.join(",")),
             format!("--cluster-signing-cert-file={}", p(pki.ca_cert())),
             format!("--cluster-signing-key-file={}", p(pki.ca_key())),
@@ -708,6 +711,28 @@ impl Stack {
         ];
         self.procs
             .ensure(ADDON_PROCESS, &self.our_binaries.join("ks-addon"), &args, &env)?;
+        Ok(())
+    }
+
+    /// Waits until the add-on's quota in every WEC's mailbox counts WorkStatuses: until then the
+    /// ITS refuses every WorkStatus there ("status unknown for quota"), which would hold status
+    /// back for the first tests.
+    async fn wait_mailbox_quotas(&self) -> anyhow::Result<()> {
+        let its = self.client("its1").await?;
+        for wec in self.wec_names() {
+            let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(its.clone(), &wec);
+            wait_for(
+                &format!("the WorkStatus quota in {wec}'s mailbox to count"),
+                Duration::from_secs(180),
+                || async {
+                    self.procs.check_alive(ADDON_PROCESS)?;
+                    let quota = quotas.get_opt("addon-status-workstatuses").await?;
+                    let used = quota.and_then(|q| q.status).and_then(|s| s.used).unwrap_or_default();
+                    Ok(used.contains_key("count/workstatuses.control.kubestellar.io"))
+                },
+            )
+            .await?;
+        }
         Ok(())
     }
 
