@@ -6,8 +6,8 @@
 //!
 //! The images are (re)built first by the same script, once for all tests, from the `dev`
 //! binaries that `cargo test` has built anyway (`--profile dev`): the packaging is the same as
-//! `make images`, without a second, release, compilation of the whole workspace (12 minutes of
-//! a 2-core CI run).
+//! `make images`, without a second, release, compilation of the whole workspace (many minutes on
+//! a 2-core CI machine).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
