@@ -716,10 +716,11 @@ async fn a_policy_replaced_by_another_keeps_the_wec_objects(ctx: Ctx) -> anyhow:
     Ok(())
 }
 
-/// Hostile input: an object nested 122 levels deep is stored by the WDS, but wrapped in a
-/// ManifestWork (4 levels more) it would be past the 128 levels that the transport's and every
-/// agent's watchers decode, breaking their watches of every ManifestWork. It is an error in its
-/// Binding's status instead, and another policy's object is still delivered.
+/// Hostile input: objects nested more than 120 levels are not delivered. Wrapped in a ManifestWork
+/// (5 levels more in a watch event), one near serde_json's 128-level limit would break the
+/// transport's watch of every ManifestWork. One of 121 levels is an error in its Binding's status,
+/// and another policy's object is still delivered. (From about 124 levels the hub's own watch of
+/// that resource cannot decode it: a watch error, counted per resource.)
 async fn a_deeply_nested_object_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "deep")?;
     let id = ctx.unique_name("deep");
@@ -742,7 +743,7 @@ async fn a_deeply_nested_object_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::R
             .unwrap_or_default();
         Ok(errors
             .iter()
-            .any(|e| e.contains(&format!("Widget.{group}({id}/deep): nested 122 levels deep"))))
+            .any(|e| e.contains(&format!("Widget.{group}({id}/deep): nested 121 levels deep"))))
     })
     .await?;
 
