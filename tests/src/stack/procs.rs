@@ -125,8 +125,12 @@ impl Procs {
                 }
             }
         }
+        // Only the stopped process's records: a supervisor (the stand-in kubelet) may already
+        // have started the next one under the same name, whose record must stay.
         for name in names {
-            let _ = std::fs::remove_file(self.pids.join(format!("{name}.pid")));
+            if self.running(name).is_none() {
+                let _ = std::fs::remove_file(self.pids.join(format!("{name}.pid")));
+            }
         }
         Ok(())
     }
