@@ -11,6 +11,7 @@ use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
 use kube::runtime::reflector::store::Writer;
@@ -117,7 +118,8 @@ struct Informers {
     /// Filling: a new resource, or a resource at a new version whose informer at the old version
     /// serves until this one is filled (an empty cache would read as every object deleted).
     filling: BTreeMap<GroupResource, Informer>,
-    /// Resources of established CRDs that discovery does not list (yet): unknown, not gone.
+    /// Resources that discovery does not list (yet) although their CRD is established or their
+    /// aggregated API server is only down: unknown, not gone.
     undiscovered: BTreeSet<GroupResource>,
     next_id: u64,
 }
@@ -272,6 +274,16 @@ impl WorkloadInformers {
     /// Returns whether discovery lists every established CRD's resource (if not, call again).
     pub async fn sync_with_discovery(&self, crds: &[Arc<CustomResourceDefinition>]) -> Result<bool, kube::Error> {
         let discovery = Discovery::new(self.client.clone()).run_aggregated().await?;
+        let unavailable = match Api::<APIService>::all(self.client.clone())
+            .list(&Default::default())
+            .await
+        {
+            Ok(services) => unavailable_aggregated(&services.items),
+            Err(err) => {
+                tracing::debug!(error = %err, "listing APIServices failed; aggregated APIs missing from discovery count as gone");
+                BTreeSet::new()
+            }
+        };
         let served_crds: BTreeSet<GroupResource> = crds
             .iter()
             .filter(|crd| crd.metadata.deletion_timestamp.is_none() && established(crd))
@@ -300,9 +312,19 @@ impl WorkloadInformers {
                 }
             }
         }
-        let undiscovered: BTreeSet<GroupResource> =
-            served_crds.into_iter().filter(|gr| !wanted.contains_key(gr)).collect();
         let mut informers = self.lock();
+        // Also unknown rather than gone: what an aggregated API server that is down served.
+        let behind_unavailable = informers
+            .serving
+            .iter()
+            .chain(&informers.filling)
+            .filter(|(_, i)| unavailable.contains(&(i.resource.group.clone(), i.resource.version.clone())))
+            .map(|(gr, _)| gr.clone());
+        let undiscovered: BTreeSet<GroupResource> = served_crds
+            .into_iter()
+            .chain(behind_unavailable)
+            .filter(|gr| !wanted.contains_key(gr))
+            .collect();
         // Gone: neither discovered nor an established CRD that discovery has not caught up with.
         let gone: Vec<GroupResource> = informers
             .serving
@@ -338,7 +360,7 @@ impl WorkloadInformers {
             informers.filling.insert(gr, informer);
         }
         for gr in &undiscovered {
-            tracing::warn!(group = %gr.group, resource = %gr.resource, "CRD established but not in discovery yet; its objects are kept as they were");
+            tracing::warn!(group = %gr.group, resource = %gr.resource, "not in discovery, but its CRD is established or its API server only down; its objects are kept as they were");
         }
         let complete = undiscovered.is_empty();
         informers.undiscovered = undiscovered;
@@ -441,6 +463,30 @@ impl WorkloadInformers {
     }
 }
 
+/// The (group, version)s an aggregated API server serves (an APIService with a service) that
+/// is not available now: discovery leaves them out while their server is down, which deletes
+/// nothing.
+fn unavailable_aggregated(services: &[APIService]) -> BTreeSet<(String, String)> {
+    services
+        .iter()
+        .filter_map(|service| {
+            let spec = service.spec.as_ref()?;
+            spec.service.as_ref()?;
+            let available = service
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "Available" && c.status == "True");
+            (!available).then(|| {
+                (
+                    spec.group.clone().unwrap_or_default(),
+                    spec.version.clone().unwrap_or_default(),
+                )
+            })
+        })
+        .collect()
+}
+
 fn established(crd: &CustomResourceDefinition) -> bool {
     crd.status
         .iter()
@@ -458,6 +504,30 @@ mod tests {
             subresources: vec![],
             operations: verbs.iter().map(|v| v.to_string()).collect(),
         }
+    }
+
+    #[test]
+    fn only_aggregated_apis_that_are_down_count_as_unavailable() {
+        let service = |name: &str, remote: bool, available: &str| -> APIService {
+            let (version, group) = name.split_once('.').unwrap();
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name},
+                "spec": {"group": group, "version": version, "groupPriorityMinimum": 100, "versionPriority": 10,
+                         "service": remote.then(|| serde_json::json!({"namespace": "ns", "name": "api"}))},
+                "status": {"conditions": [{"type": "Available", "status": available}]},
+            }))
+            .unwrap()
+        };
+        let services = [
+            service("v1.down.example.com", true, "False"),
+            service("v1beta1.up.example.com", true, "True"),
+            // Served by the apiserver itself (built-in groups and CRDs): discovery is its own.
+            service("v1.local.example.com", false, "False"),
+        ];
+        assert_eq!(
+            unavailable_aggregated(&services),
+            BTreeSet::from([("down.example.com".to_string(), "v1".to_string())])
+        );
     }
 
     #[test]

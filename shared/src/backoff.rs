@@ -80,6 +80,9 @@ pub enum Failure {
     Transient,
 }
 
+/// How the apiserver reports an object etcd would not store.
+const ETCD_TOO_LARGE: &str = "etcdserver: request is too large";
+
 /// What the failed write `err` calls for.
 pub fn failure(err: &kube::Error) -> Failure {
     match err {
@@ -87,6 +90,9 @@ pub fn failure(err: &kube::Error) -> Failure {
         kube::Error::Api(status) if (400..500).contains(&status.code) && ![409, 429].contains(&status.code) => {
             Failure::Refused
         }
+        // etcd refuses an object over its request limit (1.5 MiB by default); the apiserver
+        // passes that on as a 500, but the same object is refused every time.
+        kube::Error::Api(status) if status.message.contains(ETCD_TOO_LARGE) => Failure::Refused,
         _ => Failure::Transient,
     }
 }
@@ -118,6 +124,17 @@ mod tests {
             failure(&kube::Error::LinesCodecMaxLineLengthExceeded),
             Failure::Transient
         );
+    }
+
+    #[test]
+    fn an_object_too_large_for_etcd_is_refused() {
+        // What a real apiserver answers for a 2 MB custom resource.
+        let too_large = kube::core::Status {
+            code: 500,
+            message: "etcdserver: request is too large".into(),
+            ..Default::default()
+        };
+        assert_eq!(failure(&kube::Error::Api(too_large.boxed())), Failure::Refused);
     }
 
     const S: Duration = Duration::from_secs(1);

@@ -69,18 +69,13 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Rate limited, never fenced.
-    pub fn rate(qps: f32, burst: u32) -> Limits {
-        Limits {
-            qps,
-            burst,
-            fence: Fence::open(),
-        }
-    }
-
     /// Neither rate limited nor fenced: for the leader-election Lease.
     pub fn none() -> Limits {
-        Limits::rate(0.0, 0)
+        Limits {
+            qps: 0.0,
+            burst: 0,
+            fence: Fence::open(),
+        }
     }
 }
 

@@ -16,6 +16,7 @@ use ks_tests::harness::{Ctx, run_one_at_a_time};
 use ks_tests::stack::{ADDON_PROCESS, HUB_MAX_NUM_WRAPPED, HubOptions, Stack, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, policy_yaml};
+use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
 
@@ -95,16 +96,26 @@ async fn wait_works(
     what: &str,
     check: impl Fn(&[ManifestWork]) -> bool,
 ) -> anyhow::Result<()> {
-    wait_for(what, DEADLINE, || async {
+    // What was last seen, for the error: which ManifestWorks, and which were not applied.
+    let seen = std::sync::Mutex::new(String::new());
+    let waited = wait_for(what, DEADLINE, || async {
+        let mut done = true;
+        let mut state = String::new();
         for wec in WECS {
             let works = works(ctx, wec, binding).await?;
-            if works.len() != count || !works.iter().all(applied) || !check(&works) {
-                return Ok(false);
-            }
+            let unapplied: Vec<String> = works.iter().filter(|w| !applied(w)).map(|w| w.name_any()).collect();
+            let checked = check(&works);
+            state += &format!(
+                "{wec}: {} ManifestWorks, not applied: {unapplied:?}, check passed: {checked}; ",
+                works.len()
+            );
+            done &= works.len() == count && unapplied.is_empty() && checked;
         }
-        Ok(true)
+        *seen.lock().unwrap() = state;
+        Ok(done)
     })
-    .await
+    .await;
+    waited.with_context(|| format!("last seen: {}", seen.lock().unwrap()))
 }
 
 /// Waits until each WEC has the `count` objects of `resource` that test `id` made, and watches

@@ -641,7 +641,13 @@ impl Loop<'_> {
                 desired.destinations.len(),
             );
             let mut write_error = None;
-            if needs_write {
+            if needs_write && let Some(too_large) = writes::too_large(&desired) {
+                // Not written, and not retried until the selection changes: the Binding as it
+                // is stays, and with it what the WECs have.
+                self.metrics.errors.inc();
+                tracing::error!(policy = %name, "{too_large}");
+                write_error = Some(too_large);
+            } else if needs_write {
                 let written = writes::write_binding(&self.binding_api, &policy, existing.is_some(), desired).await;
                 match &written {
                     Ok(()) => {
@@ -839,6 +845,32 @@ mod tests {
         tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 422));
         assert!(looper.retries.is_empty());
         assert_eq!(looper.metrics.errors.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_binding_too_large_to_store_is_reported_not_written() {
+        let (client, mut server) = mock::client();
+        let mut resolutions = Resolutions::default();
+        // 5,000 ConfigMaps with the longest names: about 1.8 MB of Binding.
+        let objects: Vec<WorkloadObject> = (0..5000)
+            .map(|i| state::tests::object(&format!("{i:0>253}"), &[]))
+            .collect();
+        let mut everything = policy(false);
+        everything.spec.downsync[0].test = DownsyncObjectTest::default();
+        resolutions.set_policy("p", &everything.spec, objects.iter().map(|o| (o, None)), &[]);
+        let mut looper = test_loop(&client, vec![everything], &mut resolutions);
+        // The status is the first and only write.
+        let ((), status) = tokio::join!(looper.flush(), server.answer(200, stored(&policy(false))));
+        assert!(
+            status
+                .uri
+                .starts_with("/apis/control.kubestellar.io/v1alpha1/bindingpolicies/p/status")
+        );
+        let synced = &status.body["status"]["conditions"][0];
+        assert_eq!(synced["status"], "False");
+        let message = synced["message"].as_str().unwrap();
+        assert!(message.starts_with("the Binding would take 1.8 MB"), "{message}");
+        assert!(looper.retries.is_empty());
     }
 
     #[tokio::test]

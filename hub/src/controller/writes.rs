@@ -61,6 +61,24 @@ pub async fn write_binding(
     Ok(())
 }
 
+/// The most a Binding may take, serialized: etcd stores at most 1.5 MiB per object (its default
+/// `--max-request-bytes`), and the apiserver adds metadata (managed fields, finalizers).
+pub const MAX_BINDING_BYTES: usize = 1_500_000;
+
+/// Why a Binding with `spec` cannot be stored, if it cannot: its size (a policy selecting
+/// thousands of objects), so the policy's status says so rather than the write failing forever.
+pub fn too_large(spec: &BindingSpec) -> Option<String> {
+    let bytes = serde_json::to_vec(spec).map_or(usize::MAX, |json| json.len());
+    (bytes > MAX_BINDING_BYTES).then(|| {
+        format!(
+            "the Binding would take {:.1} MB, more than the {:.1} MB an object may take: select fewer objects, \
+             or split the policy",
+            bytes as f64 / 1e6,
+            MAX_BINDING_BYTES as f64 / 1e6
+        )
+    })
+}
+
 /// The status the policy should have: errors, plus `Synced` (is the Binding written) and
 /// `Ready` (does the policy work as written), keeping transition times of unchanged conditions.
 pub fn desired_status(

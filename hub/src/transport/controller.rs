@@ -53,12 +53,16 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// What to reconcile.
 enum Input {
     Binding(String),
-    /// CustomTransforms changed: every Binding may render differently.
+    /// CustomTransforms changed, or a cache was (re-)listed: every Binding may render
+    /// differently, or its inputs changed unseen while a watch was down.
     All,
     /// A WEC's template properties may have changed: its Bindings may render differently.
     Cluster(String),
 }
 
+/// A cache of `api`, reporting each change as `to` says, and each completed (re-)list as
+/// [`Input::All`]: the cache is swapped in only then, and deletions missed while the watch was
+/// down show only as absences.
 fn watch_into<K>(
     api: Api<K>,
     config: watcher::Config,
@@ -73,11 +77,16 @@ where
     tokio::spawn(async move {
         tokio::pin!(stream);
         while let Some(event) = stream.next().await {
-            let object = match event {
-                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o) | watcher::Event::InitApply(o)) => o,
-                _ => continue,
+            let input = match event {
+                Ok(watcher::Event::Apply(o) | watcher::Event::Delete(o)) => to(&o),
+                Ok(watcher::Event::InitDone) => Some(Input::All),
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => None,
+                Err(err) => {
+                    tracing::warn!(kind = %K::kind(&()), error = %err, "transport watch failed; retrying");
+                    None
+                }
             };
-            if let Some(input) = to(&object)
+            if let Some(input) = input
                 && inputs.send(input).is_err()
             {
                 break;
@@ -253,7 +262,8 @@ struct Transport<P: Plugin> {
     transforms: Store<CustomTransform>,
     clusters: Store<P::Inventory>,
     customizations: Store<ConfigMap>,
-    /// Bindings whose ManifestWorks wait for another Binding's: passed again on every change.
+    /// Bindings with a ManifestWork held back until the objects it loses land in another (of the
+    /// same Binding or another): passed again on every Binding's change.
     holding: std::sync::Mutex<BTreeSet<String>>,
 }
 
