@@ -33,7 +33,7 @@ use crate::binding::ObjectIdentity;
 #[derive(Debug)]
 pub struct Collector {
     name: String,
-    filter: Option<Program>,
+    filter: Option<Expression>,
     form: Form,
     /// The most rows reported ([`row_limit`]).
     limit: usize,
@@ -53,7 +53,7 @@ enum Form {
 #[derive(Debug)]
 struct Column {
     name: String,
-    program: Program,
+    program: Expression,
 }
 
 #[derive(Debug)]
@@ -61,7 +61,7 @@ struct Combined {
     name: String,
     op: Op,
     /// Absent only for COUNT, which then counts rows.
-    subject: Option<Program>,
+    subject: Option<Expression>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -229,6 +229,11 @@ const MAX_EXPRESSION_DEPTH: usize = 64;
 /// How deeply comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) may nest: each
 /// level multiplies the work by the length of a list.
 const MAX_COMPREHENSION_NESTING: usize = 2;
+/// The most work one evaluation may take, in syntax-tree nodes visited: an expression's nodes
+/// times the longest list (or map) in its inputs once per level of comprehension nesting. A
+/// step takes 0.1–0.2 µs in a debug build, so one row takes at most about 2 s: a `map` over
+/// 100,000 items passes, two nested over 1,000 do not.
+const MAX_EVALUATION_COST: u64 = 10_000_000;
 /// The stack the CEL parser and evaluator need. The parser recurses up to 96 levels (its own
 /// limit) and, in a debug build, a level takes about 100 KiB; 20 nested parentheses overflowed a
 /// 2 MiB thread stack and aborted the process. Parsing runs on a thread of this size, and the
@@ -238,7 +243,7 @@ pub const CEL_STACK: usize = 64 << 20;
 /// Parses `expression` and checks that it uses no undeclared variable, with the error prefixes
 /// upstream uses, and that it is within the limits above. The parser is third-party code fed
 /// user input: a panic in it is an error here, not a crash of the controller.
-fn compile(expression: &str) -> Result<Program, String> {
+fn compile(expression: &str) -> Result<Expression, String> {
     if expression.len() > MAX_EXPRESSION_LENGTH {
         return Err(format!(
             "failed to parse expression: longer than {MAX_EXPRESSION_LENGTH} bytes"
@@ -256,7 +261,7 @@ fn compile(expression: &str) -> Result<Program, String> {
             .map_err(|_| "failed to parse expression: the CEL parser failed".to_string())
     })?;
     let program = parsed.map_err(|e| format!("failed to parse expression: {e}"))?;
-    let (depth, nesting) = shape(program.expression());
+    let Shape { depth, nesting, nodes } = shape(program.expression());
     if depth > MAX_EXPRESSION_DEPTH {
         return Err(format!(
             "failed to check expression: nested {depth} deep, more than {MAX_EXPRESSION_DEPTH}"
@@ -270,7 +275,11 @@ fn compile(expression: &str) -> Result<Program, String> {
     let mut undeclared = BTreeSet::new();
     collect_undeclared(program.expression(), &mut Vec::new(), &mut undeclared);
     if undeclared.is_empty() {
-        return Ok(program);
+        return Ok(Expression {
+            program,
+            nodes,
+            nesting,
+        });
     }
     let names: Vec<String> = undeclared.iter().map(|n| format!("'{n}'")).collect();
     Err(format!(
@@ -312,27 +321,89 @@ fn collect_undeclared<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, out: &mu
     }
 }
 
-/// The depth of `expr`'s syntax tree, and how deeply comprehensions nest in it.
-fn shape(expr: &IdedExpr) -> (usize, usize) {
+/// A compiled expression, with what bounds the work of evaluating it.
+#[derive(Debug)]
+struct Expression {
+    program: Program,
+    nodes: usize,
+    nesting: usize,
+}
+
+impl Expression {
+    /// Runs it over `scope`, whose longest list or map has `widest` items, unless that would
+    /// cost more than [`MAX_EVALUATION_COST`]. A panic in the third-party evaluator becomes an
+    /// error for this row only.
+    fn run(&self, scope: &Context, widest: usize) -> Result<Cel, String> {
+        let cost = evaluation_cost(self.nodes, self.nesting, widest);
+        if cost > MAX_EVALUATION_COST {
+            return Err(format!(
+                "evaluation would take up to {cost} steps ({} nodes, comprehensions nested {} deep over up to {widest} items), more than {MAX_EVALUATION_COST}",
+                self.nodes, self.nesting
+            ));
+        }
+        match catch_unwind(AssertUnwindSafe(|| self.program.execute(scope))) {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err("the CEL evaluator failed".to_string()),
+        }
+    }
+}
+
+/// The estimated work of evaluating an expression of `nodes` nodes with comprehensions nested
+/// `nesting` deep over inputs whose longest list or map has `widest` items.
+fn evaluation_cost(nodes: usize, nesting: usize, widest: usize) -> u64 {
+    let per_level = widest.max(1) as u64;
+    (0..nesting).fold(nodes as u64, |cost, _| cost.saturating_mul(per_level))
+}
+
+/// The length of the longest list or map in `json`, at any depth.
+fn widest(json: &Json) -> usize {
+    match json {
+        Json::Array(items) => items.iter().map(widest).fold(items.len(), usize::max),
+        Json::Object(map) => map.values().map(widest).fold(map.len(), usize::max),
+        _ => 0,
+    }
+}
+
+/// How big an expression's syntax tree is.
+#[derive(Clone, Copy, Default)]
+struct Shape {
+    depth: usize,
+    /// How deeply comprehensions nest.
+    nesting: usize,
+    nodes: usize,
+}
+
+/// The shape of `expr`'s syntax tree.
+fn shape(expr: &IdedExpr) -> Shape {
     let deepest = |children: &mut dyn Iterator<Item = &IdedExpr>| {
-        children
-            .map(shape)
-            .fold((0, 0), |(d, n), (cd, cn)| (d.max(cd), n.max(cn)))
+        children.map(shape).fold(Shape::default(), |a, b| Shape {
+            depth: a.depth.max(b.depth),
+            nesting: a.nesting.max(b.nesting),
+            nodes: a.nodes + b.nodes,
+        })
     };
-    let (depth, nesting) = match &expr.expr {
+    let children = match &expr.expr {
         Expr::Select(select) => deepest(&mut std::iter::once(&*select.operand)),
         Expr::Call(call) => deepest(&mut call.target.iter().map(|t| &**t).chain(call.args.iter())),
         Expr::List(list) => deepest(&mut list.elements.iter()),
         Expr::Map(map) => deepest(&mut map.entries.iter().flat_map(|e| entry_values(&e.expr))),
         Expr::Struct(st) => deepest(&mut st.entries.iter().flat_map(|e| entry_values(&e.expr))),
         Expr::Comprehension(c) => {
-            let (outer_depth, outer_nesting) = deepest(&mut [&c.iter_range, &c.accu_init].into_iter());
-            let (inner_depth, inner_nesting) = deepest(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
-            (outer_depth.max(inner_depth), outer_nesting.max(inner_nesting + 1))
+            let outer = deepest(&mut [&c.iter_range, &c.accu_init].into_iter());
+            let inner = deepest(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
+            Shape {
+                depth: outer.depth.max(inner.depth),
+                nesting: outer.nesting.max(inner.nesting + 1),
+                nodes: outer.nodes + inner.nodes,
+            }
         }
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => (0, 0),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Shape::default(),
     };
-    (depth + 1, nesting)
+    Shape {
+        depth: children.depth + 1,
+        nesting: children.nesting,
+        nodes: children.nodes + 1,
+    }
 }
 
 /// The expressions of a map entry (key and value) or struct field (value).
@@ -437,6 +508,7 @@ pub fn combine(collectors: &[&Collector], object: &Json, reports: &[WecReport]) 
 
     let mut root = Context::with_env(ENV.clone());
     root.add_variable_from_value("obj", object_without_status(object));
+    let object_widest = widest(object);
     let rows: Vec<Row> = reports
         .iter()
         .map(|report| {
@@ -444,7 +516,12 @@ pub fn combine(collectors: &[&Collector], object: &Json, reports: &[WecReport]) 
             for (name, value) in row_variables(report) {
                 scope.add_variable_from_value(name, value);
             }
-            Row { wec: report.wec, scope }
+            let widest = object_widest.max(report.status.map_or(0, widest));
+            Row {
+                wec: report.wec,
+                scope,
+                widest,
+            }
         })
         .collect();
     collectors.iter().map(|c| c.evaluate(&rows)).collect()
@@ -461,17 +538,17 @@ fn object_without_status(object: &Json) -> Cel {
     }
 }
 
-/// One WEC's row: its name and the CEL scope holding its variables.
+/// One WEC's row: its name, the CEL scope holding its variables, and the longest list or map
+/// in them.
 struct Row<'c> {
     wec: &'c str,
     scope: Context<'c, 'c>,
+    widest: usize,
 }
 
-/// Runs a program; a panic in the third-party evaluator becomes an error for this row only.
-fn run(program: &Program, scope: &Context) -> Result<Cel, String> {
-    match catch_unwind(AssertUnwindSafe(|| program.execute(scope))) {
-        Ok(result) => result.map_err(|e| e.to_string()),
-        Err(_) => Err("the CEL evaluator failed".to_string()),
+impl Row<'_> {
+    fn run(&self, expression: &Expression) -> Result<Cel, String> {
+        expression.run(&self.scope, self.widest)
     }
 }
 
@@ -509,7 +586,7 @@ impl Collector {
         let Some(filter) = &self.filter else {
             return true;
         };
-        let outcome = run(filter, &row.scope).and_then(|value| match value {
+        let outcome = row.run(filter).and_then(|value| match value {
             Cel::Bool(pass) => Ok(pass),
             Cel::Null => Ok(false),
             other => Err(format!(
@@ -531,7 +608,7 @@ impl Collector {
             .take(self.limit)
             .map(|row| {
                 let cells = columns.iter().enumerate().map(|(i, column)| {
-                    run(&column.program, &row.scope).map_or_else(
+                    row.run(&column.program).map_or_else(
                         |e| {
                             errors.record(i + 1, &column.name, row.wec, e);
                             null_cell()
@@ -602,7 +679,7 @@ fn evaluate_group_row(
     let mut key = Vec::with_capacity(group_by.len());
     let mut shown = Vec::with_capacity(group_by.len());
     for (i, column) in group_by.iter().enumerate() {
-        match run(&column.program, &row.scope).and_then(|v| Ok((GroupKey::of(&v)?, v))) {
+        match row.run(&column.program).and_then(|v| Ok((GroupKey::of(&v)?, v))) {
             Ok((k, v)) => {
                 key.push(k);
                 shown.push(v);
@@ -616,7 +693,7 @@ fn evaluate_group_row(
     let subjects = combined.iter().enumerate().map(|(i, field)| {
         let subject = field.subject.as_ref()?;
         // A failed subject leaves out only this row's value for this column, like a null.
-        Some(run(subject, &row.scope).unwrap_or_else(|e| {
+        Some(row.run(subject).unwrap_or_else(|e| {
             errors.record(group_by.len() + i + 1, &field.name, row.wec, e);
             Cel::Null
         }))
@@ -1009,10 +1086,35 @@ mod tests {
     #[test]
     fn expressions_at_the_limits_run_on_the_hubs_stack() {
         let program = compile(&format!("1{}", "+1".repeat(60))).unwrap();
-        let sum = on_hub_stack(|| run(&program, &Context::default()));
+        let sum = on_hub_stack(|| program.run(&Context::default(), 0));
         assert_eq!(sum, Ok(Cel::Int(61)));
         let program = compile("[1, 2].map(a, [1, 2].map(b, a * b))").unwrap();
-        assert!(on_hub_stack(|| run(&program, &Context::default())).is_ok());
+        assert!(on_hub_stack(|| program.run(&Context::default(), 0)).is_ok());
+    }
+
+    #[test]
+    fn work_beyond_the_budget_is_an_error_not_a_stall() {
+        let nested = compile("obj.l.map(x, obj.l.map(y, y)).size()").unwrap();
+        let single = compile("obj.l.map(x, x).size()").unwrap();
+        let big = |n: usize| json!({"l": (0..n).collect::<Vec<_>>()});
+        let subject = |n: usize| {
+            let mut scope = Context::with_env(ENV.clone());
+            scope.add_variable_from_value("obj", to_cel(&big(n)));
+            scope
+        };
+        // 100 items nested twice, 100,000 once: within the budget.
+        assert_eq!(nested.run(&subject(100), widest(&big(100))), Ok(Cel::Int(100)));
+        assert_eq!(
+            single.run(&subject(100_000), widest(&big(100_000))),
+            Ok(Cel::Int(100_000))
+        );
+        // 100,000 items nested twice would take hours: refused before it starts.
+        let refused = nested.run(&subject(100_000), widest(&big(100_000))).unwrap_err();
+        assert!(refused.starts_with("evaluation would take up to"), "{refused}");
+        assert!(
+            refused.ends_with("comprehensions nested 2 deep over up to 100000 items), more than 10000000"),
+            "{refused}"
+        );
     }
 
     fn named(pairs: &[(&str, &str)]) -> Vec<NamedExpression> {
