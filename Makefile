@@ -1,7 +1,7 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test crds deps demo up down bench-binding bench-agent bench-delivery
+.PHONY: help build lint test fuzz crds deps demo up down bench-binding bench-agent bench-delivery
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
@@ -17,6 +17,12 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 
 test: deps ## Everything: unit, property, CRD and upstream-compatibility tests, binary checks, stack tests
 	$(CARGO) test --workspace
+
+# Seconds each fuzz target runs for in `make fuzz` (`make test` runs each for 2).
+FUZZ_SECONDS ?= 60
+
+fuzz: ## Fuzz the template engine, JSONPath subset, label selectors and CEL compilation (FUZZ_SECONDS each)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release -p ks-hub --test fuzz -- --nocapture --test-threads 1
 
 crds: ## Regenerate config/crds/ from the Rust API types
 	KS_UPDATE_CRDS=1 $(CARGO) test -p ks-shared --test crd_drift committed_crds_match_the_types

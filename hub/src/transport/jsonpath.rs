@@ -74,6 +74,10 @@ fn string_literal(s: &str, offset: usize) -> Result<(String, usize), PathError> 
                     't' => '\t',
                     'u' => {
                         let hex = s.get(j + 1..j + 5).ok_or(PathError::BadEscape(offset + i))?;
+                        // Exactly four hex digits: `from_str_radix` would also take a sign.
+                        if !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                            return Err(PathError::BadEscape(offset + i));
+                        }
                         let unit = u32::from_str_radix(hex, 16).map_err(|_| PathError::BadEscape(offset + i))?;
                         for _ in 0..4 {
                             chars.next();
@@ -140,6 +144,8 @@ mod tests {
             ["metadata", "labels", "app.kubernetes.io/name"]
         );
         assert_eq!(parse(r#"$["a\"b\\c\u00e9"]"#).unwrap(), ["a\"b\\cé"]);
+        // Four hex digits exactly, as JSON has them (found by the fuzz target).
+        assert!(parse(r#"$["\u+041"]"#).is_err());
         assert_eq!(parse("$._x9.é").unwrap(), ["_x9", "é"]);
     }
 
