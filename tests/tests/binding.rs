@@ -29,6 +29,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(follows_objects_and_policy_edits, HUB),
             stack_test!(follows_wecs, HUB),
             stack_test!(invalid_policy_reports_and_others_work, HUB),
+            stack_test!(too_many_objects_for_one_binding_are_reported, HUB),
             stack_test!(status_request_labels_follow_policies, HUB),
             stack_test!(crd_created_at_runtime_is_watched, HUB),
             stack_test!(kubeflex_mode_finds_the_spaces, &["apiserver-kubeflex"]),
@@ -327,6 +328,68 @@ async fn follows_wecs(ctx: Ctx) -> anyhow::Result<()> {
         .await?;
     expect_binding(&bindings, &name, &[], &[]).await?;
     cleanup(&ctx, &policies, &[&name], &ns).await
+}
+
+/// A policy selecting more objects than one Binding can hold (etcd stores at most 1.5 MiB per
+/// object) is told so in its status; its Binding keeps what it listed, and once the selection
+/// fits again the policy is synced.
+async fn too_many_objects_for_one_binding_are_reported(ctx: Ctx) -> anyhow::Result<()> {
+    use futures::{StreamExt, TryStreamExt};
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let bindings: Api<Binding> = Api::all(wds.clone());
+    let cms: Api<ConfigMap> = Api::namespaced(wds.clone(), &ns);
+    // 4,000 ConfigMaps with the longest names a Binding lists in about 1.65 MB. Created before
+    // a policy selects them, so the Binding is tried once, and sent to no WEC.
+    futures::stream::iter(0..4000)
+        .map(|i| {
+            let object = serde_json::from_value(config_map(&format!("{i:0>253}"), json!({"many": "yes"})));
+            let cms = cms.clone();
+            async move { anyhow::Ok(cms.create(&Default::default(), &object?).await?) }
+        })
+        .buffer_unordered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let name = format!("{ns}-too-much");
+    let nowhere = json!([{"matchLabels": {"name": "no-such-wec"}}]);
+    let first = json!([{"namespaces": [ns], "objectNames": [format!("{:0>253}", 0)]}]);
+    apply(&policies, policy(&name, nowhere.clone(), first.clone())).await?;
+    let one = [format!("configmaps {ns}/{:0>253}", 0)];
+    expect_binding(&bindings, &name, &one, &[]).await?;
+
+    let synced = |status: &'static str, message: &'static str| {
+        move |p: Option<&BindingPolicy>| {
+            p.and_then(|p| p.status.as_ref())
+                .and_then(|s| s.condition("Synced"))
+                .is_some_and(|c| c.status == status && c.message.contains(message))
+        }
+    };
+    let all = json!([{"namespaces": [ns], "objectSelectors": [{"matchLabels": {"many": "yes"}}]}]);
+    apply(&policies, policy(&name, nowhere.clone(), all)).await?;
+    let too_large = "more than the 1.50 MB an object may take: select fewer objects, or split the policy";
+    wait_until(
+        policies.clone(),
+        &name,
+        "the Binding too large, reported",
+        DEADLINE,
+        synced("False", too_large),
+    )
+    .await?;
+    // The Binding is as it was (not rewritten, not emptied).
+    expect_binding(&bindings, &name, &one, &[]).await?;
+
+    apply(&policies, policy(&name, nowhere, first)).await?;
+    wait_until(
+        policies.clone(),
+        &name,
+        "the policy synced again",
+        DEADLINE,
+        synced("True", "up to date"),
+    )
+    .await?;
+    policies.delete(&name, &DeleteParams::default()).await?;
+    Ok(())
 }
 
 async fn invalid_policy_reports_and_others_work(ctx: Ctx) -> anyhow::Result<()> {

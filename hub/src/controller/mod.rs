@@ -851,7 +851,7 @@ mod tests {
     async fn a_binding_too_large_to_store_is_reported_not_written() {
         let (client, mut server) = mock::client();
         let mut resolutions = Resolutions::default();
-        // 5,000 ConfigMaps with the longest names: about 1.8 MB of Binding.
+        // 5,000 ConfigMaps with the longest names: 1.77 MB of Binding.
         let objects: Vec<WorkloadObject> = (0..5000)
             .map(|i| state::tests::object(&format!("{i:0>253}"), &[]))
             .collect();
@@ -869,7 +869,7 @@ mod tests {
         let synced = &status.body["status"]["conditions"][0];
         assert_eq!(synced["status"], "False");
         let message = synced["message"].as_str().unwrap();
-        assert!(message.starts_with("the Binding would take 1.8 MB"), "{message}");
+        assert!(message.starts_with("the Binding would take 1.77 MB"), "{message}");
         assert!(looper.retries.is_empty());
     }
 

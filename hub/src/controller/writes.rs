@@ -71,7 +71,7 @@ pub fn too_large(spec: &BindingSpec) -> Option<String> {
     let bytes = serde_json::to_vec(spec).map_or(usize::MAX, |json| json.len());
     (bytes > MAX_BINDING_BYTES).then(|| {
         format!(
-            "the Binding would take {:.1} MB, more than the {:.1} MB an object may take: select fewer objects, \
+            "the Binding would take {:.2} MB, more than the {:.2} MB an object may take: select fewer objects, \
              or split the policy",
             bytes as f64 / 1e6,
             MAX_BINDING_BYTES as f64 / 1e6
