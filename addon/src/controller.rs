@@ -24,6 +24,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::grants::Grants;
 use crate::health::{self, AVAILABLE, Health, REASON_INVALID_CONFIG};
 use crate::manifests::{self, recorded_digest};
 use crate::metrics::{Metrics, Object};
@@ -52,6 +53,8 @@ fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileEr
 
 struct Context {
     client: Client,
+    /// Which API groups each WEC's agent may read.
+    grants: Grants,
     defaults: Defaults,
     metrics: Metrics,
     /// What we last applied to each add-on's status; see [`status_is_current`].
@@ -98,14 +101,20 @@ pub async fn run(
             .map(|addon| ObjectRef::from_obj(addon.as_ref()))
             .collect::<Vec<_>>()
     };
+    // A WEC that receives a new API group gets an agent that may read it.
+    let (grants_changed, regrant) = tokio::sync::mpsc::unbounded_channel();
+    let grants = Grants::start(client.clone(), grants_changed, shutdown.clone());
+    let regrant = futures::stream::unfold(regrant, |mut r| async move { r.recv().await.map(|()| ((), r)) });
     let context = Arc::new(Context {
         client,
+        grants,
         defaults,
         metrics,
         applied_status: Mutex::new(HashMap::new()),
     });
     controller
         .watches(configs, watcher::Config::default(), referencing)
+        .reconcile_all_on(regrant)
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, context)
         .for_each(|_| async {})
@@ -178,7 +187,9 @@ async fn apply_manifest_work(
     settings: &AgentSettings,
     owner: OwnerReference,
 ) -> Result<ManifestWork, ReconcileError> {
-    let desired = manifests::manifest_work(cluster, settings, owner);
+    // Never from an unlisted cache: that would take the grants away until it lists.
+    context.grants.ready().await;
+    let desired = manifests::manifest_work(cluster, settings, &context.grants.groups(cluster), owner);
     let name = desired.name_any();
     let works: Api<ManifestWork> = Api::namespaced(context.client.clone(), cluster);
     let what = format!("ManifestWork {cluster}/{name}");

@@ -1,10 +1,12 @@
 //! The agent's manifests for one WEC and the ManifestWork that delivers them.
 //!
-//! The agent gets only what it needs on the WEC: read-only access (get, list, watch) to every
-//! resource, so it can report on whatever KubeStellar delivers, and Leases in its own namespace
-//! for leader election. It never writes workloads (upstream binds cluster-admin, §10 item 16).
+//! The agent gets only what it needs on the WEC: read-only access (get, list, watch) to what
+//! KubeStellar delivers there (the core group but Secrets, common built-in groups, and every
+//! group the WEC's ManifestWorks hold), and Leases in its own namespace for leader election. It
+//! never writes workloads (upstream binds cluster-admin, §10 item 16) and never reads a Secret:
+//! it reports on delivered Secrets from what was delivered.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use ks_shared::names::{
@@ -32,9 +34,47 @@ pub const WELL_KNOWN_STATUS: &str = "WellKnownStatus";
 
 /// The read-only verbs: the only ones the agent gets on workloads.
 const READ_ONLY: [&str; 3] = ["get", "list", "watch"];
+/// The core group's resources the agent may read: all but `secrets`.
+const CORE_READABLE: [&str; 14] = [
+    "configmaps",
+    "endpoints",
+    "events",
+    "limitranges",
+    "namespaces",
+    "nodes",
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "pods",
+    "podtemplates",
+    "replicationcontrollers",
+    "resourcequotas",
+    "serviceaccounts",
+    "services",
+];
+/// Built-in groups readable from the start, so the status of common workloads never waits for
+/// its group's grant to reach the WEC.
+const BUILT_IN_GROUPS: [&str; 10] = [
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apps",
+    "autoscaling",
+    "batch",
+    "networking.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+];
 
-/// The agent's objects on the WEC, in apply order (namespace and identity before the Pod).
-pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
+/// The agent's objects on the WEC, in apply order (namespace and identity before the Pod);
+/// `delivered` are the API groups of what KubeStellar delivers there.
+pub fn agent_manifests(cluster: &str, settings: &AgentSettings, delivered: &BTreeSet<String>) -> Vec<Value> {
+    let groups: BTreeSet<&str> = BUILT_IN_GROUPS
+        .into_iter()
+        .chain(delivered.iter().map(String::as_str))
+        .chain(["work.open-cluster-management.io"])
+        .filter(|g| !g.is_empty())
+        .collect();
     let namespace = settings.install_namespace.as_str();
     let labels = json!({"app": STATUS_AGENT_DEPLOYMENT});
     let service_account =
@@ -90,8 +130,8 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
         "metadata": {"name": AGENT_CLUSTER_ROLE},
         "rules": [
-            {"apiGroups": ["*"], "resources": ["*"], "verbs": READ_ONLY},
-            {"apiGroups": ["work.open-cluster-management.io"], "resources": ["appliedmanifestworks"], "verbs": READ_ONLY},
+            {"apiGroups": [""], "resources": CORE_READABLE, "verbs": READ_ONLY},
+            {"apiGroups": groups, "resources": ["*"], "verbs": READ_ONLY},
         ]}),
         json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
                "metadata": {"name": AGENT_CLUSTER_ROLE},
@@ -120,10 +160,15 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings) -> Vec<Value> {
 /// The ManifestWork delivering the agent to `cluster`, owned by its ManagedClusterAddOn so that
 /// the garbage collector removes it with the add-on. It carries no KubeStellar label, so the
 /// agent never reports on itself, and asks the work agent for the Deployment's status.
-pub fn manifest_work(cluster: &str, settings: &AgentSettings, owner: OwnerReference) -> ManifestWork {
+pub fn manifest_work(
+    cluster: &str,
+    settings: &AgentSettings,
+    delivered: &BTreeSet<String>,
+    owner: OwnerReference,
+) -> ManifestWork {
     let spec = ManifestWorkSpec {
         workload: ManifestsTemplate {
-            manifests: agent_manifests(cluster, settings),
+            manifests: agent_manifests(cluster, settings, delivered),
         },
         delete_option: None,
         manifest_configs: vec![ManifestConfigOption {
@@ -192,7 +237,7 @@ mod tests {
 
     #[test]
     fn deployment_runs_the_agent_for_the_cluster_with_the_hub_secret() {
-        let manifests = agent_manifests("cluster1", &settings());
+        let manifests = agent_manifests("cluster1", &settings(), &BTreeSet::new());
         let deployment = by_kind(&manifests, "Deployment")[0];
         assert_eq!(deployment["metadata"]["name"], STATUS_AGENT_DEPLOYMENT);
         let pod = &deployment["spec"]["template"]["spec"];
@@ -220,7 +265,7 @@ mod tests {
 
     #[test]
     fn agent_rbac_on_the_wec_is_read_only_except_its_lease() {
-        let manifests = agent_manifests("cluster1", &settings());
+        let manifests = agent_manifests("cluster1", &settings(), &BTreeSet::new());
         let cluster_role = by_kind(&manifests, "ClusterRole")[0];
         for rule in cluster_role["rules"].as_array().unwrap() {
             let verbs: Vec<&str> = rule["verbs"]
@@ -233,6 +278,7 @@ mod tests {
         }
         let role = by_kind(&manifests, "Role")[0];
         assert_eq!(role["metadata"]["namespace"], settings().install_namespace);
+        assert_eq!(role["rules"].as_array().unwrap().len(), 2);
         assert_eq!(role["rules"][0]["resources"], json!(["leases"]));
         assert_eq!(role["rules"][1]["resourceNames"], json!([AGENT_LEASE]));
         for binding in by_kind(&manifests, "ClusterRoleBinding")
@@ -243,13 +289,44 @@ mod tests {
         }
     }
 
+    /// Whether some rule of the ClusterRole lets the agent read `resource` of `group`.
+    fn readable(cluster_role: &Value, group: &str, resource: &str) -> bool {
+        let has = |list: &Value, item: &str| list.as_array().unwrap().iter().any(|v| v == item || v == "*");
+        cluster_role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|rule| has(&rule["apiGroups"], group) && has(&rule["resources"], resource))
+    }
+
+    #[test]
+    fn the_agent_reads_what_is_delivered_and_never_secrets() {
+        let delivered = BTreeSet::from(["example.com".to_string()]);
+        let manifests = agent_manifests("cluster1", &settings(), &delivered);
+        let cluster_role = by_kind(&manifests, "ClusterRole")[0];
+        assert!(!readable(cluster_role, "", "secrets"));
+        assert!(readable(cluster_role, "", "configmaps"));
+        assert!(readable(cluster_role, "apps", "deployments"));
+        assert!(readable(cluster_role, "example.com", "widgets"));
+        assert!(readable(
+            cluster_role,
+            "work.open-cluster-management.io",
+            "appliedmanifestworks"
+        ));
+        assert!(!readable(cluster_role, "other.example.com", "gadgets"));
+        // The grant follows what is delivered, so its change reaches the WEC.
+        let none = manifest_work("cluster1", &settings(), &BTreeSet::new(), Default::default());
+        let some = manifest_work("cluster1", &settings(), &delivered, Default::default());
+        assert_ne!(recorded_digest(&none.metadata), recorded_digest(&some.metadata));
+    }
+
     #[test]
     fn node_placement_reaches_the_pod() {
         let mut settings = settings();
         settings.node_selector.insert("role".into(), "infra".into());
         settings.tolerations.push(Default::default());
         settings.http_address = Some("127.0.0.1:0".into());
-        let manifests = agent_manifests("c", &settings);
+        let manifests = agent_manifests("c", &settings, &BTreeSet::new());
         let pod = &by_kind(&manifests, "Deployment")[0]["spec"]["template"]["spec"];
         assert!(
             pod["containers"][0]["args"]
@@ -270,7 +347,7 @@ mod tests {
             uid: "u1".into(),
             ..Default::default()
         };
-        let work = manifest_work("cluster2", &settings(), owner.clone());
+        let work = manifest_work("cluster2", &settings(), &BTreeSet::new(), owner.clone());
         assert_eq!(work.metadata.name.as_deref(), Some(STATUS_ADDON_MANIFESTWORK));
         assert_eq!(work.metadata.namespace.as_deref(), Some("cluster2"));
         assert_eq!(work.metadata.owner_references, Some(vec![owner.clone()]));
@@ -286,11 +363,11 @@ mod tests {
         assert_eq!(config.resource_identifier.name, STATUS_AGENT_DEPLOYMENT);
         assert_eq!(config.feedback_rules[0].type_, WELL_KNOWN_STATUS);
         // The digest follows the content and nothing else.
-        let again = manifest_work("cluster2", &settings(), owner.clone());
+        let again = manifest_work("cluster2", &settings(), &BTreeSet::new(), owner.clone());
         assert_eq!(recorded_digest(&work.metadata), recorded_digest(&again.metadata));
         let mut other = settings();
         other.image = "example.io/ks-agent:v2".into();
-        let changed = manifest_work("cluster2", &other, owner);
+        let changed = manifest_work("cluster2", &other, &BTreeSet::new(), owner);
         assert_ne!(recorded_digest(&work.metadata), recorded_digest(&changed.metadata));
     }
 }

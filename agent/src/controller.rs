@@ -406,7 +406,7 @@ impl Agent {
             for gvr in &changes.stop {
                 informers.stop(gvr);
             }
-            for gvr in &changes.start {
+            for gvr in changes.start.iter().filter(|gvr| !gvr.is_secrets()) {
                 // Resolved just before the tracker counted it, so it is known.
                 if let Some(kind) = self.kinds.known(gvr) {
                     informers.start(gvr, &kind, self.on_informer_event(), &self.shutdown);
@@ -440,15 +440,22 @@ impl Agent {
         let started = SystemTime::now();
         let mut trace_parent = None;
         let desired = if lock(&self.tracker).contains(key) {
-            let object = match lock(&self.informers).get(&key.object()) {
-                // Its informer queues every key of the GVR once it has listed.
-                Lookup::NotSynced => return Ok(()),
-                Lookup::Missing => None,
-                Lookup::Found(object) => Some(object),
-            };
             let work = self
                 .manifest_works
                 .get(&ObjectRef::new(&key.manifest_work).within(&self.mailbox));
+            let object = if key.gvr.is_secrets() {
+                // Applied (its AppliedManifestWork lists it), and reported as delivered.
+                work.as_deref()
+                    .and_then(|work| report::as_delivered(key, work))
+                    .map(Arc::new)
+            } else {
+                match lock(&self.informers).get(&key.object()) {
+                    // Its informer queues every key of the GVR once it has listed.
+                    Lookup::NotSynced => return Ok(()),
+                    Lookup::Missing => None,
+                    Lookup::Found(object) => Some(object),
+                }
+            };
             match (object, work) {
                 (Some(object), Some(work)) => report::desired(key, &object, &work).inspect(|desired| {
                     let applied = desired.status.is_some() && desired.last_generation_is_applied;

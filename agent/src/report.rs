@@ -38,6 +38,23 @@ pub struct Desired {
     pub status: Option<Map<String, Value>>,
 }
 
+/// The object `key` as the ManifestWork `work` delivered it: what the agent reports on for
+/// objects it does not read on the WEC (Secrets, which have no status to report).
+pub fn as_delivered(key: &ObjectKey, work: &ManifestWork) -> Option<DynamicObject> {
+    let api_version = key.gvr.api_version();
+    work.spec
+        .workload
+        .manifests
+        .iter()
+        .find(|m| {
+            m["apiVersion"] == api_version.as_str()
+                && m["kind"] == key.kind.as_str()
+                && m["metadata"]["name"] == key.name.as_str()
+                && m["metadata"]["namespace"].as_str().unwrap_or_default() == key.namespace
+        })
+        .and_then(|m| serde_json::from_value(m.clone()).ok())
+}
+
 /// What the WorkStatus of `key` should be, given the WEC object and the ManifestWork that
 /// delivered it; `None` when the ManifestWork is not KubeStellar's (no WorkStatus then).
 pub fn desired(key: &ObjectKey, object: &DynamicObject, manifest_work: &ManifestWork) -> Option<Desired> {
@@ -258,6 +275,41 @@ mod tests {
     }
 
     const KS: (&str, &str) = (names::ORIGIN_WDS_LABEL, "wds1");
+
+    #[test]
+    fn a_secret_is_reported_as_delivered() {
+        let secret = ObjectKey {
+            gvr: Gvr {
+                group: String::new(),
+                version: "v1".into(),
+                resource: "secrets".into(),
+            },
+            kind: "Secret".into(),
+            name: "creds".into(),
+            ..key()
+        };
+        let mut mw = work(&[KS]);
+        mw.spec.workload.manifests = vec![
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "creds", "namespace": "ns"}}),
+            json!({"apiVersion": "v1", "kind": "Secret",
+                   "metadata": {"name": "creds", "namespace": "ns", "annotations": {WDS_GENERATION_ANNOTATION: "2"}},
+                   "data": {"password": "c2VjcmV0"}}),
+        ];
+        let delivered = as_delivered(&secret, &mw).unwrap();
+        let d = desired(&secret, &delivered, &mw).unwrap();
+        assert_eq!((d.last_generation, d.last_generation_is_applied), (2, true));
+        assert_eq!(d.status, None, "nothing of its data");
+        assert!(
+            as_delivered(
+                &ObjectKey {
+                    name: "other".into(),
+                    ..secret
+                },
+                &mw
+            )
+            .is_none()
+        );
+    }
 
     #[test]
     fn desired_copies_status_labels_and_generation() {

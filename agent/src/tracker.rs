@@ -28,6 +28,12 @@ pub struct Gvr {
 }
 
 impl Gvr {
+    /// Whether this is Secrets: the agent may not read them on the WEC (it has no RBAC for them),
+    /// so it reports on delivered Secrets from what was delivered.
+    pub fn is_secrets(&self) -> bool {
+        self.group.is_empty() && self.resource == "secrets"
+    }
+
     pub fn api_version(&self) -> String {
         if self.group.is_empty() {
             self.version.clone()

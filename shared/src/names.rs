@@ -20,6 +20,11 @@ pub const ORIGIN_BINDING_GENERATION_ANNOTATION: &str = "transport.kubestellar.io
 /// sent is. Not an upstream name.
 pub const CONTENT_DIGEST_ANNOTATION: &str = "transport.kubestellar.io/content-digest";
 
+/// Annotation on a ManifestWork: the API groups of the objects it holds, other than the core
+/// group, sorted and comma-separated. The status add-on grants its WEC agent read access to
+/// these groups (and no wider), reading only the ManifestWorks' metadata. Not an upstream name.
+pub const API_GROUPS_ANNOTATION: &str = "transport.kubestellar.io/api-groups";
+
 /// Annotation the transport puts on each object it wraps in a ManifestWork: the object's
 /// `metadata.generation` in the WDS, in decimal. It reaches the WEC with the object, and the
 /// status agent reports it as `WorkStatus.statusDetails.lastGeneration` (0 when absent).

@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service};
-use ks_shared::api::{Binding, CombinedStatus};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use ks_shared::api::{Binding, CombinedStatus, WorkStatus};
 use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, run, wait_until};
 use ks_tests::stack::wait_for;
@@ -130,6 +130,11 @@ metadata: {{name: shapes, namespace: {id}, labels: {{loopcheck: "{id}"}}, annota
 data: {{empty: "", float: "1.0"}}
 binaryData: {{}}
 ---
+apiVersion: v1
+kind: Secret
+metadata: {{name: creds, namespace: {id}, labels: {{loopcheck: "{id}"}}}}
+stringData: {{password: not-for-the-agent}}
+---
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -167,6 +172,17 @@ spec:
     on_wec::<ConfigMap>(&ctx, "cluster1", &id, "cm1", "present", present).await?;
     on_wec::<ConfigMap>(&ctx, "cluster1", &id, "shapes", "present", present).await?;
     on_wec::<Service>(&ctx, "cluster1", &id, "web", "present", present).await?;
+    on_wec::<Secret>(&ctx, "cluster1", &id, "creds", "present", present).await?;
+    // The agent may not read Secrets on the WEC, yet reports this one, from what was delivered.
+    let work_statuses: Api<WorkStatus> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    wait_for("the Secret's WorkStatus", DEADLINE, || async {
+        let all = work_statuses.list(&ListParams::default()).await?;
+        Ok(all.items.iter().any(|w| {
+            let source = &w.spec.spec.source_ref;
+            (source.kind.as_str(), source.namespace.as_str(), source.name.as_str()) == ("Secret", id.as_str(), "creds")
+        }))
+    })
+    .await?;
     on_wec(&ctx, "cluster1", &id, "web", "available", |d: Option<&Deployment>| {
         d.and_then(|d| d.status.as_ref()).and_then(|s| s.available_replicas) == Some(1)
     })

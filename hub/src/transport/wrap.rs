@@ -5,8 +5,8 @@
 use std::collections::BTreeMap;
 
 use ks_shared::names::{
-    CONTENT_DIGEST_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL,
-    is_trace_annotation,
+    API_GROUPS_ANNOTATION, CONTENT_DIGEST_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL,
+    ORIGIN_WDS_LABEL, is_trace_annotation,
 };
 use ks_shared::ocm::{
     ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
@@ -82,6 +82,11 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delive
     let manifests: Vec<Value> = deliveries.iter().map(|d| d.manifest.clone()).collect();
     let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
     let digest = content_digest(&labels, &manifests, &manifest_configs);
+    let groups: std::collections::BTreeSet<String> = manifests
+        .iter()
+        .map(|m| identity(m).0)
+        .filter(|g| !g.is_empty())
+        .collect();
     ManifestWork {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -93,6 +98,10 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delive
                     origin.binding_generation.to_string(),
                 ),
                 (CONTENT_DIGEST_ANNOTATION.to_string(), digest),
+                (
+                    API_GROUPS_ANNOTATION.to_string(),
+                    groups.into_iter().collect::<Vec<_>>().join(","),
+                ),
             ])),
             ..Default::default()
         },
@@ -154,20 +163,22 @@ impl super::Plugin for Ocm {
 /// Whether an existing ManifestWork already says what `desired` says. The stored manifests are
 /// what the apiserver made of ours, so they are compared through the digest of what we sent, plus
 /// what others could change without touching it: our labels and which objects it holds. The
-/// Binding generation annotation alone is no reason to write.
+/// Binding generation annotation alone is no reason to write; a missing API groups annotation
+/// (a ManifestWork written before there was one) is.
 pub fn same_content(existing: &ManifestWork, desired: &ManifestWork) -> bool {
     let ours = |w: &ManifestWork| {
         let mut labels = w.metadata.labels.clone().unwrap_or_default();
         labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
-        let digest = w
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(CONTENT_DIGEST_ANNOTATION).cloned());
-        (labels, digest, gloss(w))
+        let annotation = |name: &str| w.metadata.annotations.as_ref().and_then(|a| a.get(name).cloned());
+        (
+            labels,
+            annotation(CONTENT_DIGEST_ANNOTATION),
+            annotation(API_GROUPS_ANNOTATION),
+            gloss(w),
+        )
     };
-    let (labels, digest, objects) = ours(desired);
-    digest.is_some() && ours(existing) == (labels, digest, objects)
+    let desired = ours(desired);
+    desired.1.is_some() && ours(existing) == desired
 }
 
 fn without_trace_annotations(manifest: &Value) -> Value {
@@ -278,6 +289,8 @@ mod tests {
             as_json["metadata"]["annotations"]["transport.kubestellar.io/originOwnerReferenceBindingGeneration"],
             "7"
         );
+        // What the WEC's status agent is granted to read: not the core group, which it always may.
+        assert_eq!(as_json["metadata"]["annotations"][API_GROUPS_ANNOTATION], "apps");
         assert_eq!(
             as_json["spec"]["manifestConfigs"],
             json!([{
@@ -368,6 +381,17 @@ mod tests {
         let mut without_digest = desired.clone();
         without_digest.metadata.annotations = None;
         assert!(!same_content(&without_digest, &desired));
+        let mut without_groups = desired.clone();
+        without_groups
+            .metadata
+            .annotations
+            .as_mut()
+            .unwrap()
+            .remove(API_GROUPS_ANNOTATION);
+        assert!(
+            !same_content(&without_groups, &desired),
+            "written before the groups were"
+        );
         let mut emptied = desired.clone();
         emptied.spec.workload.manifests.pop();
         assert!(!same_content(&emptied, &desired), "an object taken out by someone else");

@@ -1,0 +1,131 @@
+//! Which API groups each WEC's agent may read: those of the objects KubeStellar delivers there,
+//! from the transport's API groups annotation on the ManifestWorks in the WEC's mailbox. Only
+//! the ManifestWorks' metadata is watched, never their manifests.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use futures::StreamExt;
+use ks_shared::names::{API_GROUPS_ANNOTATION, ORIGIN_WDS_LABEL};
+use ks_shared::ocm::ManifestWork;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
+
+/// The delivered API groups per mailbox, kept from a metadata watch of KubeStellar's
+/// ManifestWorks.
+#[derive(Clone)]
+pub struct Grants {
+    works: Store<PartialObjectMeta<ManifestWork>>,
+}
+
+impl Grants {
+    /// Starts watching until `shutdown`; sends on `changed` whenever some mailbox's groups change
+    /// (after the first complete list, every mailbox counts as changed).
+    pub fn start(client: Client, changed: UnboundedSender<()>, shutdown: CancellationToken) -> Grants {
+        // Metadata-only requests: the manifests are never read.
+        let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client);
+        let kubestellar = watcher::Config::default().labels(ORIGIN_WDS_LABEL);
+        let (works, writer) = reflector::store();
+        let events = watcher(api, kubestellar).default_backoff().reflect(writer);
+        let grants = Grants { works };
+        let store = grants.clone();
+        tokio::spawn(async move {
+            let mut known: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            let events = events.take_until(shutdown.cancelled_owned());
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                let namespace = match event {
+                    Ok(watcher::Event::Apply(work) | watcher::Event::Delete(work)) => work.namespace(),
+                    Ok(watcher::Event::InitDone) => None,
+                    Ok(_) => continue,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "watching ManifestWorks failed; retrying");
+                        continue;
+                    }
+                };
+                let mailboxes = match namespace {
+                    Some(namespace) => vec![namespace],
+                    // A (re-)list: any mailbox may have changed unseen.
+                    None => store.mailboxes(),
+                };
+                let mut any = false;
+                for mailbox in mailboxes {
+                    let groups = store.groups(&mailbox);
+                    if known.get(&mailbox) != Some(&groups) {
+                        known.insert(mailbox, groups);
+                        any = true;
+                    }
+                }
+                if any && changed.send(()).is_err() {
+                    break;
+                }
+            }
+        });
+        grants
+    }
+
+    /// Waits until the ManifestWorks have been listed once.
+    pub async fn ready(&self) {
+        let _ = self.works.wait_until_ready().await;
+    }
+
+    /// The API groups delivered to `mailbox` (never the core group).
+    pub fn groups(&self, mailbox: &str) -> BTreeSet<String> {
+        self.works
+            .state()
+            .iter()
+            .filter(|w| w.namespace().as_deref() == Some(mailbox))
+            .flat_map(|w| groups_of(w.annotations().get(API_GROUPS_ANNOTATION).map(String::as_str)))
+            .collect()
+    }
+
+    fn mailboxes(&self) -> Vec<String> {
+        let all: BTreeSet<String> = self.works.state().iter().filter_map(|w| w.namespace()).collect();
+        all.into_iter().collect()
+    }
+}
+
+/// The API groups an annotation value lists. Anything that is not an API group name (a DNS
+/// subdomain) is dropped: a `*` would grant every group, Secrets included.
+pub fn groups_of(annotation: Option<&str>) -> BTreeSet<String> {
+    let valid = |group: &&str| {
+        !group.is_empty()
+            && group.len() <= 253
+            && group.split('.').all(|label| {
+                !label.is_empty()
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            })
+    };
+    annotation
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(valid)
+        .map(str::to_string)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_group_names_are_granted() {
+        assert_eq!(
+            groups_of(Some("apps,example.com, batch")),
+            BTreeSet::from(["apps".into(), "batch".into(), "example.com".into()])
+        );
+        assert!(groups_of(None).is_empty());
+        assert!(groups_of(Some("")).is_empty());
+        for hostile in ["*", "apps/*", "Apps", "-a.b", "a..b", "a b", "*.example.com"] {
+            assert!(groups_of(Some(hostile)).is_empty(), "{hostile}");
+        }
+    }
+}
