@@ -1,8 +1,10 @@
 //! Which API groups each WEC's agent may read: those of the objects KubeStellar delivers there,
 //! from the transport's API groups annotation on the ManifestWorks in the WEC's mailbox. Only
-//! the ManifestWorks' metadata is watched, never their manifests.
+//! the ManifestWorks' metadata is watched; a ManifestWork without the annotation (written by
+//! upstream's transport) is read once per generation.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use ks_shared::names::{API_GROUPS_ANNOTATION, ORIGIN_WDS_LABEL};
@@ -19,18 +21,27 @@ use tokio_util::sync::CancellationToken;
 #[derive(Clone)]
 pub struct Grants {
     works: Store<PartialObjectMeta<ManifestWork>>,
+    /// The groups of ManifestWorks without the annotation, by (namespace, name), with the
+    /// generation they were read at.
+    read: Arc<Mutex<Read>>,
 }
+
+/// Groups read from ManifestWorks: by (namespace, name), with the generation read.
+type Read = BTreeMap<(String, String), (i64, BTreeSet<String>)>;
 
 impl Grants {
     /// Starts watching until `shutdown`; sends on `changed` whenever some mailbox's groups change
     /// (after the first complete list, every mailbox counts as changed).
     pub fn start(client: Client, changed: UnboundedSender<()>, shutdown: CancellationToken) -> Grants {
         // Metadata-only requests: the manifests are never read.
-        let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client);
+        let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client.clone());
         let kubestellar = watcher::Config::default().labels(ORIGIN_WDS_LABEL);
         let (works, writer) = reflector::store();
         let events = watcher(api, kubestellar).default_backoff().reflect(writer);
-        let grants = Grants { works };
+        let grants = Grants {
+            works,
+            read: Arc::default(),
+        };
         let store = grants.clone();
         tokio::spawn(async move {
             let mut known: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -46,6 +57,7 @@ impl Grants {
                         continue;
                     }
                 };
+                store.read_unannotated(&client, namespace.as_deref()).await;
                 let mailboxes = match namespace {
                     Some(namespace) => vec![namespace],
                     // A (re-)list: any mailbox may have changed unseen.
@@ -74,12 +86,74 @@ impl Grants {
 
     /// The API groups delivered to `mailbox` (never the core group).
     pub fn groups(&self, mailbox: &str) -> BTreeSet<String> {
+        let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
         self.works
             .state()
             .iter()
             .filter(|w| w.namespace().as_deref() == Some(mailbox))
-            .flat_map(|w| groups_of(w.annotations().get(API_GROUPS_ANNOTATION).map(String::as_str)))
+            .flat_map(|w| match w.annotations().get(API_GROUPS_ANNOTATION) {
+                Some(annotation) => groups_of(Some(annotation)),
+                None => read
+                    .get(&(mailbox.to_string(), w.name_any()))
+                    .map(|(_, groups)| groups.clone())
+                    .unwrap_or_default(),
+            })
             .collect()
+    }
+
+    /// Reads the groups of the ManifestWorks in `namespace` (all when `None`) that lack the
+    /// annotation and were not read at their generation; forgets those gone.
+    async fn read_unannotated(&self, client: &Client, namespace: Option<&str>) {
+        let works = self.works.state();
+        let unread: Vec<(String, String, i64)> = {
+            let mut read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
+            read.retain(|(ns, name), _| {
+                works
+                    .iter()
+                    .any(|w| w.namespace().as_ref() == Some(ns) && w.name_any() == *name)
+            });
+            works
+                .iter()
+                .filter(|w| namespace.is_none() || w.namespace().as_deref() == namespace)
+                .filter(|w| !w.annotations().contains_key(API_GROUPS_ANNOTATION))
+                .map(|w| {
+                    (
+                        w.namespace().unwrap_or_default(),
+                        w.name_any(),
+                        w.metadata.generation.unwrap_or_default(),
+                    )
+                })
+                .filter(|(ns, name, generation)| {
+                    read.get(&(ns.clone(), name.clone())).map(|(g, _)| g) != Some(generation)
+                })
+                .collect()
+        };
+        for (ns, name, generation) in unread {
+            match Api::<ManifestWork>::namespaced(client.clone(), &ns)
+                .get_opt(&name)
+                .await
+            {
+                Ok(Some(work)) => {
+                    let groups = work
+                        .spec
+                        .workload
+                        .manifests
+                        .iter()
+                        .filter_map(|m| m["apiVersion"].as_str()?.rsplit_once('/').map(|(g, _)| g.to_string()))
+                        .collect::<Vec<_>>()
+                        .join(",");
+                    let read = (generation, groups_of(Some(&groups)));
+                    self.read
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .insert((ns, name), read);
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(namespace = %ns, name = %name, error = %err, "reading a ManifestWork's API groups failed")
+                }
+            }
+        }
     }
 
     fn mailboxes(&self) -> Vec<String> {
