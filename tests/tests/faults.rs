@@ -103,7 +103,23 @@ async fn wait_works(
         let mut state = String::new();
         for wec in WECS {
             let works = works(ctx, wec, binding).await?;
-            let unapplied: Vec<String> = works.iter().filter(|w| !applied(w)).map(|w| w.name_any()).collect();
+            // Each with its generation and the Applied condition it has, if any.
+            let unapplied: Vec<String> = works
+                .iter()
+                .filter(|w| !applied(w))
+                .map(|w| {
+                    let condition = w
+                        .status
+                        .iter()
+                        .flat_map(|s| &s.conditions)
+                        .find(|c| c.type_ == "Applied");
+                    format!(
+                        "{} (generation {:?}, Applied: {condition:?})",
+                        w.name_any(),
+                        w.metadata.generation
+                    )
+                })
+                .collect();
             let checked = check(&works);
             state += &format!(
                 "{wec}: {} ManifestWorks, not applied: {unapplied:?}, check passed: {checked}; ",

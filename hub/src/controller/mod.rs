@@ -507,6 +507,10 @@ impl Loop<'_> {
             // The Binding goes with the policy through its ownerReference.
             self.resolutions.remove_policy(name);
             if has_finalizer {
+                // Another policy may take its objects over (one policy replaced by another):
+                // that Binding is written first, so the transport sees it before this one goes,
+                // and keeps the objects on the WECs until the other's ManifestWorks hold them.
+                self.flush().await;
                 let removed = crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, false).await;
                 self.settle(removed, Retry::Policy(name.into()), "removing the finalizer");
             }
@@ -799,6 +803,36 @@ mod tests {
         let ((), again) = tokio::join!(looper.retry(), server.answer(200, stored(&policy(false))));
         assert_eq!((again.method.as_str(), &again.body), ("PATCH", &asked.body));
         assert!(looper.retries.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_policy_taking_over_is_written_before_the_deleted_one_lets_go() {
+        let mut deleting = policy(false);
+        deleting.metadata.name = Some("old".into());
+        deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
+        let (client, mut server) = mock::client();
+        let mut resolutions = Resolutions::default();
+        let object = config_map();
+        resolutions.set_policy("p", &policy(false).spec, [(&object, None)], &[]);
+        let mut looper = test_loop(&client, vec![policy(false), deleting], &mut resolutions);
+        // The other policy's Binding is created and its status written, then the finalizer goes.
+        let ((), (status, finalizer)) = tokio::join!(looper.policy_changed("old"), async {
+            let status = answer_binding_then_status(&mut server, 200).await;
+            (status, server.answer(200, stored(&policy(false))).await)
+        });
+        assert!(
+            status
+                .uri
+                .starts_with("/apis/control.kubestellar.io/v1alpha1/bindingpolicies/p/status")
+        );
+        assert!(
+            finalizer
+                .uri
+                .starts_with("/apis/control.kubestellar.io/v1alpha1/bindingpolicies/old?"),
+            "{}",
+            finalizer.uri
+        );
+        assert_eq!(finalizer.body["metadata"]["finalizers"], json!([]));
     }
 
     #[tokio::test]
