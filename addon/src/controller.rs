@@ -134,6 +134,11 @@ async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Re
         // The garbage collector removes what we wrote once the add-on is gone.
         return Ok(Action::await_change());
     }
+    if !context.grants.listed() {
+        // Never rendered from an unlisted cache, which would take the agent's grants away until
+        // it lists; the first list brings every add-on back.
+        return Ok(Action::requeue(RETRY));
+    }
     let cluster = addon.namespace().ok_or(ReconcileError::NoNamespace)?;
     let owner = owner_reference(&addon)?;
     let settings = match agent_settings(&context, &addon).await? {
@@ -187,8 +192,6 @@ async fn apply_manifest_work(
     settings: &AgentSettings,
     owner: OwnerReference,
 ) -> Result<ManifestWork, ReconcileError> {
-    // Never from an unlisted cache: that would take the grants away until it lists.
-    context.grants.ready().await;
     let desired = manifests::manifest_work(cluster, settings, &context.grants.groups(cluster), owner);
     let name = desired.name_any();
     let works: Api<ManifestWork> = Api::namespaced(context.client.clone(), cluster);

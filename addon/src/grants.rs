@@ -4,6 +4,7 @@
 //! upstream's transport) is read once per generation.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
@@ -24,6 +25,8 @@ pub struct Grants {
     /// The groups of ManifestWorks without the annotation, by (namespace, name), with the
     /// generation they were read at.
     read: Arc<Mutex<Read>>,
+    /// Whether the ManifestWorks have been listed once.
+    listed: Arc<AtomicBool>,
 }
 
 /// Groups read from ManifestWorks: by (namespace, name), with the generation read.
@@ -41,6 +44,7 @@ impl Grants {
         let grants = Grants {
             works,
             read: Arc::default(),
+            listed: Arc::default(),
         };
         let store = grants.clone();
         tokio::spawn(async move {
@@ -58,6 +62,9 @@ impl Grants {
                     }
                 };
                 store.read_unannotated(&client, namespace.as_deref()).await;
+                if namespace.is_none() {
+                    store.listed.store(true, Ordering::Release);
+                }
                 let mailboxes = match namespace {
                     Some(namespace) => vec![namespace],
                     // A (re-)list: any mailbox may have changed unseen.
@@ -79,9 +86,10 @@ impl Grants {
         grants
     }
 
-    /// Waits until the ManifestWorks have been listed once.
-    pub async fn ready(&self) {
-        let _ = self.works.wait_until_ready().await;
+    /// Whether the ManifestWorks have been listed once (and their groups read): before, what
+    /// the groups are is not known.
+    pub fn listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
     }
 
     /// The API groups delivered to `mailbox` (never the core group).

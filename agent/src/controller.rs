@@ -133,9 +133,13 @@ pub async fn run(
     let manifest_works = watcher(Api::<ManifestWork>::namespaced(hub.clone(), &mailbox), config.clone())
         .default_backoff()
         .modify(|mw: &mut ManifestWork| {
-            // Only the labels, name and UID are read: the manifests can be large.
+            // Only the labels, name and UID are read, and the Secrets (reported as delivered,
+            // never read on the WEC): the other manifests can be large.
             mw.metadata.managed_fields = None;
+            let mut manifests = std::mem::take(&mut mw.spec.workload.manifests);
+            manifests.retain(report::is_secret);
             mw.spec = Default::default();
+            mw.spec.workload.manifests = manifests;
             mw.status = None;
         })
         .reflect(manifest_works_writer);

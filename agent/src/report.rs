@@ -38,6 +38,11 @@ pub struct Desired {
     pub status: Option<Map<String, Value>>,
 }
 
+/// Whether a manifest is a Secret.
+pub fn is_secret(manifest: &Value) -> bool {
+    manifest["apiVersion"] == "v1" && manifest["kind"] == "Secret"
+}
+
 /// The object `key` as the ManifestWork `work` delivered it: what the agent reports on for
 /// objects it does not read on the WEC (Secrets, which have no status to report).
 pub fn as_delivered(key: &ObjectKey, work: &ManifestWork) -> Option<DynamicObject> {

@@ -674,6 +674,10 @@ async fn kubeflex_mode_finds_the_spaces(ctx: Ctx) -> anyhow::Result<()> {
         format!("--wds-name=kfwds-{id}"),
         format!("--its-name=kfits-{id}"),
         "--http-address=127.0.0.1:0".to_string(),
+        // Only the binding controller: this hub serves the stack's WDS under another name, and a
+        // transport would deliver every policy again under that name and leave the ManifestWorks
+        // behind when it stops.
+        "--controllers=binding".to_string(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut running = ks_tests::process::Running::start(hub.to_str().unwrap_or_default(), &args);
