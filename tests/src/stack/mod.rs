@@ -217,6 +217,7 @@ impl Stack {
             self.start_klusterlet(&wec)?;
         }
         ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
+        ocm::wait_work_agents(&self.client("its1").await?, &self.wec_names()).await?;
         self.start_jaeger()?;
         for wec in self.wec_names() {
             self.start_kubelet(&wec)?;

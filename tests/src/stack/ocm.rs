@@ -9,7 +9,7 @@ use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateS
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use ks_shared::names;
-use ks_shared::ocm::{ManagedCluster, managed_cluster_condition};
+use ks_shared::ocm::{ManagedCluster, ManifestWork, managed_cluster_condition};
 use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -192,6 +192,59 @@ pub async fn join(
         }
         Ok(available == wecs.len())
     })
+    .await
+}
+
+/// Waits until every WEC's work agent applies a ManifestWork written now: a ManagedCluster stays
+/// Available (its lease not yet expired) while the agent restarts, and work delivered while the
+/// agent is still starting can be left unreported. The canary is a ConfigMap in `default`, not
+/// KubeStellar's (no status agent reports on it); each wait changes its data, so its new
+/// generation shows the agent at work.
+pub async fn wait_work_agents(hub: &Client, wecs: &[String]) -> anyhow::Result<()> {
+    const CANARY: &str = "ks-stack-canary";
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_nanos()
+        .to_string();
+    for wec in wecs {
+        let works: Api<ManifestWork> = Api::namespaced(hub.clone(), wec);
+        let canary = json!({
+            "apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": CANARY, "namespace": wec},
+            "spec": {"workload": {"manifests": [{"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": CANARY, "namespace": "default"}, "data": {"written": stamp}}]}},
+        });
+        works
+            .patch(
+                CANARY,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&canary),
+            )
+            .await?;
+    }
+    wait_for(
+        "every WEC's work agent to apply a new ManifestWork",
+        Duration::from_secs(120),
+        || async {
+            for wec in wecs {
+                let works: Api<ManifestWork> = Api::namespaced(hub.clone(), wec);
+                let Some(work) = works.get_opt(CANARY).await? else {
+                    return Ok(false);
+                };
+                let generation = work.metadata.generation;
+                let applied = work
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.conditions)
+                    .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation);
+                if !applied {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        },
+    )
     .await
 }
 
