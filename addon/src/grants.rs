@@ -36,7 +36,7 @@ impl Grants {
     /// Starts watching until `shutdown`; sends on `changed` whenever some mailbox's groups change
     /// (after the first complete list, every mailbox counts as changed).
     pub fn start(client: Client, changed: UnboundedSender<()>, shutdown: CancellationToken) -> Grants {
-        // Metadata-only requests: the manifests are never read.
+        // Metadata-only requests: the manifests are not read (but see `read_unannotated`).
         let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client.clone());
         let kubestellar = watcher::Config::default().labels(ORIGIN_WDS_LABEL);
         let (works, writer) = reflector::store();
