@@ -229,10 +229,11 @@ const MAX_EXPRESSION_DEPTH: usize = 64;
 /// How deeply comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) may nest: each
 /// level multiplies the work by the length of a list.
 const MAX_COMPREHENSION_NESTING: usize = 2;
-/// The most work one evaluation may take, in syntax-tree nodes visited: an expression's nodes
-/// times the longest list (or map) in its inputs once per level of comprehension nesting. A
-/// step takes 0.1–0.2 µs in a debug build, so one row takes at most about 2 s: a `map` over
-/// 100,000 items passes, two nested over 1,000 do not.
+/// The most work the evaluations for one object (every collector, row and cell) may take, in
+/// syntax-tree nodes visited, estimated before each evaluation: the expression's nodes times
+/// the longest list (or map) in its inputs once per level of comprehension nesting. A step takes
+/// 0.1–0.2 µs in a debug build, so an object's status takes at most about 2 s: a `map` over
+/// 100,000 items fits, two nested over 1,000 do not.
 const MAX_EVALUATION_COST: u64 = 10_000_000;
 /// The stack the CEL parser and evaluator need. The parser recurses up to 96 levels (its own
 /// limit) and, in a debug build, a level takes about 100 KiB; 20 nested parentheses overflowed a
@@ -331,22 +332,28 @@ struct Expression {
 
 impl Expression {
     /// Runs it over `scope`, whose longest list or map has `widest` items, unless that would
-    /// cost more than [`MAX_EVALUATION_COST`]. A panic in the third-party evaluator becomes an
-    /// error for this row only.
-    fn run(&self, scope: &Context, widest: usize) -> Result<Cel, String> {
+    /// cost more than the budget `left`, which it then spends. A panic in the third-party
+    /// evaluator becomes an error for this row only.
+    fn run(&self, scope: &Context, widest: usize, left: &Budget) -> Result<Cel, String> {
         let cost = evaluation_cost(self.nodes, self.nesting, widest);
-        if cost > MAX_EVALUATION_COST {
+        if cost > left.get() {
             return Err(format!(
-                "evaluation would take up to {cost} steps ({} nodes, comprehensions nested {} deep over up to {widest} items), more than {MAX_EVALUATION_COST}",
-                self.nodes, self.nesting
+                "evaluation would take up to {cost} steps ({} nodes, comprehensions nested {} deep over up to {widest} items), more than the {} left of the {MAX_EVALUATION_COST} one object's evaluations may take",
+                self.nodes,
+                self.nesting,
+                left.get()
             ));
         }
+        left.set(left.get() - cost);
         match catch_unwind(AssertUnwindSafe(|| self.program.execute(scope))) {
             Ok(result) => result.map_err(|e| e.to_string()),
             Err(_) => Err("the CEL evaluator failed".to_string()),
         }
     }
 }
+
+/// What is left of the evaluation budget of one object, spent by its expressions in turn.
+type Budget = std::cell::Cell<u64>;
 
 /// The estimated work of evaluating an expression of `nodes` nodes with comprehensions nested
 /// `nesting` deep over inputs whose longest list or map has `widest` items.
@@ -509,6 +516,7 @@ pub fn combine(collectors: &[&Collector], object: &Json, reports: &[WecReport]) 
     let mut root = Context::with_env(ENV.clone());
     root.add_variable_from_value("obj", object_without_status(object));
     let object_widest = widest(object);
+    let left = Budget::new(MAX_EVALUATION_COST);
     let rows: Vec<Row> = reports
         .iter()
         .map(|report| {
@@ -521,6 +529,7 @@ pub fn combine(collectors: &[&Collector], object: &Json, reports: &[WecReport]) 
                 wec: report.wec,
                 scope,
                 widest,
+                left: &left,
             }
         })
         .collect();
@@ -544,11 +553,13 @@ struct Row<'c> {
     wec: &'c str,
     scope: Context<'c, 'c>,
     widest: usize,
+    /// What is left of the object's evaluation budget, shared by its rows.
+    left: &'c Budget,
 }
 
 impl Row<'_> {
     fn run(&self, expression: &Expression) -> Result<Cel, String> {
-        expression.run(&self.scope, self.widest)
+        expression.run(&self.scope, self.widest, self.left)
     }
 }
 
@@ -1086,10 +1097,11 @@ mod tests {
     #[test]
     fn expressions_at_the_limits_run_on_the_hubs_stack() {
         let program = compile(&format!("1{}", "+1".repeat(60))).unwrap();
-        let sum = on_hub_stack(|| program.run(&Context::default(), 0));
+        let budget = || Budget::new(MAX_EVALUATION_COST);
+        let sum = on_hub_stack(|| program.run(&Context::default(), 0, &budget()));
         assert_eq!(sum, Ok(Cel::Int(61)));
         let program = compile("[1, 2].map(a, [1, 2].map(b, a * b))").unwrap();
-        assert!(on_hub_stack(|| program.run(&Context::default(), 0)).is_ok());
+        assert!(on_hub_stack(|| program.run(&Context::default(), 0, &budget())).is_ok());
     }
 
     #[test]
@@ -1102,19 +1114,30 @@ mod tests {
             scope.add_variable_from_value("obj", to_cel(&big(n)));
             scope
         };
-        // 100 items nested twice, 100,000 once: within the budget.
-        assert_eq!(nested.run(&subject(100), widest(&big(100))), Ok(Cel::Int(100)));
+        // 100 items nested twice, 100,000 once: within the budget, which they spend.
+        let left = Budget::new(MAX_EVALUATION_COST);
+        assert_eq!(nested.run(&subject(100), widest(&big(100)), &left), Ok(Cel::Int(100)));
         assert_eq!(
-            single.run(&subject(100_000), widest(&big(100_000))),
+            single.run(&subject(100_000), widest(&big(100_000)), &left),
             Ok(Cel::Int(100_000))
         );
+        assert!(left.get() < MAX_EVALUATION_COST - 1_000_000);
         // 100,000 items nested twice would take hours: refused before it starts.
-        let refused = nested.run(&subject(100_000), widest(&big(100_000))).unwrap_err();
+        let refused = nested
+            .run(
+                &subject(100_000),
+                widest(&big(100_000)),
+                &Budget::new(MAX_EVALUATION_COST),
+            )
+            .unwrap_err();
         assert!(refused.starts_with("evaluation would take up to"), "{refused}");
         assert!(
-            refused.ends_with("comprehensions nested 2 deep over up to 100000 items), more than 10000000"),
+            refused.ends_with("over up to 100000 items), more than the 10000000 left of the 10000000 one object's evaluations may take"),
             "{refused}"
         );
+        // What one object's evaluations spent is not there for the next expression of that object.
+        let spent = Budget::new(10);
+        assert!(single.run(&subject(100), widest(&big(100)), &spent).is_err());
     }
 
     fn named(pairs: &[(&str, &str)]) -> Vec<NamedExpression> {

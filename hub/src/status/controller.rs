@@ -486,7 +486,11 @@ impl StatusController {
             uid: &uid,
             object: &whole,
         };
-        let (desired, errors) = plan::combined_statuses(&subject, &selecting, &wecs, |c| self.valid_collector(c));
+        // CEL evaluation is CPU work (bounded by its budget): the runtime moves this worker's
+        // other tasks elsewhere meanwhile.
+        let (desired, errors) = tokio::task::block_in_place(|| {
+            plan::combined_statuses(&subject, &selecting, &wecs, |c| self.valid_collector(c))
+        });
         let changed = self.errors.set(key, errors);
         let started = SystemTime::now();
         if self.write_status(key, &object, &resource, action).await? {
