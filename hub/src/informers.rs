@@ -359,7 +359,8 @@ impl WorkloadInformers {
             tracing::info!(group = %gr.group, resource = %gr.resource, version = %informer.resource.version, "started informer");
             informers.filling.insert(gr, informer);
         }
-        for gr in &undiscovered {
+        // Said once: discovery is asked again every 500 ms while it lasts.
+        for gr in undiscovered.difference(&informers.undiscovered) {
             tracing::warn!(group = %gr.group, resource = %gr.resource, "not in discovery, but its CRD is established or its API server only down; its objects are kept as they were");
         }
         let complete = undiscovered.is_empty();
