@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{Binding, BindingPolicy};
 use ks_shared::ocm::ManagedCluster;
@@ -638,9 +639,16 @@ async fn kubeflex_mode_finds_the_spaces(ctx: Ctx) -> anyhow::Result<()> {
     );
     let control_planes: Api<DynamicObject> = Api::all_with(hosting.clone(), &resource);
     let secrets: Api<Secret> = Api::namespaced(hosting.clone(), &ns);
+    // This hub serves the stack's own spaces beside the stack's hub: as a user who can only read
+    // (and install the CRDs, as every hub does at start), so that it cannot write a policy status
+    // or a Binding the tests running beside it wait on.
+    let reader = format!("ks-kubeflex-reader-{id}");
     for (cp_type, space) in [("wds", "wds1"), ("its", "its1")] {
-        let kubeconfig =
-            std::fs::read_to_string(ctx.stack.state.join("kubeconfigs").join(format!("{space}.kubeconfig")))?;
+        grant_read_only(&ctx.client(space).await?, &reader).await?;
+        let kubeconfig = read_only_kubeconfig(
+            &ctx.stack.state.join(format!("kubeconfigs/{space}.kubeconfig")),
+            &reader,
+        )?;
         let secret = format!("{space}-kubeconfig");
         apply(
             &secrets,
@@ -671,9 +679,8 @@ async fn kubeflex_mode_finds_the_spaces(ctx: Ctx) -> anyhow::Result<()> {
         format!("--wds-name=kfwds-{id}"),
         format!("--its-name=kfits-{id}"),
         "--http-address=127.0.0.1:0".to_string(),
-        // Only the binding controller: this hub serves the stack's WDS under another name, and a
-        // transport would deliver every policy again under that name and leave the ManifestWorks
-        // behind when it stops.
+        // Only the binding controller: a transport would try to deliver every policy again under
+        // the ITS's other name.
         "--controllers=binding".to_string(),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
@@ -690,5 +697,45 @@ async fn kubeflex_mode_finds_the_spaces(ctx: Ctx) -> anyhow::Result<()> {
             .delete(&format!("kf{cp_type}-{id}"), &DeleteParams::default())
             .await?;
     }
+    for space in ["wds1", "its1"] {
+        let client = ctx.client(space).await?;
+        Api::<ClusterRoleBinding>::all(client.clone())
+            .delete(&reader, &DeleteParams::default())
+            .await?;
+        Api::<ClusterRole>::all(client)
+            .delete(&reader, &DeleteParams::default())
+            .await?;
+    }
     ctx.delete_namespace("kubeflex", &ns).await
+}
+
+/// Lets `user` get, list and watch everything in a space, and apply CRDs.
+async fn grant_read_only(client: &kube::Client, user: &str) -> anyhow::Result<()> {
+    apply(
+        &Api::<ClusterRole>::all(client.clone()),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user},
+               "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
+                         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                          "verbs": ["create", "patch"]}]}),
+    )
+    .await?;
+    apply(
+        &Api::<ClusterRoleBinding>::all(client.clone()),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
+    )
+    .await?;
+    Ok(())
+}
+
+/// The stack's admin kubeconfig at `path`, acting as `user` (kubeconfig's `as`).
+fn read_only_kubeconfig(path: &std::path::Path, user: &str) -> anyhow::Result<String> {
+    let mut kubeconfig = kube::config::Kubeconfig::read_from(path)?;
+    for named in &mut kubeconfig.auth_infos {
+        if let Some(auth) = &mut named.auth_info {
+            auth.impersonate = Some(user.to_string());
+        }
+    }
+    Ok(serde_json::to_string(&kubeconfig)?)
 }
