@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use ks_shared::names::{API_GROUPS_ANNOTATION, ORIGIN_WDS_LABEL};
-use ks_shared::ocm::ManifestWork;
+use ks_shared::ocm::{ManifestWork, manifest_group};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -147,10 +147,11 @@ impl Grants {
                         .workload
                         .manifests
                         .iter()
-                        .filter_map(|m| m["apiVersion"].as_str()?.rsplit_once('/').map(|(g, _)| g.to_string()))
-                        .collect::<Vec<_>>()
-                        .join(",");
-                    let read = (generation, groups_of(Some(&groups)));
+                        .map(manifest_group)
+                        .filter(|g| is_group_name(g))
+                        .map(str::to_string)
+                        .collect();
+                    let read = (generation, groups);
                     self.read
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -173,25 +174,27 @@ impl Grants {
 /// The API groups an annotation value lists. Anything that is not an API group name (a DNS
 /// subdomain) is dropped: a `*` would grant every group, Secrets included.
 pub fn groups_of(annotation: Option<&str>) -> BTreeSet<String> {
-    let valid = |group: &&str| {
-        !group.is_empty()
-            && group.len() <= 253
-            && group.split('.').all(|label| {
-                !label.is_empty()
-                    && label
-                        .bytes()
-                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-            })
-    };
     annotation
         .unwrap_or_default()
         .split(',')
         .map(str::trim)
-        .filter(valid)
+        .filter(|g| is_group_name(g))
         .map(str::to_string)
         .collect()
+}
+
+/// Whether `group` is an API group name (a DNS subdomain; not the core group's `""`).
+fn is_group_name(group: &str) -> bool {
+    !group.is_empty()
+        && group.len() <= 253
+        && group.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
 }
 
 #[cfg(test)]

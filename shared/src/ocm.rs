@@ -376,3 +376,11 @@ pub struct ImageMirror {
     pub mirror: String,
     pub source: String,
 }
+
+/// The API group of a manifest (`apps` for `apps/v1`), `""` for the core group.
+pub fn manifest_group(manifest: &serde_json::Value) -> &str {
+    manifest["apiVersion"]
+        .as_str()
+        .and_then(|api_version| api_version.rsplit_once('/'))
+        .map_or("", |(group, _)| group)
+}

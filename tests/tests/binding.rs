@@ -359,22 +359,23 @@ async fn too_many_objects_for_one_binding_are_reported(ctx: Ctx) -> anyhow::Resu
     let one = [format!("configmaps {ns}/{:0>253}", 0)];
     expect_binding(&bindings, &name, &one, &[]).await?;
 
-    let synced = |status: &'static str, message: &'static str| {
-        move |p: Option<&BindingPolicy>| {
-            p.and_then(|p| p.status.as_ref())
-                .and_then(|s| s.condition("Synced"))
-                .is_some_and(|c| c.status == status && c.message.contains(message))
-        }
-    };
     let all = json!([{"namespaces": [ns], "objectSelectors": [{"matchLabels": {"many": "yes"}}]}]);
     apply(&policies, policy(&name, nowhere.clone(), all)).await?;
-    let too_large = "more than the 1.50 MB an object may take: select fewer objects, or split the policy";
+    let too_large = |p: Option<&BindingPolicy>| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.condition("Synced"))
+            .is_some_and(|c| {
+                c.status == "False"
+                    && c.message
+                        .contains("more than the 1.50 MB an object may take: select fewer objects, or split the policy")
+            })
+    };
     wait_until(
         policies.clone(),
         &name,
         "the Binding too large, reported",
         DEADLINE,
-        synced("False", too_large),
+        too_large,
     )
     .await?;
     // The Binding is as it was (not rewritten, not emptied).

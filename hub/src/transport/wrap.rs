@@ -10,7 +10,7 @@ use ks_shared::names::{
 };
 use ks_shared::ocm::{
     ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
-    UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy,
+    UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy, manifest_group,
 };
 use kube::api::ObjectMeta;
 use serde_json::Value;
@@ -61,13 +61,9 @@ pub fn origin_labels(origin: &Origin<'_>) -> BTreeMap<String, String> {
 pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delivery]) -> ManifestWork {
     let create_only = deliveries.iter().filter(|d| d.create_only).map(|d| {
         let meta = &d.manifest["metadata"];
-        let api_version = d.manifest["apiVersion"].as_str().unwrap_or_default();
         ManifestConfigOption {
             resource_identifier: ResourceIdentifier {
-                group: api_version
-                    .rsplit_once('/')
-                    .map(|(g, _)| g.to_string())
-                    .unwrap_or_default(),
+                group: manifest_group(&d.manifest).to_string(),
                 resource: d.resource.clone(),
                 name: meta["name"].as_str().unwrap_or_default().to_string(),
                 namespace: meta["namespace"].as_str().unwrap_or_default().to_string(),
@@ -82,11 +78,8 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delive
     let manifests: Vec<Value> = deliveries.iter().map(|d| d.manifest.clone()).collect();
     let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
     let digest = content_digest(&labels, &manifests, &manifest_configs);
-    let groups: std::collections::BTreeSet<String> = manifests
-        .iter()
-        .map(|m| identity(m).0)
-        .filter(|g| !g.is_empty())
-        .collect();
+    let groups: std::collections::BTreeSet<&str> =
+        manifests.iter().map(manifest_group).filter(|g| !g.is_empty()).collect();
     ManifestWork {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -197,13 +190,8 @@ pub fn gloss(work: &ManifestWork) -> Vec<Identity> {
 /// A manifest's identity.
 pub fn identity(manifest: &Value) -> Identity {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
-    let group = manifest["apiVersion"]
-        .as_str()
-        .and_then(|a| a.rsplit_once('/'))
-        .map(|(g, _)| g.to_string())
-        .unwrap_or_default();
     (
-        group,
+        manifest_group(manifest).to_string(),
         text(&manifest["kind"]),
         text(&manifest["metadata"]["namespace"]),
         text(&manifest["metadata"]["name"]),
