@@ -520,16 +520,24 @@ impl Loop<'_> {
             let added = crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, true).await;
             self.settle(added, Retry::Policy(name.into()), "adding the finalizer");
         }
-        let known = self.resolutions.policy(name).is_some();
-        let generation_seen = policy.status.as_ref().map(|s| s.observed_generation) == policy.metadata.generation;
-        if known && generation_seen {
+        let generation = policy.metadata.generation.unwrap_or_default();
+        if self
+            .resolutions
+            .policy(name)
+            .is_some_and(|s| s.generation == generation)
+        {
             // A status or metadata update: the spec, and so the resolution, is unchanged.
             return;
         }
         let objects = self.caches.objects();
         let wecs = self.caches.wecs();
-        self.resolutions
-            .set_policy(name, &policy.spec, objects.iter().map(|(o, l)| (o, l.as_ref())), &wecs);
+        self.resolutions.set_policy(
+            name,
+            generation,
+            &policy.spec,
+            objects.iter().map(|(o, l)| (o, l.as_ref())),
+            &wecs,
+        );
     }
 
     /// Re-syncs the informer set; true when it must be done again: discovery failed, or an
@@ -623,8 +631,9 @@ impl Loop<'_> {
         let unknown = self.caches.informers.unsynced();
         for name in dirty {
             self.metrics.reconciles.inc();
-            let (Some(policy), Some(mut desired)) = (
+            let (Some(policy), Some(resolved), Some(mut desired)) = (
                 self.caches.policies.get(&ObjectRef::new(&name)),
+                self.resolutions.policy(&name).map(|s| s.generation),
                 self.resolutions.desired_spec(&name),
             ) else {
                 continue;
@@ -663,7 +672,7 @@ impl Loop<'_> {
             }
             let collector_exists = |c: &str| self.caches.collectors.get(&ObjectRef::new(c)).is_some();
             let errors = self.resolutions.errors(&name, collector_exists);
-            let status = writes::desired_status(&policy, errors, write_error, selected);
+            let status = writes::desired_status(&policy, resolved, errors, write_error, selected);
             if writes::status_differs(&policy, &status) {
                 let written = writes::apply_status(&self.policy_api, &name, &status).await;
                 self.settle(written, Retry::Policy(name.clone()), "writing the policy status");
@@ -813,7 +822,7 @@ mod tests {
         let (client, mut server) = mock::client();
         let mut resolutions = Resolutions::default();
         let object = config_map();
-        resolutions.set_policy("p", &policy(false).spec, [(&object, None)], &[]);
+        resolutions.set_policy("p", 1, &policy(false).spec, [(&object, None)], &[]);
         let mut looper = test_loop(&client, vec![policy(false), deleting], &mut resolutions);
         // The other policy's Binding is created and its status written, then the finalizer goes.
         let ((), (status, finalizer)) = tokio::join!(looper.policy_changed("old"), async {
@@ -891,7 +900,7 @@ mod tests {
             .collect();
         let mut everything = policy(false);
         everything.spec.downsync[0].test = DownsyncObjectTest::default();
-        resolutions.set_policy("p", &everything.spec, objects.iter().map(|o| (o, None)), &[]);
+        resolutions.set_policy("p", 1, &everything.spec, objects.iter().map(|o| (o, None)), &[]);
         let mut looper = test_loop(&client, vec![everything], &mut resolutions);
         // The status is the first and only write.
         let ((), status) = tokio::join!(looper.flush(), server.answer(200, stored(&policy(false))));
@@ -908,11 +917,32 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_status_written_before_an_edit_is_resolved_claims_only_what_was_resolved() {
+        let (client, mut server) = mock::client();
+        let mut resolutions = Resolutions::default();
+        resolutions.set_policy("p", 1, &policy(false).spec, [], &[]);
+        // Edited (generation 2) and in the cache, its event still queued behind this flush.
+        let mut edited = policy(false);
+        edited.metadata.generation = Some(2);
+        edited.spec.downsync[0].test.object_names = vec!["b".into()];
+        let mut looper = test_loop(&client, vec![edited.clone()], &mut resolutions);
+        let ((), status) = tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 200));
+        assert_eq!(status.body["status"]["observedGeneration"], 1);
+
+        // Its status written (generation 1 observed), the edit is resolved when its event comes.
+        edited.status = serde_json::from_value(status.body["status"].clone()).unwrap();
+        looper.caches.policies = store(vec![edited]);
+        looper.policy_changed("p").await;
+        assert_eq!(looper.resolutions.policy("p").map(|s| s.generation), Some(2));
+        assert!(looper.resolutions.has_dirty());
+    }
+
+    #[tokio::test]
     async fn failed_status_request_labels_are_retried() {
         let (client, mut server) = mock::client();
         let mut resolutions = Resolutions::default();
         let object = config_map();
-        resolutions.set_policy("p", &policy(true).spec, [(&object, None)], &[]);
+        resolutions.set_policy("p", 1, &policy(true).spec, [(&object, None)], &[]);
         let mut looper = test_loop(&client, vec![policy(true)], &mut resolutions);
         let ((), (labels, _)) = tokio::join!(looper.flush(), async {
             let labels = server.answer(500, mock::failure(500)).await;

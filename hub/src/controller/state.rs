@@ -39,6 +39,8 @@ fn select(policy: &CompiledPolicy, object: &WorkloadObject, namespace_labels: Op
 
 /// One policy's resolution.
 pub struct PolicyState {
+    /// The policy's generation this resolves: what its status may say it observed.
+    pub generation: i64,
     pub compiled: CompiledPolicy,
     pub selected: BTreeMap<ObjectKey, Selection>,
     pub wecs: BTreeSet<String>,
@@ -99,6 +101,7 @@ impl Resolutions {
     pub fn set_policy<'a>(
         &mut self,
         name: &str,
+        generation: i64,
         spec: &BindingPolicySpec,
         objects: impl IntoIterator<Item = (&'a WorkloadObject, Option<&'a Labels>)>,
         wecs: &[Wec],
@@ -116,6 +119,7 @@ impl Resolutions {
         self.policies.insert(
             name.to_string(),
             PolicyState {
+                generation,
                 compiled,
                 selected,
                 wecs,
@@ -296,7 +300,7 @@ pub(crate) mod tests {
     fn objects_enter_and_leave_resolutions() {
         let mut r = Resolutions::default();
         let a = object("a", &[("app", "web")]);
-        r.set_policy("p", &policy("web", false), [(&a, None)], &[wec("cluster1")]);
+        r.set_policy("p", 1, &policy("web", false), [(&a, None)], &[wec("cluster1")]);
         assert_eq!(r.take_dirty(), BTreeSet::from(["p".to_string()]));
         assert_eq!(r.desired_spec("p").unwrap().workload.namespace_scope.len(), 1);
 
@@ -317,7 +321,7 @@ pub(crate) mod tests {
     fn a_new_resource_version_marks_the_policy() {
         let mut r = Resolutions::default();
         let a = object("a", &[("app", "web")]);
-        r.set_policy("p", &policy("web", false), [(&a, None)], &[]);
+        r.set_policy("p", 1, &policy("web", false), [(&a, None)], &[]);
         r.take_dirty();
         let mut newer = a.clone();
         newer.resource_version = "2".into();
@@ -330,7 +334,7 @@ pub(crate) mod tests {
     #[test]
     fn wec_changes_mark_only_affected_policies() {
         let mut r = Resolutions::default();
-        r.set_policy("p", &policy("web", false), [], &[wec("cluster1")]);
+        r.set_policy("p", 1, &policy("web", false), [], &[wec("cluster1")]);
         r.take_dirty();
         r.set_wecs(&[wec("cluster1")]);
         assert!(!r.has_dirty());
@@ -343,7 +347,7 @@ pub(crate) mod tests {
         let mut r = Resolutions::default();
         let mut spec = policy("web", false);
         spec.downsync[0].modulation.status_collectors = vec!["replicas".into()];
-        r.set_policy("p", &spec, [], &[]);
+        r.set_policy("p", 1, &spec, [], &[]);
         assert_eq!(
             r.errors("p", |c| c == "other"),
             [
@@ -360,9 +364,9 @@ pub(crate) mod tests {
     fn status_requests_are_united_across_policies() {
         let mut r = Resolutions::default();
         let a = object("a", &[("app", "web")]);
-        r.set_policy("plain", &policy("web", false), [(&a, None)], &[]);
+        r.set_policy("plain", 1, &policy("web", false), [(&a, None)], &[]);
         assert!(r.status_requests().is_empty());
-        r.set_policy("singleton", &policy("web", true), [(&a, None)], &[]);
+        r.set_policy("singleton", 1, &policy("web", true), [(&a, None)], &[]);
         let requests = r.status_requests();
         assert_eq!(
             requests[&a.identity],
@@ -379,9 +383,9 @@ pub(crate) mod tests {
     fn singleton_check_counts_wecs_across_policies() {
         let mut r = Resolutions::default();
         let a = object("a", &[("app", "web")]);
-        r.set_policy("one", &policy("web", true), [(&a, None)], &[wec("cluster1")]);
+        r.set_policy("one", 1, &policy("web", true), [(&a, None)], &[wec("cluster1")]);
         assert!(r.errors("one", |_| true).is_empty());
-        r.set_policy("two", &policy("web", true), [(&a, None)], &[wec("cluster2")]);
+        r.set_policy("two", 1, &policy("web", true), [(&a, None)], &[wec("cluster2")]);
         let errors = r.errors("one", |_| true);
         assert_eq!(errors.len(), 1);
         assert!(
@@ -389,7 +393,7 @@ pub(crate) mod tests {
             "{errors:?}"
         );
         // A policy without the flag does not count its WECs.
-        r.set_policy("two", &policy("web", false), [(&a, None)], &[wec("cluster2")]);
+        r.set_policy("two", 1, &policy("web", false), [(&a, None)], &[wec("cluster2")]);
         assert!(r.errors("one", |_| true).is_empty());
     }
 }

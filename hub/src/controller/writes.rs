@@ -81,8 +81,11 @@ pub fn too_large(spec: &BindingSpec) -> Option<String> {
 
 /// The status the policy should have: errors, plus `Synced` (is the Binding written) and
 /// `Ready` (does the policy work as written), keeping transition times of unchanged conditions.
+/// `resolved` is the generation the Binding and errors come from: the policy in the cache may be
+/// newer, its edit not yet resolved, and claiming to have observed it would hide the edit.
 pub fn desired_status(
     policy: &BindingPolicy,
+    resolved: i64,
     errors: Vec<String>,
     write_error: Option<String>,
     selected: (usize, usize),
@@ -136,7 +139,7 @@ pub fn desired_status(
         ),
     };
     BindingPolicyStatus {
-        observed_generation: policy.metadata.generation.unwrap_or_default(),
+        observed_generation: resolved,
         conditions: vec![synced, ready],
         errors,
     }
