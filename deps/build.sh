@@ -7,7 +7,7 @@
 #   deps/build.sh [all|NAME...]        build (default: all)
 #   deps/build.sh tidy [all|NAME...]   regenerate deps/go/NAME/go.{mod,sum} from versions.env
 #
-# NAME: kubernetes etcd ocm kwok helm jaeger crds, or kubestellar (upstream, for `make bench`; not in all)
+# NAME: kubernetes etcd ocm kwok helm jaeger kubeflex crds, or kubestellar (upstream, for `make bench`; not in all)
 # Outputs: $KS_CACHE/bin/<bin>-<version> (+ .stamp), symlink $KS_CACHE/bin/<bin> -> it,
 #          $KS_CACHE/crds/{ocm-hub,ocm-spoke,kubeflex,kubestellar,kwok-stages}/*.yaml
 #          KS_CACHE defaults to $HOME/.cache/kubestellar-rs.
@@ -32,7 +32,7 @@ BUILD_GOFLAGS="-trimpath -buildvcs=false -mod=readonly"
 # the transitive ones); builds verify against the committed go.sum instead.
 TIDY_GONOSUMDB="k8s.io/kubernetes,github.com/kubestellar/kubeflex"
 
-ALL=(kubernetes etcd ocm kwok helm jaeger crds)
+ALL=(kubernetes etcd ocm kwok helm jaeger kubeflex crds)
 # Built only on request: upstream KubeStellar is what `make bench` compares us with; tests never need it.
 OPTIONAL=(kubestellar)
 CURRENT="startup"
@@ -51,6 +51,7 @@ module_of() {
     kwok)       echo "sigs.k8s.io/kwok $KWOK_VERSION" ;;
     helm)       echo "helm.sh/helm/v3 $HELM_VERSION" ;;
     jaeger)     echo "github.com/jaegertracing/jaeger $JAEGER_VERSION" ;;
+    kubeflex)   echo "github.com/kubestellar/kubeflex $KUBEFLEX_VERSION" ;;
     kubestellar) echo "github.com/kubestellar/kubestellar $KUBESTELLAR_VERSION" ;;
     *) die "unknown component '$1' (known: ${ALL[*]} ${OPTIONAL[*]})" ;;
   esac
@@ -74,6 +75,8 @@ bins_of() {
     kwok)       echo kwok=sigs.k8s.io/kwok/cmd/kwok ;;
     helm)       echo helm=helm.sh/helm/v3/cmd/helm ;;
     jaeger)     echo jaeger=github.com/jaegertracing/jaeger/cmd/jaeger ;;
+    # The KubeFlex operator (its image's /manager): reconciles ControlPlanes and runs their hooks.
+    kubeflex)   echo kubeflex-controller-manager=github.com/kubestellar/kubeflex/cmd/manager ;;
     # The two hub processes of upstream's core chart (the WDS controller-manager and the OCM transport).
     kubestellar) printf '%s\n' kubestellar-controller-manager=github.com/kubestellar/kubestellar/cmd/controller-manager \
                   ocm-transport-controller=github.com/kubestellar/kubestellar/pkg/transport/ocm-transport-controller ;;
@@ -106,6 +109,7 @@ ldflags_of() {
            "-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$minor" \
            "-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$minor" ;;
     jaeger) echo "-s -w -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_V2_VERSION" ;;
+    kubeflex) echo "-s -w -X main.Version=$KUBEFLEX_VERSION" ;;
     kubestellar) echo "-s -w -X k8s.io/component-base/version.gitVersion=$KUBESTELLAR_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBESTELLAR_VERSION" ;;
   esac
 }

@@ -27,6 +27,36 @@ pub struct SecretRef {
     pub in_cluster_key: String,
 }
 
+impl SecretRef {
+    /// The kubeconfig in the Secret's `data`: inside a pod its `inClusterKey`, elsewhere its
+    /// `key`, each falling back to the other. KubeFlex writes only the in-cluster key for an
+    /// `external` ControlPlane (whose server is the same from anywhere).
+    pub fn kubeconfig_in(
+        &self,
+        data: &std::collections::BTreeMap<String, k8s_openapi::ByteString>,
+        in_pod: bool,
+    ) -> Result<Vec<u8>, KubeflexError> {
+        let keys = if in_pod {
+            [&self.in_cluster_key, &self.key]
+        } else {
+            [&self.key, &self.in_cluster_key]
+        };
+        keys.into_iter()
+            .find_map(|k| data.get(k))
+            .map(|bytes| bytes.0.clone())
+            .ok_or_else(|| KubeflexError::MissingKey {
+                namespace: self.namespace.clone(),
+                name: self.name.clone(),
+                keys: keys
+                    .into_iter()
+                    .filter(|k| !k.is_empty())
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" or "),
+            })
+    }
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum KubeflexError {
     #[error("more than one ControlPlane of type {cp_type} ({names}); choose one with --{cp_type}-name")]
@@ -37,11 +67,11 @@ pub enum KubeflexError {
         named: String,
         seconds: u64,
     },
-    #[error("Secret {namespace}/{name} has no key {key:?}")]
+    #[error("Secret {namespace}/{name} has no key {keys}")]
     MissingKey {
         namespace: String,
         name: String,
-        key: String,
+        keys: String,
     },
 }
 
@@ -106,24 +136,14 @@ pub async fn kubeconfig(
             Ok(list) => {
                 let candidates: Vec<ControlPlane> = list.items.iter().map(control_plane).collect();
                 if let Some(secret) = choose(cp_type, &candidates, name)?.and_then(|cp| cp.secret.clone()) {
-                    let key = if in_pod || secret.key.is_empty() {
-                        &secret.in_cluster_key
-                    } else {
-                        &secret.key
-                    };
                     let data = Api::<Secret>::namespaced(hosting.clone(), &secret.namespace)
                         .get(&secret.name)
                         .await?
-                        .data;
-                    let bytes = data
-                        .and_then(|d| d.get(key).cloned())
-                        .ok_or_else(|| KubeflexError::MissingKey {
-                            namespace: secret.namespace.clone(),
-                            name: secret.name.clone(),
-                            key: key.clone(),
-                        })?;
+                        .data
+                        .unwrap_or_default();
+                    let bytes = secret.kubeconfig_in(&data, in_pod)?;
                     tracing::info!(cp_type, secret = %format!("{}/{}", secret.namespace, secret.name), "found the space through KubeFlex");
-                    return Ok(Some(String::from_utf8(bytes.0)?));
+                    return Ok(Some(String::from_utf8(bytes)?));
                 }
             }
             Err(err) => tracing::warn!(error = %err, "listing KubeFlex ControlPlanes"),
@@ -181,5 +201,34 @@ mod tests {
         assert_eq!(parsed.secret.unwrap().in_cluster_key, "kubeconfig-incluster");
         let pending: DynamicObject = serde_json::from_value(serde_json::json!({"metadata": {"name": "its1"}})).unwrap();
         assert_eq!(control_plane(&pending).secret, None);
+    }
+
+    #[test]
+    fn the_kubeconfig_key_for_where_the_hub_runs_or_the_other() {
+        let secret = SecretRef {
+            namespace: "wds1-system".into(),
+            name: "admin-kubeconfig".into(),
+            key: "kubeconfig".into(),
+            in_cluster_key: "kubeconfig-incluster".into(),
+        };
+        let data = |keys: &[&str]| {
+            keys.iter()
+                .map(|k| (k.to_string(), k8s_openapi::ByteString(k.as_bytes().to_vec())))
+                .collect()
+        };
+        let both = data(&["kubeconfig", "kubeconfig-incluster"]);
+        assert_eq!(secret.kubeconfig_in(&both, false).unwrap(), b"kubeconfig");
+        assert_eq!(secret.kubeconfig_in(&both, true).unwrap(), b"kubeconfig-incluster");
+        // An external ControlPlane's Secret.
+        let in_cluster = data(&["kubeconfig-incluster"]);
+        assert_eq!(
+            secret.kubeconfig_in(&in_cluster, false).unwrap(),
+            b"kubeconfig-incluster"
+        );
+        let err = secret.kubeconfig_in(&data(&[]), false).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "Secret wds1-system/admin-kubeconfig has no key kubeconfig or kubeconfig-incluster"
+        );
     }
 }

@@ -6,7 +6,6 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ConfigMap;
-use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{Binding, BindingPolicy};
 use ks_shared::ocm::ManagedCluster;
@@ -17,7 +16,6 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::conditions;
 use serde_json::{Value, json};
 
-const MANAGER: &str = "ks-tests";
 const DEADLINE: Duration = Duration::from_secs(60);
 const HUB: &[&str] = &["hub-wds1", "apiserver-wds1"];
 
@@ -33,7 +31,6 @@ fn main() -> std::process::ExitCode {
             stack_test!(too_many_objects_for_one_binding_are_reported, HUB),
             stack_test!(status_request_labels_follow_policies, HUB),
             stack_test!(crd_created_at_runtime_is_watched, HUB),
-            stack_test!(kubeflex_mode_finds_the_spaces, &["apiserver-kubeflex"]),
         ],
     )
 }
@@ -625,118 +622,4 @@ async fn status_request_labels_follow_policies(ctx: Ctx) -> anyhow::Result<()> {
         "a label set by someone else stays"
     );
     cleanup(&ctx, &policies, &[&name], &ns).await
-}
-
-/// In KubeFlex mode the hub finds the WDS and ITS through ControlPlanes in the hosting cluster
-/// and the kubeconfig Secrets their status names, then serves as usual.
-async fn kubeflex_mode_finds_the_spaces(ctx: Ctx) -> anyhow::Result<()> {
-    use k8s_openapi::api::core::v1::Secret;
-    let hosting = ctx.client("kubeflex").await?;
-    let ns = ctx.namespace("kubeflex").await?;
-    let id = std::process::id();
-    let resource = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("tenancy.kflex.kubestellar.org", "v1alpha1", "ControlPlane"),
-        "controlplanes",
-    );
-    let control_planes: Api<DynamicObject> = Api::all_with(hosting.clone(), &resource);
-    let secrets: Api<Secret> = Api::namespaced(hosting.clone(), &ns);
-    // This hub serves the stack's own spaces beside the stack's hub: as a user who can only read
-    // (and install the CRDs, as every hub does at start), so that it cannot write a policy status
-    // or a Binding the tests running beside it wait on.
-    let reader = format!("ks-kubeflex-reader-{id}");
-    for (cp_type, space) in [("wds", "wds1"), ("its", "its1")] {
-        grant_read_only(&ctx.client(space).await?, &reader).await?;
-        let kubeconfig = read_only_kubeconfig(
-            &ctx.stack.state.join(format!("kubeconfigs/{space}.kubeconfig")),
-            &reader,
-        )?;
-        let secret = format!("{space}-kubeconfig");
-        apply(
-            &secrets,
-            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
-                               "stringData": {"kubeconfig": kubeconfig}}),
-        )
-        .await?;
-        let name = format!("kf{cp_type}-{id}");
-        apply(
-            &control_planes,
-            json!({"apiVersion": "tenancy.kflex.kubestellar.org/v1alpha1", "kind": "ControlPlane",
-            "metadata": {"name": name, "labels": {"kflex.kubestellar.io/cptype": cp_type}},
-            "spec": {"type": "external"}}),
-        )
-        .await?;
-        let status = json!({"apiVersion": "tenancy.kflex.kubestellar.org/v1alpha1", "kind": "ControlPlane",
-            "metadata": {"name": name},
-            "status": {"conditions": [], "observedGeneration": 1, "secretRef": {"namespace": ns, "name": secret, "key": "kubeconfig", "inClusterKey": "kubeconfig"}}});
-        control_planes
-            .patch_status(&name, &PatchParams::apply(MANAGER).force(), &Patch::Apply(&status))
-            .await?;
-    }
-    let hub = ks_tests::binaries::beside(&ctx.stack.our_binaries, "ks-hub")?;
-    let kubeconfig = ctx.stack.state.join("kubeconfigs/kubeflex.kubeconfig");
-    let args = [
-        "--kubeflex".to_string(),
-        format!("--kubeflex-kubeconfig={}", kubeconfig.display()),
-        format!("--wds-name=kfwds-{id}"),
-        format!("--its-name=kfits-{id}"),
-        "--http-address=127.0.0.1:0".to_string(),
-        // Only the binding controller: a transport would try to deliver every policy again under
-        // the ITS's other name.
-        "--controllers=binding".to_string(),
-    ];
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut running = ks_tests::process::Running::start(hub.to_str().unwrap_or_default(), &args);
-    let address = ks_tests::process::address_in(&running.wait_for_line("serving /metrics", DEADLINE));
-    running.wait_for_line("found the space through KubeFlex cp_type=\"its\"", DEADLINE);
-    ks_tests::stack::wait_for("the KubeFlex-mode hub to be ready", DEADLINE, || async {
-        Ok(ks_tests::process::http_get(address, "/readyz").0 == 200)
-    })
-    .await?;
-    anyhow::ensure!(running.terminate(Duration::from_secs(15)).success(), "exits cleanly");
-    for cp_type in ["wds", "its"] {
-        control_planes
-            .delete(&format!("kf{cp_type}-{id}"), &DeleteParams::default())
-            .await?;
-    }
-    for space in ["wds1", "its1"] {
-        let client = ctx.client(space).await?;
-        Api::<ClusterRoleBinding>::all(client.clone())
-            .delete(&reader, &DeleteParams::default())
-            .await?;
-        Api::<ClusterRole>::all(client)
-            .delete(&reader, &DeleteParams::default())
-            .await?;
-    }
-    ctx.delete_namespace("kubeflex", &ns).await
-}
-
-/// Lets `user` get, list and watch everything in a space, and apply CRDs.
-async fn grant_read_only(client: &kube::Client, user: &str) -> anyhow::Result<()> {
-    apply(
-        &Api::<ClusterRole>::all(client.clone()),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": user},
-               "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["get", "list", "watch"]},
-                         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-                          "verbs": ["create", "patch"]}]}),
-    )
-    .await?;
-    apply(
-        &Api::<ClusterRoleBinding>::all(client.clone()),
-        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding", "metadata": {"name": user},
-               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": user},
-               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}]}),
-    )
-    .await?;
-    Ok(())
-}
-
-/// The stack's admin kubeconfig at `path`, acting as `user` (kubeconfig's `as`).
-fn read_only_kubeconfig(path: &std::path::Path, user: &str) -> anyhow::Result<String> {
-    let mut kubeconfig = kube::config::Kubeconfig::read_from(path)?;
-    for named in &mut kubeconfig.auth_infos {
-        if let Some(auth) = &mut named.auth_info {
-            auth.impersonate = Some(user.to_string());
-        }
-    }
-    Ok(serde_json::to_string(&kubeconfig)?)
 }

@@ -23,7 +23,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use ks_shared::names::{KUBEFLEX_CP_TYPE_LABEL, STATUS_ADDON_NAME};
 use ks_shared::ocm::ManagedClusterAddOn;
-use ks_tests::harness::{Ctx, repo_root, run, wait_until};
+use ks_tests::harness::{Ctx, apply, repo_root, run, wait_until};
+use ks_tests::stack::kubeflex::{OPERATOR_PROCESS, system_namespace};
+use ks_tests::stack::{SPARE_WDS, kubelet, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Release, Tools, chart_path};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -56,6 +58,10 @@ fn main() -> ExitCode {
                 &["apiserver-kubeflex", "apiserver-its1"]
             ),
             stack_test!(hub_chart_installs_upgrades_and_uninstalls, &["apiserver-kubeflex"]),
+            stack_test!(
+                hub_through_kubeflex_delivers,
+                &[OPERATOR_PROCESS, "kubelet-kubeflex", "apiserver-wds2"]
+            ),
             stack_test!(
                 status_addon_chart_installs_upgrades_and_uninstalls,
                 &["apiserver-its1", ADDON_MANAGER, "ocm-placement-its1"]
@@ -320,6 +326,161 @@ async fn hub_chart_installs_upgrades_and_uninstalls(ctx: Ctx) -> anyhow::Result<
     .await?;
 
     tools.uninstall(&release)?;
+    ctx.delete_namespace(release.context, &release.namespace).await
+}
+
+/// The install a user does: the hub chart into the KubeFlex hosting cluster, with a WDS KubeFlex
+/// adopts (`external`, the stack's spare WDS) and the ITS KubeFlex already has. KubeFlex runs the
+/// chart's hook, the hosting cluster's kubelet runs the ks-hub it deploys, and a workload applied
+/// with kubectl reaches both WECs with its status returned. Uninstalling leaves nothing behind.
+async fn hub_through_kubeflex_delivers(ctx: Ctx) -> anyhow::Result<()> {
+    use k8s_openapi::api::apps::v1::Deployment;
+    const DEADLINE: Duration = Duration::from_secs(120);
+    let tools = Tools::new(&ctx, "kubeflex-install")?;
+    let hosting = ctx.client("kubeflex").await?;
+    let control_planes = Api::<DynamicObject>::all_with(hosting.clone(), &kubeflex("ControlPlane", "controlplanes"));
+    // A run interrupted before its uninstall left the spare WDS's ControlPlane.
+    if let Some(left) = control_planes.get_opt(SPARE_WDS).await? {
+        control_planes.delete(SPARE_WDS, &DeleteParams::default()).await?;
+        let uid = left.uid().unwrap_or_default();
+        wait_until(
+            control_planes.clone(),
+            SPARE_WDS,
+            "deleted",
+            DEADLINE,
+            conditions::is_deleted(&uid),
+        )
+        .await?;
+    }
+    let release = Release {
+        context: "kubeflex",
+        namespace: ctx.namespace("kubeflex").await?,
+        name: format!("{}-kf", run_id()),
+        chart: HUB_CHART,
+    };
+    let bootstrap = format!("{SPARE_WDS}-bootstrap");
+    let secret = ctx.stack.bootstrap_secret(SPARE_WDS, &release.namespace, &bootstrap)?;
+    apply(
+        &Api::<k8s_openapi::api::core::v1::Secret>::namespaced(hosting.clone(), &release.namespace),
+        secret,
+    )
+    .await?;
+    let values = json!({
+        "hookNamePrefix": release.name,
+        "WDSes": [{"name": SPARE_WDS, "type": "external", "ITSName": "its1"}],
+        "hub": {"image": {"tag": VERSION}},
+    });
+    let installed = std::time::Instant::now();
+    tools.deploy("install", &release, &values)?;
+
+    let id = ctx.unique_name("kf");
+    let workload = format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}, labels: {{app.kubernetes.io/name: {id}}}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {id}, labels: {{app.kubernetes.io/name: {id}}}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: web, image: "nginx:1.27"}}]}}
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
+  downsync: [{{objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: {id}}}}}]}}]
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}-singleton}}
+spec:
+  clusterSelectors: [{{matchLabels: {{name: cluster1}}}}]
+  downsync:
+  - objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: {id}}}}}]
+    resources: [deployments]
+    wantSingletonReportedState: true
+"#
+    );
+    // The CRDs come with the hub, which KubeFlex starts: the policies apply once it has.
+    wait_for(
+        "the hub to install the BindingPolicy CRD into the WDS",
+        DEADLINE,
+        || async {
+            Ok(tools
+                .kubectl(
+                    SPARE_WDS,
+                    &[
+                        "get",
+                        "crd",
+                        "bindingpolicies.control.kubestellar.io",
+                        "--ignore-not-found",
+                        "-o",
+                        "name",
+                    ],
+                )?
+                .contains("bindingpolicies"))
+        },
+    )
+    .await?;
+    tools.kubectl_input(SPARE_WDS, &["apply", "-f", "-"], &workload)?;
+    let available =
+        |d: Option<&Deployment>| d.and_then(|d| d.status.as_ref()).and_then(|s| s.available_replicas) == Some(1);
+    for wec in ["cluster1", "cluster2"] {
+        let on_wec = Api::<Deployment>::namespaced(ctx.client(wec).await?, &id);
+        wait_until(on_wec, "web", &format!("available on {wec}"), DEADLINE, available).await?;
+    }
+    eprintln!(
+        "from helm install to the workload available on both WECs: {:.1}s",
+        installed.elapsed().as_secs_f64()
+    );
+    let in_wds = Api::<Deployment>::namespaced(ctx.client(SPARE_WDS).await?, &id);
+    wait_until(in_wds, "web", "given cluster1's status", DEADLINE, available).await?;
+
+    // The workload leaves the WECs with its policies, then the release goes.
+    tools.kubectl(SPARE_WDS, &["delete", "bindingpolicy", &id, &format!("{id}-singleton")])?;
+    for wec in ["cluster1", "cluster2"] {
+        let on_wec = Api::<Deployment>::namespaced(ctx.client(wec).await?, &id);
+        wait_until(
+            on_wec,
+            "web",
+            &format!("gone from {wec}"),
+            DEADLINE,
+            |d: Option<&Deployment>| d.is_none(),
+        )
+        .await?;
+    }
+    tools.kubectl(SPARE_WDS, &["delete", "namespace", &id, "--wait=false"])?;
+    tools.uninstall(&release)?;
+    let hub = kubelet::pod_process("kubeflex", &system_namespace(SPARE_WDS), "ks-hub");
+    wait_for("the hub to stop", DEADLINE, || async {
+        Ok(ctx.stack.procs.running(&hub).is_none())
+    })
+    .await?;
+    let namespaces = Api::<Namespace>::all(hosting.clone());
+    wait_until(
+        namespaces,
+        &system_namespace(SPARE_WDS),
+        "deleted",
+        DEADLINE,
+        |n: Option<&Namespace>| n.is_none(),
+    )
+    .await?;
+    for hook_object in [
+        Api::<DynamicObject>::all_with(hosting.clone(), &ApiResource::erase::<ClusterRole>(&())),
+        Api::<DynamicObject>::all_with(hosting.clone(), &ApiResource::erase::<ClusterRoleBinding>(&())),
+    ] {
+        let name = format!("{SPARE_WDS}-ks-hub");
+        wait_until(hook_object, &name, "deleted", DEADLINE, |o: Option<&DynamicObject>| {
+            o.is_none()
+        })
+        .await?;
+    }
     ctx.delete_namespace(release.context, &release.namespace).await
 }
 

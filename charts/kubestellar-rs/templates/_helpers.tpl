@@ -27,10 +27,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 {{- range .Values.WDSes -}}
 {{- if not .name }}{{ fail "every WDSes entry needs a name" }}{{ end -}}
-{{- if not (has (.type | default "k8s") (list "host" "k8s")) -}}
-{{- fail (printf "WDSes %s: type must be host or k8s" .name) -}}
+{{- if not (has (.type | default "k8s") (list "host" "k8s" "external")) -}}
+{{- fail (printf "WDSes %s: type must be host, k8s or external" .name) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The bootstrapSecretRef of an `external` ControlPlane (argument: list $ space): KubeFlex adopts the
+existing cluster whose kubeconfig the Secret holds, then deletes the Secret.
+*/}}
+{{- define "kubestellar-rs.bootstrapSecretRef" -}}
+{{- $root := index . 0 -}}
+{{- $space := index . 1 -}}
+bootstrapSecretRef:
+  name: {{ ($space.bootstrapSecret).name | default (printf "%s-bootstrap" $space.name) }}
+  namespace: {{ ($space.bootstrapSecret).namespace | default $root.Release.Namespace }}
+  inClusterKey: {{ ($space.bootstrapSecret).key | default "kubeconfig-incluster" }}
 {{- end -}}
 
 {{/*

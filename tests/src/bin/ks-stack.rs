@@ -30,11 +30,12 @@ enum Command {
     Down,
     /// Show which processes are running.
     Status,
-    /// Play kubelet for our images on one WEC (started by `up`; runs until stopped).
+    /// Play kubelet for our images in one space, the hosting cluster or a WEC (started by `up`;
+    /// runs until stopped).
     Kubelet {
-        /// The WEC's name (its context in the stack's kubeconfig).
+        /// The space's name (its context in the stack's kubeconfig).
         #[arg(long)]
-        wec: String,
+        space: String,
     },
 }
 
@@ -67,9 +68,9 @@ async fn main() -> anyhow::Result<()> {
                 println!("{line}");
             }
         }
-        Command::Kubelet { wec } => {
+        Command::Kubelet { space } => {
             let stack = stack(0)?;
-            ks_tests::stack::kubelet::run(&stack, &wec, &stack.our_binaries).await?;
+            ks_tests::stack::kubelet::run(&stack, &space, &stack.our_binaries).await?;
         }
     }
     Ok(())

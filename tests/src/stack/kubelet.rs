@@ -1,12 +1,12 @@
 //! The stack plays kubelet for our own images. There is no container runtime here, so when a
 //! Deployment whose container runs one of our images (`ks-agent`, `ks-addon`, `ks-hub`) appears
-//! on a WEC and the Secrets it mounts exist, the stack runs that binary as a local process with
-//! the Deployment's arguments, the Secrets' files and the WEC as its in-cluster API; it stops
-//! the process when the Deployment goes away or is scaled to zero, and restarts it when its
-//! arguments change or when it exits. Like a kubelet, it updates a changed Secret's files in place
+//! in a space (a WEC, or the KubeFlex hosting cluster) and the Secrets it mounts exist, the stack
+//! runs that binary as a local process with the Deployment's arguments, the Secrets' files and
+//! the space as its in-cluster API; it stops the process when the Deployment goes away or is
+//! scaled to zero, and restarts it when its arguments change or when it exits. Like a kubelet, it updates a changed Secret's files in place
 //! without restarting anything (a process that must see new credentials watches its files, as the
 //! agent does), and keeps a running process's files when its Secret goes away. One such kubelet
-//! runs per WEC.
+//! runs per WEC and one on the hosting cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -44,6 +44,9 @@ struct LocalPod {
     binary: String,
     args: Vec<String>,
     env: Vec<(String, String)>,
+    /// Its namespace and ServiceAccount: whom it acts as towards the space's API.
+    namespace: String,
+    service_account: String,
     /// Secret files to write: path → content.
     files: BTreeMap<PathBuf, Vec<u8>>,
 }
@@ -52,7 +55,30 @@ impl LocalPod {
     /// Whether `other` is the same container: a kubelet restarts it for a changed spec, not for
     /// a changed Secret.
     fn same_container(&self, other: &LocalPod) -> bool {
-        (&self.binary, &self.args, &self.env) == (&other.binary, &other.args, &other.env)
+        (&self.binary, &self.args, &self.env, &self.service_account)
+            == (&other.binary, &other.args, &other.env, &other.service_account)
+    }
+
+    /// The space's admin kubeconfig at `admin`, acting as the pod's ServiceAccount (kubeconfig's
+    /// `as`), so that the pod has exactly the rights RBAC gives its ServiceAccount, as with the
+    /// token a kubelet mounts.
+    fn in_cluster_kubeconfig(&self, admin: &Path) -> anyhow::Result<String> {
+        let mut kubeconfig = kube::config::Kubeconfig::read_from(admin)?;
+        let groups = [
+            "system:serviceaccounts",
+            &format!("system:serviceaccounts:{}", self.namespace),
+            "system:authenticated",
+        ];
+        for named in &mut kubeconfig.auth_infos {
+            if let Some(auth) = &mut named.auth_info {
+                auth.impersonate = Some(format!(
+                    "system:serviceaccount:{}:{}",
+                    self.namespace, self.service_account
+                ));
+                auth.impersonate_groups = Some(groups.iter().map(|g| g.to_string()).collect());
+            }
+        }
+        Ok(serde_json::to_string(&kubeconfig)?)
     }
 
     /// Writes the Secret files, each replaced at once (a kubelet swaps a symlink), and removes
@@ -148,6 +174,11 @@ fn local_pod(
         binary: binary.to_string(),
         args,
         env,
+        namespace: deployment.namespace().unwrap_or_default(),
+        service_account: pod
+            .service_account_name
+            .clone()
+            .unwrap_or_else(|| "default".to_string()),
         files,
     })
 }
@@ -169,7 +200,7 @@ fn crash_loop_backoff(restarts: u32) -> Duration {
     Duration::from_secs(1u64 << restarts.min(6)).min(Duration::from_secs(60))
 }
 
-/// Runs the kubelet loop for one WEC until the process is stopped.
+/// Runs the kubelet loop for one space until the process is stopped.
 pub async fn run(stack: &Stack, wec: &str, binaries: &Path) -> anyhow::Result<()> {
     let client = stack.client(wec).await?;
     let deployments: Api<Deployment> = Api::all(client.clone());
@@ -224,11 +255,12 @@ async fn sync(
     let none = BTreeMap::new();
     let pods_dir = stack.state.join("pods");
     let mut wanted = BTreeSet::new();
-    for deployment in deployments.list(&ListParams::default()).await? {
+    let listed = deployments.list(&ListParams::default()).await?;
+    for deployment in &listed {
         let namespace = deployment.namespace().unwrap_or_default();
         let dir = pods_dir.join(space).join(&namespace).join(deployment.name_any());
         let name = pod_process(space, &namespace, &deployment.name_any());
-        let Some(pod) = local_pod(space, &deployment, by_namespace.get(&namespace).unwrap_or(&none), &dir) else {
+        let Some(pod) = local_pod(space, deployment, by_namespace.get(&namespace).unwrap_or(&none), &dir) else {
             // A running container keeps its files when a Secret it mounts goes away.
             let scaled_down = deployment.spec.as_ref().and_then(|s| s.replicas) == Some(0);
             if running.contains_key(&name) && !scaled_down {
@@ -257,7 +289,10 @@ async fn sync(
         };
         stack.procs.stop(&pod.name, Duration::from_secs(10))?;
         pod.write_files(running.get(&pod.name).map(|s| &s.pod))?;
-        let kubeconfig = stack.space_kubeconfig(space).display().to_string();
+        let kubeconfig = dir.join("in-cluster.kubeconfig");
+        std::fs::create_dir_all(&dir)?;
+        std::fs::write(&kubeconfig, pod.in_cluster_kubeconfig(&stack.space_kubeconfig(space))?)?;
+        let kubeconfig = kubeconfig.display().to_string();
         // All local pods share one host: a free port for their endpoint unless the pod says otherwise;
         // and, like every process of the stack, they export traces to the stack's Jaeger.
         let otlp = format!("http://127.0.0.1:{}", super::JAEGER_OTLP_GRPC);
@@ -282,12 +317,53 @@ async fn sync(
             },
         );
     }
+    if reports_status(stack, space) {
+        for deployment in &listed {
+            let name = pod_process(
+                space,
+                &deployment.namespace().unwrap_or_default(),
+                &deployment.name_any(),
+            );
+            report_ready(deployments, deployment, stack.procs.running(&name).is_some()).await?;
+        }
+    }
     let gone: Vec<String> = running.keys().filter(|n| !wanted.contains(*n)).cloned().collect();
     for name in gone {
         stack.procs.stop(&name, Duration::from_secs(10))?;
         running.remove(&name);
         eprintln!("{space}: stopped {name}");
     }
+    Ok(())
+}
+
+/// Whether this kubelet reports its Deployments' status: where no deployment controller runs (the
+/// hosting cluster), as a deployment controller would from the Pod's readiness. KubeFlex waits for
+/// a hook's Deployment to be ready.
+fn reports_status(stack: &Stack, space: &str) -> bool {
+    stack
+        .spaces()
+        .iter()
+        .any(|s| s.name == space && s.role == super::Role::Hosting)
+}
+
+/// Sets a Deployment's replica counts to one running pod, or none, if they say otherwise.
+async fn report_ready(all: &Api<Deployment>, deployment: &Deployment, running: bool) -> anyhow::Result<()> {
+    let ready = i32::from(running);
+    let status = deployment.status.clone().unwrap_or_default();
+    let observed = deployment.metadata.generation;
+    if status.ready_replicas.unwrap_or(0) == ready && status.observed_generation == observed {
+        return Ok(());
+    }
+    let api: Api<Deployment> = Api::namespaced(all.clone().into_client(), &deployment.namespace().unwrap_or_default());
+    let patch = serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment", "status": {
+        "observedGeneration": observed, "replicas": ready, "updatedReplicas": ready,
+        "readyReplicas": ready, "availableReplicas": ready}});
+    api.patch_status(
+        &deployment.name_any(),
+        &kube::api::PatchParams::apply("ks-stack-kubelet").force(),
+        &kube::api::Patch::Apply(&patch),
+    )
+    .await?;
     Ok(())
 }
 

@@ -1,14 +1,16 @@
 //! A real KubeStellar environment from upstream components, as local processes on loopback:
-//! one etcd; kube-apiservers for the KubeFlex hosting cluster, the WDS, the ITS and each WEC;
-//! kube-controller-managers; kube-scheduler and kwok on each WEC; the OCM hub on the ITS and an
-//! OCM klusterlet agent per WEC, joined by OCM's double opt-in; Jaeger; and our own processes:
-//! the hub process for wds1, the status add-on controller on its1 (which installs the status
-//! agent on every WEC through OCM) and a stand-in kubelet per WEC that runs the agent.
+//! one etcd; kube-apiservers for the KubeFlex hosting cluster, the WDS, the ITS, each WEC and a
+//! spare WDS; kube-controller-managers; the KubeFlex operator on the hosting cluster, which adopts
+//! the ITS; kube-scheduler and kwok on each WEC; the OCM hub on the ITS and an OCM klusterlet
+//! agent per WEC, joined by OCM's double opt-in; Jaeger; and our own processes: the hub process
+//! for wds1, the status add-on controller on its1 (which installs the status agent on every WEC
+//! through OCM) and a stand-in kubelet on the hosting cluster and per WEC that runs our images.
 //!
 //! State lives in `.stack/` at the repository root: `kubeconfig` (a context per space), `env`
 //! (to source), `logs/`, `pids/`, `pki/`. `up` is idempotent; `down` stops what `up` started.
 
 mod kubeconfig;
+pub mod kubeflex;
 pub mod kubelet;
 mod ocm;
 mod pki;
@@ -37,7 +39,9 @@ pub const HUB_MAX_NUM_WRAPPED: usize = 20;
 pub const ADDON_PROCESS: &str = "ks-addon-its1";
 const ETCD_PORT: u16 = 22379;
 const ETCD_PEER_PORT: u16 = 22380;
-/// Apiserver ports: kubeflex, wds1, its1, then one per WEC.
+/// The WDS for which no hub runs until one is installed (by the hub chart, through KubeFlex).
+pub const SPARE_WDS: &str = "wds2";
+/// Apiserver ports: kubeflex, wds1, its1, then one per WEC; the spare WDS's is the one below.
 const APISERVER_BASE_PORT: u16 = 22443;
 /// Serving ports of OCM processes and kwok, one per process.
 const SIDE_BASE_PORT: u16 = 22543;
@@ -135,6 +139,13 @@ impl Stack {
     pub fn spaces(&self) -> Vec<Space> {
         let fixed = [("kubeflex", Role::Hosting), ("wds1", Role::Wds), ("its1", Role::Its)];
         let wecs = (1..=self.wecs).map(|i| (format!("cluster{i}"), Role::Wec));
+        // A WDS without a hub of the stack's: for installing one as users do, through KubeFlex.
+        // Below the others, so that its port stays when WECs are added.
+        let spare = Space {
+            name: SPARE_WDS.to_string(),
+            port: APISERVER_BASE_PORT - 1,
+            role: Role::Wds,
+        };
         fixed
             .into_iter()
             .map(|(n, r)| (n.to_string(), r))
@@ -145,6 +156,7 @@ impl Stack {
                 port: APISERVER_BASE_PORT + i as u16,
                 role,
             })
+            .chain(std::iter::once(spare))
             .collect()
     }
 
@@ -207,6 +219,8 @@ impl Stack {
             self.start_controllers(&pki, &space)?;
         }
         self.install_crds().await?;
+        self.start_kubeflex_operator()?;
+        self.adopt("its1", "its").await?;
         // The WorkStatus CRD on the ITS, as the status add-on chart installs it.
         ks_shared::crds::install(&self.client("its1").await?, ks_shared::crds::Space::Its, FIELD_MANAGER).await?;
         ocm::prepare_hub(&self.client("its1").await?).await?;
@@ -219,8 +233,9 @@ impl Stack {
         ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
         ocm::wait_work_agents(&self.client("its1").await?, &self.wec_names()).await?;
         self.start_jaeger()?;
-        for wec in self.wec_names() {
-            self.start_kubelet(&wec)?;
+        // The hosting cluster's kubelet runs what KubeFlex's hooks deploy there (ks-hub).
+        for space in std::iter::once("kubeflex".to_string()).chain(self.wec_names()) {
+            self.start_kubelet(&space)?;
         }
         self.start_hub("wds1", HubOptions::STACK)?;
         self.start_addon()?;
@@ -325,6 +340,7 @@ impl Stack {
             "kube-controller-manager",
             "kube-scheduler",
             "kwok",
+            "kubeflex-controller-manager",
         ];
         let ocm = ["registration", "addon", "placement", "registration-operator", "jaeger"];
         let missing: Vec<String> = upstream
@@ -538,6 +554,7 @@ impl Stack {
             "upstream-pprof" => 700,
             "upstream-transport-metrics" => 750,
             "upstream-transport-pprof" => 800,
+            "kubeflex" => 850,
             _ => 200,
         };
         SIDE_BASE_PORT + offset + index
@@ -769,15 +786,15 @@ impl Stack {
     }
 
     /// The stand-in kubelet that runs our images' Deployments on a WEC as local processes.
-    fn start_kubelet(&self, wec: &str) -> anyhow::Result<()> {
+    fn start_kubelet(&self, space: &str) -> anyhow::Result<()> {
         let repo = self.state.parent().context("state directory has a parent")?;
         let args = [
             "kubelet".to_string(),
             format!("--repo={}", repo.display()),
-            format!("--wec={wec}"),
+            format!("--space={space}"),
         ];
         self.procs.ensure(
-            &format!("kubelet-{wec}"),
+            &format!("kubelet-{space}"),
             &self.our_binaries.join("ks-stack"),
             &args,
             &[],

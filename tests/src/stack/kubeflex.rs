@@ -1,0 +1,100 @@
+//! KubeFlex in the stack: its operator runs against the `kubeflex` hosting apiserver, as the
+//! KubeFlex chart would run it there. The stack's ITS is adopted as an `external` ControlPlane
+//! (what `kflex adopt` does), so a hub installed by the hub chart finds it through KubeFlex; a WDS
+//! comes the same way, from the chart's values (the spare `wds2` apiserver is there for that).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
+use ks_shared::names::KUBEFLEX_CP_TYPE_LABEL;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use serde_json::json;
+
+use super::{FIELD_MANAGER, Stack, wait_for};
+
+/// The process name of the KubeFlex operator.
+pub const OPERATOR_PROCESS: &str = "kubeflex-operator";
+/// Where the bootstrap Secrets of the spaces the stack adopts go (KubeFlex's own namespace).
+pub const BOOTSTRAP_NAMESPACE: &str = "kubeflex-system";
+/// The key of a bootstrap Secret that KubeFlex reads by default.
+pub const BOOTSTRAP_KEY: &str = "kubeconfig-incluster";
+
+/// KubeFlex's ControlPlane resource.
+pub fn control_planes() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("tenancy.kflex.kubestellar.org", "v1alpha1", "ControlPlane"),
+        "controlplanes",
+    )
+}
+
+/// The namespace KubeFlex keeps a ControlPlane's objects in.
+pub fn system_namespace(control_plane: &str) -> String {
+    format!("{control_plane}-system")
+}
+
+impl Stack {
+    pub(super) fn start_kubeflex_operator(&self) -> anyhow::Result<()> {
+        let args = [
+            format!("--kubeconfig={}", self.space_kubeconfig("kubeflex").display()),
+            "--metrics-bind-address=0".to_string(),
+            format!(
+                "--health-probe-bind-address=127.0.0.1:{}",
+                self.side_port("kubeflex", "kubeflex")
+            ),
+        ];
+        self.procs
+            .ensure(OPERATOR_PROCESS, &self.bin("kubeflex-controller-manager"), &args, &[])?;
+        Ok(())
+    }
+
+    /// A bootstrap Secret for adopting `space`: its admin kubeconfig under [`BOOTSTRAP_KEY`].
+    pub fn bootstrap_secret(&self, space: &str, namespace: &str, name: &str) -> anyhow::Result<serde_json::Value> {
+        let kubeconfig = std::fs::read_to_string(self.space_kubeconfig(space))?;
+        Ok(json!({"apiVersion": "v1", "kind": "Secret",
+                  "metadata": {"name": name, "namespace": namespace},
+                  "stringData": {BOOTSTRAP_KEY: kubeconfig}}))
+    }
+
+    /// Adopts `space` as the `external` ControlPlane of the same name and `cp_type`, and waits
+    /// until KubeFlex has written its kubeconfig Secret. KubeFlex deletes the bootstrap Secret
+    /// once done, so it is written only while the ControlPlane has no kubeconfig yet.
+    pub(super) async fn adopt(&self, space: &str, cp_type: &str) -> anyhow::Result<()> {
+        let hosting = self.client("kubeflex").await?;
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let secrets: Api<Secret> = Api::namespaced(hosting.clone(), &system_namespace(space));
+        let adopted = secrets.get_opt("admin-kubeconfig").await?.is_some();
+        if !adopted {
+            let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": BOOTSTRAP_NAMESPACE}});
+            Api::<Namespace>::all(hosting.clone())
+                .patch(BOOTSTRAP_NAMESPACE, &params, &Patch::Apply(&namespace))
+                .await?;
+            let bootstrap = format!("{space}-bootstrap");
+            Api::<Secret>::namespaced(hosting.clone(), BOOTSTRAP_NAMESPACE)
+                .patch(
+                    &bootstrap,
+                    &params,
+                    &Patch::Apply(&self.bootstrap_secret(space, BOOTSTRAP_NAMESPACE, &bootstrap)?),
+                )
+                .await?;
+            let control_plane = json!({
+                "apiVersion": "tenancy.kflex.kubestellar.org/v1alpha1", "kind": "ControlPlane",
+                "metadata": {"name": space, "labels": {KUBEFLEX_CP_TYPE_LABEL: cp_type}},
+                "spec": {"type": "external", "backend": "shared",
+                         "bootstrapSecretRef": {"name": bootstrap, "namespace": BOOTSTRAP_NAMESPACE,
+                                                "inClusterKey": BOOTSTRAP_KEY}}});
+            Api::<DynamicObject>::all_with(hosting.clone(), &control_planes())
+                .patch(space, &params, &Patch::Apply(&control_plane))
+                .await?;
+        }
+        wait_for(
+            &format!("KubeFlex to adopt {space}"),
+            Duration::from_secs(120),
+            || async {
+                self.procs.check_alive(OPERATOR_PROCESS)?;
+                Ok(secrets.get_opt("admin-kubeconfig").await?.is_some())
+            },
+        )
+        .await
+    }
+}
