@@ -232,6 +232,24 @@ spec:
     )
 }
 
+/// A BindingPolicy `<name>-singleton` asking for the Deployments its `selector` picks to have
+/// `wec`'s status returned (singleton status), as YAML.
+pub fn singleton_policy_yaml(name: &str, wec: &str, selector: &str) -> String {
+    format!(
+        r#"---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {name}-singleton}}
+spec:
+  clusterSelectors: [{{matchLabels: {{name: {wec}}}}}]
+  downsync:
+  - objectSelectors: [{{matchLabels: {{{selector}}}}}]
+    resources: [deployments]
+    wantSingletonReportedState: true
+"#
+    )
+}
+
 pub fn chart_path(chart: &str) -> String {
     repo_root().join(chart).to_string_lossy().into_owned()
 }

@@ -15,7 +15,7 @@ use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, run, wait_until};
 use ks_tests::stack::wait_for;
 use ks_tests::stack_test;
-use ks_tests::tools::{Release, Tools, policy_yaml};
+use ks_tests::tools::{Release, Tools, policy_yaml, singleton_policy_yaml};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::wait::conditions;
@@ -357,16 +357,6 @@ spec:
 ---
 apiVersion: control.kubestellar.io/v1alpha1
 kind: BindingPolicy
-metadata: {{name: {id}-singleton}}
-spec:
-  clusterSelectors: [{{matchLabels: {{name: cluster1}}}}]
-  downsync:
-  - objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: nginx-{id}}}}}]
-    resources: [deployments]
-    wantSingletonReportedState: true
----
-apiVersion: control.kubestellar.io/v1alpha1
-kind: BindingPolicy
 metadata: {{name: {id}-collect}}
 spec:
   clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
@@ -375,7 +365,7 @@ spec:
     resources: [deployments]
     statusCollectors: [{id}-wecs]
 "#
-    );
+    ) + &singleton_policy_yaml(&id, "cluster1", &format!("app.kubernetes.io/name: nginx-{id}"));
     tools.kubectl_input("wds1", &["apply", "-f", "-"], &more)?;
     let wds = ctx.client("wds1").await?;
     let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &id);

@@ -27,7 +27,7 @@ use ks_tests::harness::{Ctx, apply, repo_root, run, wait_until};
 use ks_tests::stack::kubeflex::{OPERATOR_PROCESS, system_namespace};
 use ks_tests::stack::{SPARE_WDS, kubelet, wait_for};
 use ks_tests::stack_test;
-use ks_tests::tools::{Release, Tools, chart_path};
+use ks_tests::tools::{Release, Tools, chart_path, policy_yaml, singleton_policy_yaml};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::runtime::wait::conditions;
 use kube::{Client, ResourceExt};
@@ -211,9 +211,34 @@ async fn rendered_charts_pass_a_server_side_dry_run(ctx: Ctx) -> anyhow::Result<
         &namespace,
         &kubeflex_values(&format!("{}-dry", run_id()), &["wds"]),
     )?;
-    tools
-        .dry_run("kubeflex", &namespace, &hub)
-        .context("hub chart, kubeflex mode")?;
+    // What goes into a namespace the chart creates can be tried only once that namespace exists.
+    let created: Vec<&str> = hub
+        .iter()
+        .filter(|o| o["kind"] == "Namespace")
+        .filter_map(|o| o["metadata"]["name"].as_str())
+        .collect();
+    let namespaces = Api::<Namespace>::all(ctx.client("kubeflex").await?);
+    for name in &created {
+        apply(
+            &namespaces,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+        )
+        .await?;
+    }
+    // kubectl takes one namespace per apply: the objects of each namespace apart.
+    let mut by_namespace: std::collections::BTreeMap<&str, Vec<Value>> = Default::default();
+    for object in &hub {
+        let theirs = object["metadata"]["namespace"].as_str().unwrap_or(&namespace);
+        by_namespace.entry(theirs).or_default().push(object.clone());
+    }
+    for (theirs, objects) in by_namespace {
+        tools
+            .dry_run("kubeflex", theirs, &objects)
+            .with_context(|| format!("hub chart, kubeflex mode, namespace {theirs}"))?;
+    }
+    for name in created {
+        ctx.delete_namespace("kubeflex", name).await?;
+    }
     // What KubeFlex creates from each hook, with a WDS's or an ITS's variables.
     for hook in hub.iter().filter(|o| o["kind"] == "PostCreateHook") {
         let name = hook["metadata"]["name"].as_str().unwrap_or_default();
@@ -388,25 +413,9 @@ spec:
   template:
     metadata: {{labels: {{app: web}}}}
     spec: {{containers: [{{name: web, image: "nginx:1.27"}}]}}
----
-apiVersion: control.kubestellar.io/v1alpha1
-kind: BindingPolicy
-metadata: {{name: {id}}}
-spec:
-  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
-  downsync: [{{objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: {id}}}}}]}}]
----
-apiVersion: control.kubestellar.io/v1alpha1
-kind: BindingPolicy
-metadata: {{name: {id}-singleton}}
-spec:
-  clusterSelectors: [{{matchLabels: {{name: cluster1}}}}]
-  downsync:
-  - objectSelectors: [{{matchLabels: {{app.kubernetes.io/name: {id}}}}}]
-    resources: [deployments]
-    wantSingletonReportedState: true
 "#
-    );
+    ) + &policy_yaml(&id, "location-group: edge", &format!("app.kubernetes.io/name: {id}"))
+        + &singleton_policy_yaml(&id, "cluster1", &format!("app.kubernetes.io/name: {id}"));
     // The CRDs come with the hub, which KubeFlex starts: the policies apply once it has.
     wait_for(
         "the hub to install the BindingPolicy CRD into the WDS",
@@ -441,6 +450,26 @@ spec:
     );
     let in_wds = Api::<Deployment>::namespaced(ctx.client(SPARE_WDS).await?, &id);
     wait_until(in_wds, "web", "given cluster1's status", DEADLINE, available).await?;
+    // The hub ran as its ServiceAccount: it may read its WDS's and its ITS's kubeconfig and no
+    // other Secret, and nothing of the hosting cluster but the ControlPlanes.
+    let hub_namespace = system_namespace(SPARE_WDS);
+    let requests = [
+        (true, "get", "", "secrets", hub_namespace.as_str(), "admin-kubeconfig"),
+        (true, "get", "", "secrets", "its1-system", "admin-kubeconfig"),
+        (false, "get", "", "secrets", "its1-system", "other"),
+        (false, "get", "", "secrets", "kube-system", "admin-kubeconfig"),
+        (false, "list", "", "secrets", "", ""),
+        (true, "list", "tenancy.kflex.kubestellar.org", "controlplanes", "", ""),
+        (
+            false,
+            "update",
+            "tenancy.kflex.kubestellar.org",
+            "controlplanes",
+            "",
+            SPARE_WDS,
+        ),
+    ];
+    expect_access(&hosting, &hub_namespace, "ks-hub", &requests, "the hub's").await?;
 
     // The workload leaves the WECs with its policies, then the release goes.
     tools.kubectl(SPARE_WDS, &["delete", "bindingpolicy", &id, &format!("{id}-singleton")])?;
@@ -793,9 +822,21 @@ async fn controller_may_do_exactly_its_job(hub: &Client, namespace: &str, accoun
         ),
         (false, "get", "", "secrets", cluster, "secret"),
     ];
-    let reviews: Api<SubjectAccessReview> = Api::all(hub.clone());
+    expect_access(hub, namespace, account, &requests, "the controller's").await
+}
+
+/// What a ServiceAccount may do: `(allowed, verb, group, resource[/subresource], namespace,
+/// name)` each, asked of the API server with SubjectAccessReviews; fails listing every wrong one.
+async fn expect_access(
+    client: &Client,
+    namespace: &str,
+    account: &str,
+    requests: &[(bool, &str, &str, &str, &str, &str)],
+    whose: &str,
+) -> anyhow::Result<()> {
+    let reviews: Api<SubjectAccessReview> = Api::all(client.clone());
     let mut wrong = Vec::new();
-    for (allowed, verb, group, resource, in_namespace, name) in requests {
+    for &(allowed, verb, group, resource, in_namespace, name) in requests {
         let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
         let attributes = ResourceAttributes {
             verb: Some(verb.into()),
@@ -825,10 +866,6 @@ async fn controller_may_do_exactly_its_job(hub: &Client, namespace: &str, accoun
             ));
         }
     }
-    ensure!(
-        wrong.is_empty(),
-        "the controller's RBAC is wrong:\n{}",
-        wrong.join("\n")
-    );
+    ensure!(wrong.is_empty(), "{whose} RBAC is wrong:\n{}", wrong.join("\n"));
     Ok(())
 }

@@ -63,6 +63,59 @@ empty, so that ks-hub always gets an ITS name to look for.
 {{- end -}}
 {{- end -}}
 
+{{/*
+The ServiceAccounts of this release's hubs whose WDS uses an ITS (argument: list $ itsName), as
+RBAC subjects in JSON: each WDS's ks-hub in <wds>-system, where KubeFlex runs its hook.
+*/}}
+{{- define "kubestellar-rs.hubSubjects" -}}
+{{- $root := index . 0 -}}
+{{- $itsName := index . 1 -}}
+{{- $subjects := list -}}
+{{- range $wds := $root.Values.WDSes -}}
+{{- if eq (include "kubestellar-rs.itsOf" (list $root $wds)) $itsName -}}
+{{- $subjects = append $subjects (dict "kind" "ServiceAccount" "name" "ks-hub" "namespace" (printf "%s-system" $wds.name)) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $subjects -}}
+{{- end -}}
+
+{{/*
+A Role reading only KubeFlex's kubeconfig Secrets of one namespace, and its RoleBinding, as a YAML
+list. Argument: a dict with root: $; name; namespace (omitted in a PostCreateHook: KubeFlex puts
+them in the control plane's namespace); subjects: the RoleBinding's subjects, as YAML text (in a
+hook it may hold KubeFlex variables).
+*/}}
+{{- define "kubestellar-rs.kubeconfigReader" -}}
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: Role
+  metadata:
+    name: {{ .name }}
+    {{- with .namespace }}
+    namespace: {{ . }}
+    labels:
+      {{- include "kubestellar-rs.labels" $.root | nindent 6 }}
+    {{- end }}
+  rules:
+    - apiGroups: [""]
+      resources: [secrets]
+      resourceNames: {{ toJson .root.Values.kubeconfigSecretNames }}
+      verbs: [get]
+- apiVersion: rbac.authorization.k8s.io/v1
+  kind: RoleBinding
+  metadata:
+    name: {{ .name }}
+    {{- with .namespace }}
+    namespace: {{ . }}
+    labels:
+      {{- include "kubestellar-rs.labels" $.root | nindent 6 }}
+    {{- end }}
+  roleRef:
+    apiGroup: rbac.authorization.k8s.io
+    kind: Role
+    name: {{ .name }}
+  subjects: {{ .subjects }}
+{{- end -}}
+
 {{/* The labels selecting a ks-hub Deployment's Pods (argument: as for hubDeployment). */}}
 {{- define "kubestellar-rs.hubSelector" -}}
 app.kubernetes.io/name: ks-hub

@@ -1,8 +1,11 @@
-//! ks-demo: the quickstart's main job (`make demo`), on a running stack. It applies a Namespace
-//! and a Deployment whose environment is a per-WEC template, a BindingPolicy sending them to
-//! every WEC labelled `location-group=edge` with multi-WEC status return, and a StatusCollector;
-//! then it shows what arrived on each WEC, the status returned to the WDS, the CombinedStatus
-//! table and the rollout's trace in Jaeger.
+//! ks-demo: the quickstart's main job (`make demo`), on a running stack. It installs the hub as a
+//! user does: `helm install` of the hub chart into the KubeFlex hosting cluster, for the WDS
+//! `wds2` (adopted by KubeFlex as an `external` ControlPlane) and the ITS KubeFlex already has;
+//! KubeFlex runs the chart's hook, which deploys ks-hub. Then it applies a Namespace and a
+//! Deployment whose environment is a per-WEC template, a BindingPolicy sending them to every WEC
+//! labelled `location-group=edge` with multi-WEC status return, and a StatusCollector; and shows
+//! what arrived on each WEC, the status returned to the WDS, the CombinedStatus table and the
+//! rollout's trace from Jaeger.
 
 use std::time::Duration;
 
@@ -13,11 +16,14 @@ use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::{BindingPolicy, CombinedStatus, StatusCollector};
 use ks_shared::names::EXPAND_TEMPLATES_ANNOTATION;
 use ks_tests::harness::{apply, repo_root, wait_until};
-use ks_tests::stack::{JAEGER_QUERY, Stack};
+use ks_tests::stack::kubeflex::{control_planes, system_namespace};
+use ks_tests::stack::{JAEGER_OTLP_GRPC, JAEGER_QUERY, SPARE_WDS, Stack};
 use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::{Value, json};
 
+/// The hub chart's release, in this namespace of the hosting cluster.
+const RELEASE: &str = "kubestellar";
 const NAMESPACE: &str = "demo";
 const APP: &str = "hello";
 const POLICY: &str = "demo";
@@ -47,13 +53,39 @@ async fn main() -> anyhow::Result<()> {
         exe.parent().context("bin dir")?,
     )?;
     anyhow::ensure!(stack.is_running(), "the stack is not running: run `make up` first");
-    let wds = stack.client("wds1").await?;
 
-    println!("1. In the WDS (context wds1): Namespace {NAMESPACE}, Deployment {APP} with a per-WEC template,");
+    println!("1. The hub, installed with Helm into KubeFlex (context kubeflex), for the WDS {SPARE_WDS}:");
+    println!("   helm upgrade --install {RELEASE} charts/kubestellar-rs -n {RELEASE} --create-namespace \\");
+    println!("     --set-json='WDSes=[{{\"name\":\"{SPARE_WDS}\",\"type\":\"external\",\"ITSName\":\"its1\"}}]' \\");
+    println!("     --set hub.otlpEndpoint=http://127.0.0.1:{JAEGER_OTLP_GRPC}");
+    let installing = std::time::Instant::now();
+    install_hub(&stack).await?;
+    let hub_namespace = system_namespace(SPARE_WDS);
+    let hubs: Api<Deployment> = Api::namespaced(stack.client("kubeflex").await?, &hub_namespace);
+    let ready = |d: Option<&Deployment>| d.and_then(|d| d.status.as_ref()).and_then(|s| s.ready_replicas) == Some(1);
+    wait_until(hubs, "ks-hub", "deployed by KubeFlex and ready", DEADLINE, ready).await?;
+    println!(
+        "   KubeFlex adopted {SPARE_WDS} and ran the chart's hook: ks-hub is ready in {hub_namespace} ({:.1}s after the install).",
+        installing.elapsed().as_secs_f64()
+    );
+    let wds = stack.client(SPARE_WDS).await?;
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(wds.clone());
+    let installed = |c: Option<&_>| c.is_some();
+    wait_until(
+        crds,
+        "bindingpolicies.control.kubestellar.io",
+        "installed by the hub",
+        DEADLINE,
+        installed,
+    )
+    .await?;
+
+    println!("\n2. In the WDS (context {SPARE_WDS}): Namespace {NAMESPACE}, Deployment {APP} with a per-WEC template,");
     println!("   BindingPolicy {POLICY} (location-group=edge, multi-WEC status) and StatusCollector {COLLECTOR}.");
     apply_workload(&wds).await?;
 
-    println!("\n2. What arrived on each WEC (the template expanded with that WEC's properties):");
+    println!("\n3. What arrived on each WEC (the template expanded with that WEC's properties):");
     for wec in WECS {
         let deployments: Api<Deployment> = Api::namespaced(stack.client(wec).await?, NAMESPACE);
         let arrived = wait_until(
@@ -69,7 +101,7 @@ async fn main() -> anyhow::Result<()> {
         println!("   {wec}: GREETING = {env}");
     }
 
-    println!("\n3. Status returned to the WDS (the sum over both WECs):");
+    println!("\n4. Status returned to the WDS (the sum over both WECs):");
     let deployments: Api<Deployment> = Api::namespaced(wds.clone(), NAMESPACE);
     let aggregated = |d: Option<&Deployment>| {
         d.and_then(|d| d.status.as_ref())
@@ -88,7 +120,7 @@ async fn main() -> anyhow::Result<()> {
         count(status.available_replicas)
     );
 
-    println!("\n4. CombinedStatus (StatusCollector {COLLECTOR}, one row per WEC):");
+    println!("\n5. CombinedStatus (StatusCollector {COLLECTOR}, one row per WEC):");
     let combined: Api<CombinedStatus> = Api::namespaced(wds.clone(), NAMESPACE);
     let name = format!(
         "{}.{}",
@@ -111,21 +143,67 @@ async fn main() -> anyhow::Result<()> {
         .context("combined")?;
     print_table(&serde_json::to_value(&table)?["results"][0]);
 
-    println!("\n5. The rollout's trace (packaging on the hub, delivery and status reports per WEC):");
+    println!("\n6. The rollout's trace (packaging on the hub, delivery and status reports per WEC):");
+    // The stack's Jaeger is built without its UI's assets: the trace is drawn here, and its JSON
+    // is at the query API (a Jaeger with its UI shows it at /trace/<id>).
     match trace_of(APP).await {
         Some(trace) => {
-            let id = trace["traceID"].as_str().unwrap_or_default();
-            println!("   http://127.0.0.1:{JAEGER_QUERY}/trace/{id}");
             for line in span_tree(&trace) {
                 println!("   {line}");
             }
+            let id = trace["traceID"].as_str().unwrap_or_default();
+            println!("   JSON: http://127.0.0.1:{JAEGER_QUERY}/api/traces/{id}");
         }
-        None => println!("   not in Jaeger yet: http://127.0.0.1:{JAEGER_QUERY}/search?service=ks-hub"),
+        None => println!("   not in Jaeger yet: http://127.0.0.1:{JAEGER_QUERY}/api/traces?service=ks-hub"),
     }
 
-    println!("\nExplore: source .stack/env; kubectl --context wds1 -n {NAMESPACE} get deploy {APP} -o yaml");
+    println!("\nExplore: source .stack/env; kubectl --context {SPARE_WDS} -n {NAMESPACE} get deploy {APP} -o yaml");
+    println!("         kubectl --context kubeflex get controlplanes; helm --kube-context kubeflex -n {RELEASE} list");
     println!("         kubectl --context its1 get workstatuses -A; kubectl --context cluster1 -n {NAMESPACE} get pods");
     println!("Stop:    make down");
+    Ok(())
+}
+
+/// Installs (or upgrades) the hub chart into the hosting cluster for the spare WDS. KubeFlex adopts
+/// the WDS from a bootstrap Secret, which it deletes once adopted: written only before that.
+async fn install_hub(stack: &Stack) -> anyhow::Result<()> {
+    let hosting = stack.client("kubeflex").await?;
+    apply(
+        &Api::<Namespace>::all(hosting.clone()),
+        json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": RELEASE}}),
+    )
+    .await?;
+    let adopted = Api::<kube::api::DynamicObject>::all_with(hosting.clone(), &control_planes())
+        .get_opt(SPARE_WDS)
+        .await?
+        .is_some();
+    if !adopted {
+        // A hub uninstalled just before leaves its namespace terminating for a while.
+        let namespaces = Api::<Namespace>::all(hosting.clone());
+        let gone = |n: Option<&Namespace>| n.is_none_or(|n| n.metadata.deletion_timestamp.is_none());
+        wait_until(namespaces, &system_namespace(SPARE_WDS), "gone", DEADLINE, gone).await?;
+        let bootstrap = format!("{SPARE_WDS}-bootstrap");
+        apply(
+            &Api::<k8s_openapi::api::core::v1::Secret>::namespaced(hosting, RELEASE),
+            stack.bootstrap_secret(SPARE_WDS, RELEASE, &bootstrap)?,
+        )
+        .await?;
+    }
+    let wdses = json!([{"name": SPARE_WDS, "type": "external", "ITSName": "its1"}]).to_string();
+    let otlp = format!("hub.otlpEndpoint=http://127.0.0.1:{JAEGER_OTLP_GRPC}");
+    let chart = repo_root().join("charts/kubestellar-rs");
+    let output = std::process::Command::new(stack.cache.join("bin/helm"))
+        .args(["--kube-context", "kubeflex", "upgrade", "--install", RELEASE])
+        .arg(&chart)
+        .args(["-n", RELEASE, "--set-json", &format!("WDSes={wdses}"), "--set", &otlp])
+        .env("KUBECONFIG", stack.kubeconfig())
+        .output()
+        .context("running helm")?;
+    anyhow::ensure!(
+        output.status.success(),
+        "helm upgrade --install failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     Ok(())
 }
 

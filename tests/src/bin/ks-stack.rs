@@ -50,7 +50,7 @@ async fn main() -> anyhow::Result<()> {
             let stack = stack(wecs)?;
             stack.up().await?;
             println!(
-                "\nThe stack is up. Use it with:\n  source .stack/env\n  kubectl --context its1 get managedclusters\n  kubectl --context cluster1 get nodes\nContexts: {}\nJaeger UI: http://127.0.0.1:16686\nLogs: .stack/logs/   Stop: make down",
+                "\nThe stack is up. Use it with:\n  source .stack/env\n  kubectl --context its1 get managedclusters\n  kubectl --context cluster1 get nodes\nContexts: {}\nTraces: Jaeger's query API, http://127.0.0.1:16686/api/traces?service=ks-hub (this Jaeger is built without its UI; `make demo` draws a trace in the terminal)\nLogs: .stack/logs/   Stop: make down",
                 stack
                     .spaces()
                     .iter()
