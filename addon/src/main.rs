@@ -86,7 +86,7 @@ async fn main() -> anyhow::Result<()> {
         install_namespace: args.agent_install_namespace.clone(),
     };
     settings::resolve(&defaults, None).context("--agent-image / --agent-install-namespace")?;
-    let mut process = Process::start("ks-addon", &args.common)?;
+    let mut process = Process::start("ks-addon", None, &args.common)?;
     let metrics = Metrics::register(&mut process.registry);
     let ready = process.readiness.gate("addon-controller");
     let serving = process

@@ -91,7 +91,7 @@ const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(st
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let mut process = Process::start("ks-agent", &args.common)?;
+    let mut process = Process::start("ks-agent", Some(&args.cluster_name), &args.common)?;
     let metrics = metrics::Metrics::register(&mut process.registry);
     let ready = process.readiness.gate("appliedmanifestworks");
     let serving = process

@@ -138,7 +138,7 @@ async fn run() -> anyhow::Result<()> {
     if !with("binding") {
         bail!("--controllers must include binding (transport and status read the binding controller's caches)");
     }
-    let mut process = Process::start("ks-hub", &args.common)?;
+    let mut process = Process::start("ks-hub", Some(&args.wds_name), &args.common)?;
     let metrics = Metrics::default();
     metrics.register(&mut process.registry);
     let status_metrics = ks_hub::status::Metrics::default();

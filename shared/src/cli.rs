@@ -82,9 +82,9 @@ pub struct Serving {
 }
 
 impl Process {
-    /// Sets up telemetry and signal handling for `service`.
-    pub fn start(service: &'static str, args: &CommonArgs) -> Result<Process, StartError> {
-        let telemetry = telemetry::init(service, args.log_format)?;
+    /// Sets up telemetry and signal handling for `service`, serving `cluster` (named in its spans).
+    pub fn start(service: &'static str, cluster: Option<&str>, args: &CommonArgs) -> Result<Process, StartError> {
+        let telemetry = telemetry::init(service, cluster, args.log_format)?;
         crate::crash::exit_on_panic();
         let shutdown = crate::shutdown::on_signal()?;
         tracing::info!(

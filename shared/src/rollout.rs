@@ -235,7 +235,7 @@ mod tests {
     #[test]
     fn stages_chain_through_annotations_with_their_times() {
         let exporter = InMemorySpanExporter::default();
-        let provider = tracer_provider("test", |b| b.with_simple_exporter(exporter.clone()));
+        let provider = tracer_provider("test", None, |b| b.with_simple_exporter(exporter.clone()));
         global::set_tracer_provider(provider.clone());
         let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
         let t1 = t0 + Duration::from_millis(40);

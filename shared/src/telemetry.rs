@@ -64,10 +64,11 @@ pub fn otlp_requested(env: impl Fn(&str) -> Option<String>) -> bool {
     !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 }
 
-/// Installs the global subscriber for `service`. Log levels come from `RUST_LOG` (default
-/// `info`). Spans go to OTLP only when `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces-specific
-/// variable) is set; `OTEL_SERVICE_NAME` overrides `service`.
-pub fn init(service: &'static str, format: LogFormat) -> Result<Telemetry, TelemetryError> {
+/// Installs the global subscriber for `service`, serving `cluster` (the WDS of a hub, the WEC
+/// of an agent). Log levels come from `RUST_LOG` (default `info`). Spans go to OTLP only when
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces-specific variable) is set; `OTEL_SERVICE_NAME`
+/// overrides `service`.
+pub fn init(service: &'static str, cluster: Option<&str>, format: LogFormat) -> Result<Telemetry, TelemetryError> {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let output: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
@@ -81,7 +82,7 @@ pub fn init(service: &'static str, format: LogFormat) -> Result<Telemetry, Telem
     };
     let provider = if otlp_requested(|name| std::env::var(name).ok()) {
         let exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic().build()?;
-        Some(tracer_provider(service, |b| b.with_batch_exporter(exporter)))
+        Some(tracer_provider(service, cluster, |b| b.with_batch_exporter(exporter)))
     } else {
         None
     };
@@ -97,10 +98,11 @@ pub fn init(service: &'static str, format: LogFormat) -> Result<Telemetry, Telem
     Ok(Telemetry { provider })
 }
 
-/// A tracer provider naming `service` (unless `OTEL_SERVICE_NAME` says otherwise), with the
-/// exporter that `configure` adds.
+/// A tracer provider naming `service` (unless `OTEL_SERVICE_NAME` says otherwise) and this
+/// process (see [`process_attributes`]), with the exporter that `configure` adds.
 pub fn tracer_provider(
     service: &'static str,
+    cluster: Option<&str>,
     configure: impl FnOnce(
         opentelemetry_sdk::trace::TracerProviderBuilder,
     ) -> opentelemetry_sdk::trace::TracerProviderBuilder,
@@ -109,7 +111,29 @@ pub fn tracer_provider(
     if std::env::var_os("OTEL_SERVICE_NAME").is_none() {
         resource = resource.with_service_name(service);
     }
+    let host = std::env::var("HOSTNAME").unwrap_or_default();
+    let resource = resource.with_attributes(process_attributes(&host, std::process::id(), cluster));
     configure(SdkTracerProvider::builder().with_resource(resource.build())).build()
+}
+
+/// What tells one process's spans from another's: its version, an instance id (the host, a
+/// Pod's name in Kubernetes, and the process id) and the cluster it serves, so that two agents'
+/// spans come from two processes, each naming its WEC.
+pub fn process_attributes(host: &str, pid: u32, cluster: Option<&str>) -> Vec<opentelemetry::KeyValue> {
+    use opentelemetry::KeyValue;
+    let instance = if host.is_empty() {
+        pid.to_string()
+    } else {
+        format!("{host}/{pid}")
+    };
+    let mut attributes = vec![
+        KeyValue::new("service.version", env!("CARGO_PKG_VERSION")),
+        KeyValue::new("service.instance.id", instance),
+    ];
+    if let Some(cluster) = cluster {
+        attributes.push(KeyValue::new("k8s.cluster.name", cluster.to_string()));
+    }
+    attributes
 }
 
 /// Writes `cx`'s trace context into the annotations, replacing any earlier one.
@@ -174,8 +198,31 @@ mod tests {
 
     fn in_memory() -> (SdkTracerProvider, InMemorySpanExporter) {
         let exporter = InMemorySpanExporter::default();
-        let provider = tracer_provider("test", |b| b.with_simple_exporter(exporter.clone()));
+        let provider = tracer_provider("test", None, |b| b.with_simple_exporter(exporter.clone()));
         (provider, exporter)
+    }
+
+    #[test]
+    fn each_process_names_its_version_instance_and_cluster() {
+        let attributes = |host, cluster| {
+            process_attributes(host, 42, cluster)
+                .into_iter()
+                .map(|kv| (kv.key.to_string(), kv.value.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let version = ("service.version".to_string(), env!("CARGO_PKG_VERSION").to_string());
+        assert_eq!(
+            attributes("ks-agent-5d9f", Some("cluster1")),
+            [
+                version.clone(),
+                ("service.instance.id".into(), "ks-agent-5d9f/42".into()),
+                ("k8s.cluster.name".into(), "cluster1".into()),
+            ]
+        );
+        assert_eq!(
+            attributes("", None),
+            [version, ("service.instance.id".into(), "42".into())]
+        );
     }
 
     #[test]

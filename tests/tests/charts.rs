@@ -376,6 +376,7 @@ async fn hub_through_kubeflex_delivers(ctx: Ctx) -> anyhow::Result<()> {
             conditions::is_deleted(&uid),
         )
         .await?;
+        spare_wds_objects_gone(&hosting).await?;
     }
     let release = Release {
         context: "kubeflex",
@@ -491,26 +492,33 @@ spec:
         Ok(ctx.stack.procs.running(&hub).is_none())
     })
     .await?;
-    let namespaces = Api::<Namespace>::all(hosting.clone());
+    spare_wds_objects_gone(&hosting).await?;
+    ctx.delete_namespace(release.context, &release.namespace).await
+}
+
+/// Waits until what KubeFlex made for the spare WDS's ControlPlane is gone: its namespace, and
+/// the hook's cluster-scoped RBAC (garbage-collected through owner references KubeFlex sets when
+/// the ControlPlane goes; a new ControlPlane before then would get its hub's RBAC deleted).
+async fn spare_wds_objects_gone(hosting: &Client) -> anyhow::Result<()> {
+    const DEADLINE: Duration = Duration::from_secs(120);
+    let gone = |o: Option<&DynamicObject>| o.is_none();
+    let namespace = ApiResource::erase::<Namespace>(&());
     wait_until(
-        namespaces,
+        Api::all_with(hosting.clone(), &namespace),
         &system_namespace(SPARE_WDS),
         "deleted",
         DEADLINE,
-        |n: Option<&Namespace>| n.is_none(),
+        gone,
     )
     .await?;
-    for hook_object in [
-        Api::<DynamicObject>::all_with(hosting.clone(), &ApiResource::erase::<ClusterRole>(&())),
-        Api::<DynamicObject>::all_with(hosting.clone(), &ApiResource::erase::<ClusterRoleBinding>(&())),
+    for kind in [
+        ApiResource::erase::<ClusterRole>(&()),
+        ApiResource::erase::<ClusterRoleBinding>(&()),
     ] {
         let name = format!("{SPARE_WDS}-ks-hub");
-        wait_until(hook_object, &name, "deleted", DEADLINE, |o: Option<&DynamicObject>| {
-            o.is_none()
-        })
-        .await?;
+        wait_until(Api::all_with(hosting.clone(), &kind), &name, "deleted", DEADLINE, gone).await?;
     }
-    ctx.delete_namespace(release.context, &release.namespace).await
+    Ok(())
 }
 
 async fn status_addon_chart_installs_upgrades_and_uninstalls(ctx: Ctx) -> anyhow::Result<()> {

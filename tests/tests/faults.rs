@@ -47,6 +47,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(the_agent_follows_its_reissued_hub_certificate, AGENT_PATH),
             stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
             stack_test!(a_deeply_nested_object_is_an_error_not_an_outage, PATH),
+            stack_test!(a_full_mailbox_holds_back_only_its_wecs_status, AGENT_PATH),
         ],
     )
 }
@@ -783,5 +784,89 @@ async fn a_deeply_nested_object_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::R
     tools.kubectl("wds1", &["delete", "-f", &other_file])?;
     tools.kubectl("wds1", &["delete", "-f", &file])?;
     tools.kubectl("wds1", &["delete", "-f", &crd])?;
+    Ok(())
+}
+
+/// One WEC cannot fill the ITS: the add-on's quota in its mailbox refuses WorkStatuses beyond the
+/// limit. With cluster1's mailbox full, a new object still reaches both WECs and cluster2's status
+/// still comes; cluster1's agent says in its log why it has none and keeps trying, and once the
+/// mailbox has room its status comes too.
+async fn a_full_mailbox_holds_back_only_its_wecs_status(ctx: Ctx) -> anyhow::Result<()> {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    use ks_shared::api::WorkStatus;
+    const COUNTED: &str = "count/workstatuses.control.kubestellar.io";
+    let its = ctx.client("its1").await?;
+    // The add-on's quota (addon/src/hub_rbac.rs MAILBOX_QUOTA).
+    let quotas: Api<ResourceQuota> = Api::namespaced(its.clone(), "cluster1");
+    let quota = quotas.get("addon-status-workstatuses").await?;
+    let hard = |q: &ResourceQuota| {
+        q.spec
+            .as_ref()
+            .and_then(|s| s.hard.as_ref())
+            .and_then(|h| h.get(COUNTED))
+            .cloned()
+    };
+    let limit = hard(&quota).context("the quota counts WorkStatuses")?;
+    let used = quota
+        .status
+        .as_ref()
+        .and_then(|s| s.used.as_ref())
+        .and_then(|u| u.get(COUNTED))
+        .cloned()
+        .context("the quota has counted")?;
+    let set_hard = |value: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+        let patch = serde_json::json!({"spec": {"hard": {COUNTED: value}}});
+        let quotas = quotas.clone();
+        async move {
+            quotas
+                .patch(
+                    "addon-status-workstatuses",
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+        }
+    };
+    set_hard(&used).await?;
+
+    let tools = Tools::new(&ctx, "quota")?;
+    let id = ctx.unique_name("quota");
+    let file = tools.scratch_file("yaml", &workload(&id, 1, |i| config_map(&id, i, "")))?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, 1).await?;
+    let reported = |wec: &'static str| {
+        let api: Api<WorkStatus> = Api::namespaced(its.clone(), wec);
+        let id = id.clone();
+        move || {
+            let api = api.clone();
+            let id = id.clone();
+            async move {
+                let all = api.list(&ListParams::default()).await?;
+                Ok(all
+                    .iter()
+                    .any(|w| w.spec.spec.source_ref.namespace == id && w.spec.spec.source_ref.name == "cm-0"))
+            }
+        }
+    };
+    wait_for("cluster2's WorkStatus", DEADLINE, reported("cluster2")).await?;
+    let agent_log = ctx.stack.procs.log_file(&ks_tests::stack::kubelet::pod_process(
+        "cluster1",
+        AGENT_INSTALL_NAMESPACE,
+        "status-agent",
+    ));
+    wait_for("cluster1's agent to log the refusal", DEADLINE, || async {
+        Ok(std::fs::read_to_string(&agent_log)?.contains("exceeded quota: addon-status-workstatuses"))
+    })
+    .await?;
+    ensure!(!reported("cluster1")().await?, "a WorkStatus got past the full quota");
+
+    set_hard(&limit).await?;
+    wait_for(
+        "cluster1's WorkStatus once there is room",
+        DEADLINE,
+        reported("cluster1"),
+    )
+    .await?;
+    tools.kubectl("wds1", &["delete", "-f", &file])?;
     Ok(())
 }

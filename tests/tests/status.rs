@@ -26,6 +26,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(multi_wec_status_sums_replicas, PATH),
             stack_test!(collectors_become_combined_status, PATH),
             stack_test!(bad_collectors_and_workstatuses_are_reported_or_ignored, PATH),
+            stack_test!(a_costly_expression_is_refused_and_others_still_run, PATH),
             stack_test!(restarted_hub_converges_to_the_new_policy, PATH),
         ],
     )
@@ -411,6 +412,54 @@ async fn bad_collectors_and_workstatuses_are_reported_or_ignored(ctx: Ctx) -> an
     anyhow::ensure!(absent.is_none(), "a WorkStatus created a WDS object");
     mailbox.delete(&ghost, &DeleteParams::default()).await?;
     cleanup(&ctx, &[policy_name], &[broken, mixed, parenthesised, chained], &ns).await
+}
+
+/// A collector whose work grows with the square of a list the user controls (two nested `map`s
+/// over a Deployment's 4,000 container arguments: 16 million steps and more) is refused before it
+/// runs, with the reason in the CombinedStatus; the policy's other collector still fills its
+/// table, and the hub keeps serving.
+async fn a_costly_expression_is_refused_and_others_still_run(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let mut web = deployment(1);
+    web["spec"]["template"]["spec"]["containers"][0]["args"] =
+        json!((0..4000).map(|i| i.to_string()).collect::<Vec<_>>());
+    apply(&Api::<Deployment>::namespaced(wds.clone(), &ns), web).await?;
+    let args = "obj.spec.template.spec.containers[0].args";
+    let costly = format!("{ns}-costly");
+    let squared = format!("{args}.map(x, {args}.map(y, y)).size()");
+    put_collector(
+        &wds,
+        &costly,
+        json!({"select": [{"name": "n", "def": squared}], "limit": 5}),
+    )
+    .await?;
+    let wecs = format!("{ns}-wecs");
+    put_collector(&wds, &wecs, listing_wecs("true")).await?;
+    let policy = format!("{ns}-costly");
+    bind(&wds, &policy, &ns, only("cluster1"), collected_by(&[&costly, &wecs])).await?;
+    let cs = combined_status_name(&wds, &ns, &policy).await?;
+    let refused = |c: Option<&CombinedStatus>| {
+        let results = c.map(|c| c.spec.results.clone()).unwrap_or_default();
+        let costly_refused = results.iter().any(|r| {
+            r.name == costly
+                && r.row_errors
+                    .iter()
+                    .any(|e| e.error.starts_with("evaluation would take up to"))
+        });
+        costly_refused && tables(c).get(&wecs) == Some(&vec!["cluster1".to_string()])
+    };
+    wait_until(
+        Api::namespaced(wds.clone(), &ns),
+        &cs,
+        "refusing the costly collector, listing cluster1 in the other",
+        DEADLINE,
+        refused,
+    )
+    .await?;
+    let hub = ([127, 0, 0, 1], ctx.stack.hub_port("wds1")).into();
+    anyhow::ensure!(ks_tests::process::http_get(hub, "/readyz").0 == 200, "the hub is ready");
+    cleanup(&ctx, &[policy], &[costly, wecs], &ns).await
 }
 
 async fn restarted_hub_converges_to_the_new_policy(ctx: Ctx) -> anyhow::Result<()> {

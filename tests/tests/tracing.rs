@@ -40,6 +40,8 @@ fn main() -> std::process::ExitCode {
 #[derive(Debug)]
 struct Span {
     service: String,
+    /// The process's `k8s.cluster.name`: the WDS of a hub, the WEC of an agent.
+    cluster: String,
     operation: String,
     id: String,
     parent: Option<String>,
@@ -67,12 +69,23 @@ fn traces_of(name: &str) -> anyhow::Result<BTreeMap<String, Vec<Span>>> {
                 .unwrap_or_default()
                 .to_string()
         };
+        let cluster = |process: &Value| {
+            trace["processes"][process.as_str().unwrap_or_default()]["tags"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|t| t["key"] == "k8s.cluster.name")
+                .and_then(|t| t["value"].as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
         let spans = trace["spans"]
             .as_array()
             .into_iter()
             .flatten()
             .map(|s| Span {
                 service: service(&s["processID"]),
+                cluster: cluster(&s["processID"]),
                 operation: s["operationName"].as_str().unwrap_or_default().to_string(),
                 id: s["spanID"].as_str().unwrap_or_default().to_string(),
                 parent: s["references"][0]["spanID"].as_str().map(str::to_string),
@@ -190,6 +203,17 @@ async fn rollout_is_one_trace_across_hub_and_wecs(ctx: Ctx) -> anyhow::Result<()
             "packaging {key}: {:?}",
             packaging.tags
         );
+    }
+
+    // Each process names the cluster it serves: the hub its WDS, each agent its WEC.
+    ensure!(packaging.cluster == "wds1", "packaging from {:?}", packaging.cluster);
+    for delivery in spans.iter().filter(|s| s.operation == "delivery") {
+        let wec = delivery
+            .tags
+            .get("kubestellar.wec")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        ensure!(delivery.cluster == wec, "{wec}'s delivery from {:?}", delivery.cluster);
     }
 
     let hub = ("127.0.0.1", ctx.stack.hub_port("wds1"));

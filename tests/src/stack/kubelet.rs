@@ -2,11 +2,12 @@
 //! Deployment whose container runs one of our images (`ks-agent`, `ks-addon`, `ks-hub`) appears
 //! in a space (a WEC, or the KubeFlex hosting cluster) and the Secrets it mounts exist, the stack
 //! runs that binary as a local process with the Deployment's arguments, the Secrets' files and
-//! the space as its in-cluster API; it stops the process when the Deployment goes away or is
-//! scaled to zero, and restarts it when its arguments change or when it exits. Like a kubelet, it updates a changed Secret's files in place
-//! without restarting anything (a process that must see new credentials watches its files, as the
-//! agent does), and keeps a running process's files when its Secret goes away. One such kubelet
-//! runs per WEC and one on the hosting cluster.
+//! the space as its in-cluster API, acting as the Pod's ServiceAccount; it stops the process when
+//! the Deployment goes away or is scaled to zero, and restarts it when its arguments change or
+//! when it exits. Like a kubelet, it updates a changed Secret's files in place without restarting
+//! anything (a process that must see new credentials watches its files, as the agent does), and
+//! keeps a running process's files when its Secret goes away. One such kubelet runs per WEC and
+//! one on the hosting cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -201,8 +202,8 @@ fn crash_loop_backoff(restarts: u32) -> Duration {
 }
 
 /// Runs the kubelet loop for one space until the process is stopped.
-pub async fn run(stack: &Stack, wec: &str, binaries: &Path) -> anyhow::Result<()> {
-    let client = stack.client(wec).await?;
+pub async fn run(stack: &Stack, space: &str, binaries: &Path) -> anyhow::Result<()> {
+    let client = stack.client(space).await?;
     let deployments: Api<Deployment> = Api::all(client.clone());
     let secrets: Api<Secret> = Api::all(client);
     let config = watcher::Config::default();
@@ -220,7 +221,7 @@ pub async fn run(stack: &Stack, wec: &str, binaries: &Path) -> anyhow::Result<()
             change = changes.next() => match change {
                 None => return Ok(()),
                 Some(Err(err)) => {
-                    eprintln!("{wec}: watch: {err}");
+                    eprintln!("{space}: watch: {err}");
                     continue;
                 }
                 Some(Ok(())) => {}
@@ -231,8 +232,8 @@ pub async fn run(stack: &Stack, wec: &str, binaries: &Path) -> anyhow::Result<()
                 }
             }
         }
-        if let Err(err) = sync(stack, wec, &deployments, &secrets, binaries, &mut running).await {
-            eprintln!("{wec}: {err:#}");
+        if let Err(err) = sync(stack, space, &deployments, &secrets, binaries, &mut running).await {
+            eprintln!("{space}: {err:#}");
         }
     }
 }
