@@ -827,13 +827,9 @@ async fn a_full_mailbox_holds_back_only_its_wecs_status(ctx: Ctx) -> anyhow::Res
                 .await
         }
     };
-    set_hard(&used).await?;
-
     let tools = Tools::new(&ctx, "quota")?;
     let id = ctx.unique_name("quota");
     let file = tools.scratch_file("yaml", &workload(&id, 1, |i| config_map(&id, i, "")))?;
-    tools.kubectl("wds1", &["apply", "-f", &file])?;
-    delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, 1).await?;
     let reported = |wec: &'static str| {
         let api: Api<WorkStatus> = Api::namespaced(its.clone(), wec);
         let id = id.clone();
@@ -848,19 +844,27 @@ async fn a_full_mailbox_holds_back_only_its_wecs_status(ctx: Ctx) -> anyhow::Res
             }
         }
     };
-    wait_for("cluster2's WorkStatus", DEADLINE, reported("cluster2")).await?;
-    let agent_log = ctx.stack.procs.log_file(&ks_tests::stack::kubelet::pod_process(
-        "cluster1",
-        AGENT_INSTALL_NAMESPACE,
-        "status-agent",
-    ));
-    wait_for("cluster1's agent to log the refusal", DEADLINE, || async {
-        Ok(std::fs::read_to_string(&agent_log)?.contains("exceeded quota: addon-status-workstatuses"))
-    })
-    .await?;
-    ensure!(!reported("cluster1")().await?, "a WorkStatus got past the full quota");
-
+    set_hard(&used).await?;
+    let while_full = async {
+        tools.kubectl("wds1", &["apply", "-f", &file])?;
+        delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, 1).await?;
+        wait_for("cluster2's WorkStatus", DEADLINE, reported("cluster2")).await?;
+        let agent_log = ctx.stack.procs.log_file(&ks_tests::stack::kubelet::pod_process(
+            "cluster1",
+            AGENT_INSTALL_NAMESPACE,
+            "status-agent",
+        ));
+        wait_for("cluster1's agent to log the refusal", DEADLINE, || async {
+            Ok(std::fs::read_to_string(&agent_log)?.contains("exceeded quota: addon-status-workstatuses"))
+        })
+        .await?;
+        ensure!(!reported("cluster1")().await?, "a WorkStatus got past the full quota");
+        anyhow::Ok(())
+    };
+    let while_full = while_full.await;
+    // Room again, whatever happened: the tests after this one need cluster1's status.
     set_hard(&limit).await?;
+    while_full?;
     wait_for(
         "cluster1's WorkStatus once there is room",
         DEADLINE,
