@@ -55,7 +55,9 @@ async fn main() -> anyhow::Result<()> {
     anyhow::ensure!(stack.is_running(), "the stack is not running: run `make up` first");
 
     println!("1. The hub, installed with Helm into KubeFlex (context kubeflex), for the WDS {SPARE_WDS}:");
-    println!("   helm upgrade --install {RELEASE} charts/kubestellar-rs -n {RELEASE} --create-namespace \\");
+    println!("   kubectl -n {RELEASE} create secret generic {SPARE_WDS}-bootstrap \\");
+    println!("     --from-file=kubeconfig-incluster=.stack/kubeconfigs/{SPARE_WDS}.kubeconfig  # KubeFlex adopts it");
+    println!("   helm upgrade --install {RELEASE} charts/kubestellar-rs -n {RELEASE} \\");
     println!("     --set-json='WDSes=[{{\"name\":\"{SPARE_WDS}\",\"type\":\"external\",\"ITSName\":\"its1\"}}]' \\");
     println!("     --set hub.otlpEndpoint=http://127.0.0.1:{JAEGER_OTLP_GRPC}");
     let installing = std::time::Instant::now();
@@ -180,8 +182,9 @@ async fn install_hub(stack: &Stack) -> anyhow::Result<()> {
     if !adopted {
         // A hub uninstalled just before leaves its namespace terminating for a while.
         let namespaces = Api::<Namespace>::all(hosting.clone());
-        let gone = |n: Option<&Namespace>| n.is_none_or(|n| n.metadata.deletion_timestamp.is_none());
-        wait_until(namespaces, &system_namespace(SPARE_WDS), "gone", DEADLINE, gone).await?;
+        let not_terminating = |n: Option<&Namespace>| n.is_none_or(|n| n.metadata.deletion_timestamp.is_none());
+        let namespace = system_namespace(SPARE_WDS);
+        wait_until(namespaces, &namespace, "gone or active", DEADLINE, not_terminating).await?;
         let bootstrap = format!("{SPARE_WDS}-bootstrap");
         apply(
             &Api::<k8s_openapi::api::core::v1::Secret>::namespaced(hosting, RELEASE),
