@@ -807,13 +807,9 @@ async fn a_full_mailbox_holds_back_only_its_wecs_status(ctx: Ctx) -> anyhow::Res
             .cloned()
     };
     let limit = hard(&quota).context("the quota counts WorkStatuses")?;
-    let used = quota
-        .status
-        .as_ref()
-        .and_then(|s| s.used.as_ref())
-        .and_then(|u| u.get(COUNTED))
-        .cloned()
-        .context("the quota has counted")?;
+    // Full: no room at all. (Setting it to what the quota counts now would leave room as soon
+    // as the quota controller counts WorkStatuses deleted meanwhile.)
+    let full = k8s_openapi::apimachinery::pkg::api::resource::Quantity("0".to_string());
     let set_hard = |value: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
         let patch = serde_json::json!({"spec": {"hard": {COUNTED: value}}});
         let quotas = quotas.clone();
@@ -844,7 +840,7 @@ async fn a_full_mailbox_holds_back_only_its_wecs_status(ctx: Ctx) -> anyhow::Res
             }
         }
     };
-    set_hard(&used).await?;
+    set_hard(&full).await?;
     let while_full = async {
         tools.kubectl("wds1", &["apply", "-f", &file])?;
         delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, 1).await?;
