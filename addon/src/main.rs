@@ -42,7 +42,7 @@ from the cluster's registration agent, and sets the add-on's Available condition
 Deployment's ready replicas.\n\n\
 An AddOnDeploymentConfig referenced by a ManagedClusterAddOn (spec.configs) overrides, for that \
 cluster: the image (customizedVariables IMAGE), the agent's --http-address (HTTP_ADDRESS), \
-nodePlacement, agentInstallNamespace, and registry \
+where it sends traces (OTLP_ENDPOINT; empty: nowhere), nodePlacement, agentInstallNamespace, and registry \
 mirrors (registries)."
 )]
 struct Args {
@@ -72,6 +72,10 @@ struct Args {
     /// Namespace of the agent on each WEC, unless a cluster's AddOnDeploymentConfig says otherwise.
     #[arg(long, env = "KS_AGENT_INSTALL_NAMESPACE", default_value = AGENT_INSTALL_NAMESPACE, value_name = "NAMESPACE")]
     agent_install_namespace: String,
+    /// Where the agents send their traces (OTLP/gRPC, e.g. http://jaeger-collector.tracing:4317),
+    /// unless a cluster's AddOnDeploymentConfig says otherwise; unset: agents do not trace.
+    #[arg(long, env = "KS_AGENT_OTLP_ENDPOINT", value_name = "URL")]
+    agent_otlp_endpoint: Option<String>,
 }
 
 /// Where /metrics, /healthz and /readyz are served unless --http-address says otherwise.
@@ -84,8 +88,9 @@ async fn main() -> anyhow::Result<()> {
         max_work_statuses: args.max_work_statuses,
         image: args.agent_image.clone(),
         install_namespace: args.agent_install_namespace.clone(),
+        otlp_endpoint: args.agent_otlp_endpoint.clone(),
     };
-    settings::resolve(&defaults, None).context("--agent-image / --agent-install-namespace")?;
+    settings::resolve(&defaults, None).context("--agent-image / --agent-install-namespace / --agent-otlp-endpoint")?;
     let mut process = Process::start("ks-addon", None, &args.common)?;
     let metrics = Metrics::register(&mut process.registry);
     let ready = process.readiness.gate("addon-controller");

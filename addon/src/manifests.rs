@@ -123,6 +123,9 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings, delivered: &BTre
     if !settings.tolerations.is_empty() {
         pod_spec["tolerations"] = json!(settings.tolerations);
     }
+    if let Some(endpoint) = &settings.otlp_endpoint {
+        pod_spec["containers"][0]["env"] = json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": endpoint}]);
+    }
     vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
         json!({"apiVersion": "v1", "kind": "ServiceAccount",
@@ -256,6 +259,7 @@ mod tests {
         assert_eq!(pod["serviceAccountName"], STATUS_AGENT_SERVICE_ACCOUNT);
         assert!(pod.get("nodeSelector").is_none());
         assert!(!args.iter().any(|a| a.starts_with("--http-address")));
+        assert!(container.get("env").is_none(), "no tracing unless asked for");
         assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
         assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
         assert_eq!(container["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
@@ -321,11 +325,12 @@ mod tests {
     }
 
     #[test]
-    fn node_placement_reaches_the_pod() {
+    fn per_cluster_settings_reach_the_pod() {
         let mut settings = settings();
         settings.node_selector.insert("role".into(), "infra".into());
         settings.tolerations.push(Default::default());
         settings.http_address = Some("127.0.0.1:0".into());
+        settings.otlp_endpoint = Some("http://jaeger:4317".into());
         let manifests = agent_manifests("c", &settings, &BTreeSet::new());
         let pod = &by_kind(&manifests, "Deployment")[0]["spec"]["template"]["spec"];
         assert!(
@@ -336,6 +341,10 @@ mod tests {
         );
         assert_eq!(pod["nodeSelector"]["role"], "infra");
         assert_eq!(pod["tolerations"].as_array().unwrap().len(), 1);
+        assert_eq!(
+            pod["containers"][0]["env"],
+            json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://jaeger:4317"}])
+        );
     }
 
     #[test]

@@ -15,6 +15,9 @@ pub const IMAGE_VARIABLE: &str = "IMAGE";
 /// The customized variable that sets the agent's `--http-address` (metrics and health), e.g.
 /// `127.0.0.1:0` where several agents share one host, as on the local stack.
 pub const HTTP_ADDRESS_VARIABLE: &str = "HTTP_ADDRESS";
+/// The customized variable that sets where the agent sends its traces (its
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`); empty: no tracing on that WEC.
+pub const OTLP_ENDPOINT_VARIABLE: &str = "OTLP_ENDPOINT";
 
 /// What the controller uses when no AddOnDeploymentConfig says otherwise.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,6 +27,8 @@ pub struct Defaults {
     /// The most WorkStatuses an agent may keep in its cluster's mailbox (a ResourceQuota);
     /// 0: no quota.
     pub max_work_statuses: u32,
+    /// Where agents send traces (OTLP/gRPC); `None`: no tracing.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// Everything that varies in the rendered agent manifests.
@@ -35,6 +40,8 @@ pub struct AgentSettings {
     pub tolerations: Vec<Toleration>,
     /// The agent's `--http-address`, when not its default.
     pub http_address: Option<String>,
+    /// The agent's `OTEL_EXPORTER_OTLP_ENDPOINT`, if it traces.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// An AddOnDeploymentConfig that cannot be honoured. Reported on the ManagedClusterAddOn.
@@ -46,6 +53,8 @@ pub enum SettingsError {
     EmptyImage,
     #[error("customized variable {HTTP_ADDRESS_VARIABLE} {0:?} is not IP:PORT")]
     HttpAddress(String),
+    #[error("OTLP endpoint {0:?} is not an http:// or https:// URL")]
+    OtlpEndpoint(String),
 }
 
 /// The AddOnDeploymentConfig a ManagedClusterAddOn references, if any (namespace defaults to the
@@ -76,11 +85,20 @@ pub fn resolve(
     let mut settings = AgentSettings {
         image: defaults.image.clone(),
         install_namespace: defaults.install_namespace.clone(),
+        otlp_endpoint: defaults.otlp_endpoint.as_deref().map(otlp_endpoint).transpose()?,
         ..Default::default()
     };
     let Some(config) = config else {
         return Ok(settings);
     };
+    if let Some(variable) = config
+        .customized_variables
+        .iter()
+        .find(|v| v.name == OTLP_ENDPOINT_VARIABLE)
+    {
+        let endpoint = variable.value.trim();
+        settings.otlp_endpoint = (!endpoint.is_empty()).then(|| otlp_endpoint(endpoint)).transpose()?;
+    }
     if let Some(variable) = config.customized_variables.iter().find(|v| v.name == IMAGE_VARIABLE) {
         if variable.value.trim().is_empty() {
             return Err(SettingsError::EmptyImage);
@@ -118,6 +136,17 @@ pub fn resolve(
     Ok(settings)
 }
 
+/// An OTLP endpoint as OpenTelemetry's exporters take it: a URL with its scheme.
+fn otlp_endpoint(endpoint: &str) -> Result<String, SettingsError> {
+    let host = endpoint
+        .strip_prefix("http://")
+        .or_else(|| endpoint.strip_prefix("https://"));
+    match host {
+        Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(endpoint.to_string()),
+        _ => Err(SettingsError::OtlpEndpoint(endpoint.to_string())),
+    }
+}
+
 /// RFC 1123 label: what a namespace name must be.
 fn is_dns_label(name: &str) -> bool {
     !name.is_empty()
@@ -139,6 +168,7 @@ mod tests {
             max_work_statuses: 100,
             image: "ghcr.io/kubestellar-rs/ks-agent:0.1.0".into(),
             install_namespace: "open-cluster-management-agent-addon".into(),
+            otlp_endpoint: Some("http://jaeger-collector.tracing:4317".into()),
         }
     }
 
@@ -148,6 +178,33 @@ mod tests {
         assert_eq!(settings.image, defaults().image);
         assert_eq!(settings.install_namespace, defaults().install_namespace);
         assert!(settings.node_selector.is_empty() && settings.tolerations.is_empty());
+        assert_eq!(settings.otlp_endpoint, defaults().otlp_endpoint);
+    }
+
+    #[test]
+    fn a_cluster_traces_elsewhere_or_not_at_all() {
+        let endpoint = |value: &str| AddOnDeploymentConfigSpec {
+            customized_variables: vec![CustomizedVariable {
+                name: OTLP_ENDPOINT_VARIABLE.into(),
+                value: value.into(),
+            }],
+            ..Default::default()
+        };
+        let settings = |value| resolve(&defaults(), Some(&endpoint(value)));
+        let elsewhere = settings("https://otel.edge:4317").unwrap();
+        assert_eq!(elsewhere.otlp_endpoint.as_deref(), Some("https://otel.edge:4317"));
+        assert_eq!(settings(" ").unwrap().otlp_endpoint, None);
+        for bad in ["otel.edge:4317", "http://", "http://a b"] {
+            assert_eq!(settings(bad), Err(SettingsError::OtlpEndpoint(bad.into())), "{bad}");
+        }
+        let bad_default = Defaults {
+            otlp_endpoint: Some("jaeger:4317".into()),
+            ..defaults()
+        };
+        assert!(matches!(
+            resolve(&bad_default, None),
+            Err(SettingsError::OtlpEndpoint(_))
+        ));
     }
 
     #[test]

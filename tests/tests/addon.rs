@@ -1,11 +1,13 @@
-//! End-to-end test of the status add-on controller (`ks-addon`) that the stack runs on its1
-//! with `--install-all`: it must have enabled the add-on on every WEC, delivered the agent
-//! (which the stack's stand-in kubelet runs from target/debug), got the agent a hub credential
-//! through a CSR it approved, reported the add-on Available, and kept the agent's credentials
-//! confined. A WEC added later (cluster3, with an AddOnDeploymentConfig giving its agent another
-//! image and a free port) gets its agent too, and its removal takes everything away.
+//! End-to-end test of the status add-on as users install it: the stack installs the chart
+//! `charts/ks-status-addon` on its1 with helm, and the stand-in kubelet runs its controller
+//! (`ks-addon`). Through the chart's Placement, OCM enables the add-on on every WEC; ks-addon must
+//! have delivered the agent (which the stand-in kubelet runs from target/debug) with the chart's
+//! trace endpoint, got the agent a hub credential through a CSR it approved, reported the add-on
+//! Available, and kept the agent's credentials confined. A WEC added later (cluster3, with an
+//! AddOnDeploymentConfig giving its agent another image and a free port) gets its agent too, and
+//! its removal takes everything away.
 //!
-//! The controller's log is `.stack/logs/ks-addon-its1.log`.
+//! The controller's log is `.stack/logs/pod-its1-open-cluster-management-ks-status-addon.log`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -24,7 +26,9 @@ use ks_shared::api::WorkStatus;
 use ks_shared::names::{self, is_kubestellar_label};
 use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
 use ks_tests::harness::{Ctx, StackTest, repo_root, run, wait_until};
-use ks_tests::stack::{ADDON_PROCESS, Stack};
+use ks_tests::stack::status_addon::{ADDON_NAMESPACE, ADDON_RELEASE};
+use ks_tests::stack::{ADDON_PROCESS, JAEGER_OTLP_GRPC, Stack};
+use ks_tests::tools::Tools;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::wait::conditions;
@@ -72,6 +76,22 @@ fn main() -> std::process::ExitCode {
 /// One sequential scenario: each step needs the state the previous one reached.
 async fn addon_lifecycle(ctx: Ctx) -> anyhow::Result<()> {
     let hub = ctx.client("its1").await?;
+    let status = Tools::new(&ctx, "addon")?.helm(&[
+        "status",
+        ADDON_RELEASE,
+        "--kube-context",
+        "its1",
+        "--namespace",
+        ADDON_NAMESPACE,
+        "-o",
+        "json",
+    ])?;
+    let status: serde_json::Value = serde_json::from_str(&status)?;
+    ensure!(
+        status["info"]["status"] == "deployed",
+        "the add-on chart's release: {status}"
+    );
+    ctx.stack.procs.check_alive(ADDON_PROCESS)?;
     for wec in WECS {
         agent_is_delivered(&ctx, &hub, wec, DEFAULT_IMAGE)
             .await
@@ -187,14 +207,29 @@ async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str, image: &str) -> 
 
     let local = ctx.client(wec).await?;
     let deployments: Api<Deployment> = Api::namespaced(local.clone(), NAMESPACE);
-    wait_until(
+    let deployment = wait_until(
         deployments,
         names::STATUS_AGENT_DEPLOYMENT,
         "delivered",
         DELIVERY,
         |d: Option<&Deployment>| d.is_some(),
     )
-    .await?;
+    .await?
+    .context("Deployment")?;
+    // The chart's agent.otlpEndpoint, through ks-addon's --agent-otlp-endpoint.
+    let env = serde_json::to_value(
+        &deployment
+            .spec
+            .context("spec")?
+            .template
+            .spec
+            .context("pod")?
+            .containers[0]
+            .env,
+    )?;
+    let traced =
+        json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}")}]);
+    ensure!(env == traced, "the agent's environment: {env}");
     let secrets: Api<Secret> = Api::namespaced(local, NAMESPACE);
     wait_until(
         secrets,

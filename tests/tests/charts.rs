@@ -536,7 +536,14 @@ async fn status_addon_chart_installs_upgrades_and_uninstalls(ctx: Ctx) -> anyhow
         chart: ADDON_CHART,
     };
     let addon = format!("{}-addon", run_id());
-    tools.deploy("install", &release, &json!({"addon": {"name": addon}}))?;
+    // A second add-on controller beside the stack's own (which serves addon-status through the
+    // same chart): its Deployment is not run, or two controllers would manage every WEC's agent.
+    let idle = json!({"replicas": 0});
+    tools.deploy(
+        "install",
+        &release,
+        &json!({"addon": {"name": addon}, "controller": idle}),
+    )?;
 
     // The controller and its RBAC.
     let objects = tools.manifest(&release)?;
@@ -579,15 +586,18 @@ async fn status_addon_chart_installs_upgrades_and_uninstalls(ctx: Ctx) -> anyhow
     // An upgrade narrows the Placement to the first WEC and changes the agent image.
     let narrowed = json!({
         "addon": {"name": addon, "clusterSelector": {"matchLabels": {"name": wecs[0]}}},
-        "agent": {"image": {"tag": "upgraded"}},
+        "agent": {"image": {"tag": "upgraded"}, "otlpEndpoint": "http://jaeger-collector.tracing:4317"},
+        "controller": idle,
     });
     tools.deploy("upgrade", &release, &narrowed)?;
     let objects = tools.manifest(&release)?;
     let controller_args = args(container(find(&objects, "Deployment", &name)?)?).join(" ");
-    ensure!(
-        controller_args.contains("--agent-image=ghcr.io/kubestellar-rs/ks-agent:upgraded"),
-        "{controller_args}"
-    );
+    for expected in [
+        "--agent-image=ghcr.io/kubestellar-rs/ks-agent:upgraded",
+        "--agent-otlp-endpoint=http://jaeger-collector.tracing:4317",
+    ] {
+        ensure!(controller_args.contains(expected), "{controller_args}");
+    }
     for wec in &wecs[1..] {
         addon_is_gone(&hub, wec, &addon)
             .await

@@ -195,18 +195,21 @@ async fn install_hub(stack: &Stack) -> anyhow::Result<()> {
     let wdses = json!([{"name": SPARE_WDS, "type": "external", "ITSName": "its1"}]).to_string();
     let otlp = format!("hub.otlpEndpoint=http://127.0.0.1:{JAEGER_OTLP_GRPC}");
     let chart = repo_root().join("charts/kubestellar-rs");
-    let output = std::process::Command::new(stack.cache.join("bin/helm"))
-        .args(["--kube-context", "kubeflex", "upgrade", "--install", RELEASE])
-        .arg(&chart)
-        .args(["-n", RELEASE, "--set-json", &format!("WDSes={wdses}"), "--set", &otlp])
-        .env("KUBECONFIG", stack.kubeconfig())
-        .output()
-        .context("running helm")?;
-    anyhow::ensure!(
-        output.status.success(),
-        "helm upgrade --install failed: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let chart = chart.display().to_string();
+    stack.helm(&[
+        "--kube-context",
+        "kubeflex",
+        "upgrade",
+        "--install",
+        RELEASE,
+        &chart,
+        "-n",
+        RELEASE,
+        "--set-json",
+        &format!("WDSes={wdses}"),
+        "--set",
+        &otlp,
+    ])?;
     Ok(())
 }
 

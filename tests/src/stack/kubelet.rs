@@ -146,11 +146,15 @@ fn local_pod(
         }
         mounts.push((mount.mount_path.clone(), local.display().to_string()));
     }
-    // Paths inside the Pod become paths under the pod directory.
+    // Paths inside the Pod become paths under the pod directory; and the Pod's own network,
+    // where it listens on every address, is loopback here (all local pods share one host).
     let localise = |arg: &str| {
-        mounts.iter().fold(arg.to_string(), |arg, (inside, outside)| {
-            arg.replace(inside.as_str(), outside)
-        })
+        mounts
+            .iter()
+            .fold(arg.to_string(), |arg, (inside, outside)| {
+                arg.replace(inside.as_str(), outside)
+            })
+            .replace("=0.0.0.0:", "=127.0.0.1:")
     };
     let args = container
         .command
@@ -396,7 +400,8 @@ mod tests {
                 "template": {"spec": {
                     "containers": [{
                         "name": "agent", "image": "example/ks-agent:dev",
-                        "args": ["--hub-kubeconfig=/managed/hub/kubeconfig", "--cluster-name=cluster1"],
+                        "args": ["--hub-kubeconfig=/managed/hub/kubeconfig", "--cluster-name=cluster1",
+                                 "--http-address=0.0.0.0:9280"],
                         "env": [{"name": "CREDS", "value": "/managed/hub"}],
                         "volumeMounts": [{"name": "hub", "mountPath": "/managed/hub"}]
                     }],
@@ -417,7 +422,7 @@ mod tests {
     }
 
     #[test]
-    fn runs_our_deployment_with_localised_mounts() {
+    fn runs_our_deployment_with_localised_mounts_and_network() {
         let pod = local_pod("cluster1", &deployment(1), &secrets(), Path::new("/tmp/pods/x")).unwrap();
         assert_eq!(pod.name, "pod-cluster1-addon-ns-status-agent");
         assert_eq!(pod.binary, "ks-agent");
@@ -425,7 +430,8 @@ mod tests {
             pod.args,
             [
                 "--hub-kubeconfig=/tmp/pods/x/managed/hub/kubeconfig",
-                "--cluster-name=cluster1"
+                "--cluster-name=cluster1",
+                "--http-address=127.0.0.1:9280"
             ]
         );
         assert_eq!(pod.env, [("CREDS".to_string(), "/tmp/pods/x/managed/hub".to_string())]);

@@ -3,8 +3,9 @@
 //! spare WDS; kube-controller-managers; the KubeFlex operator on the hosting cluster, which adopts
 //! the ITS; kube-scheduler and kwok on each WEC; the OCM hub on the ITS and an OCM klusterlet
 //! agent per WEC, joined by OCM's double opt-in; Jaeger; and our own processes: the hub process
-//! for wds1, the status add-on controller on its1 (which installs the status agent on every WEC
-//! through OCM) and a stand-in kubelet on the hosting cluster and per WEC that runs our images.
+//! for wds1, a stand-in kubelet on the hosting cluster, the ITS and each WEC that runs our
+//! images, and the status add-on chart installed by helm on its1 (its ks-addon installs the
+//! status agent on every WEC through OCM).
 //!
 //! State lives in `.stack/` at the repository root: `kubeconfig` (a context per space), `env`
 //! (to source), `logs/`, `pids/`, `pki/`. `up` is idempotent; `down` stops what `up` started.
@@ -15,6 +16,7 @@ pub mod kubelet;
 mod ocm;
 mod pki;
 mod procs;
+pub mod status_addon;
 mod upstream_hub;
 
 use std::net::TcpListener;
@@ -30,13 +32,12 @@ use kube::{Client, ResourceExt};
 
 pub use pki::{ADMIN, BOOTSTRAP, Pki};
 pub use procs::Procs;
+pub use status_addon::ADDON_PROCESS;
 
 /// The field manager of everything the stack writes.
 pub const FIELD_MANAGER: &str = "ks-stack";
 /// The stack's hub puts at most this many objects in one ManifestWork.
 pub const HUB_MAX_NUM_WRAPPED: usize = 20;
-/// The process name of our status add-on controller on its1.
-pub const ADDON_PROCESS: &str = "ks-addon-its1";
 const ETCD_PORT: u16 = 22379;
 const ETCD_PEER_PORT: u16 = 22380;
 /// The WDS for which no hub runs until one is installed (by the hub chart, through KubeFlex).
@@ -233,12 +234,17 @@ impl Stack {
         ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
         ocm::wait_work_agents(&self.client("its1").await?, &self.wec_names()).await?;
         self.start_jaeger()?;
-        // The hosting cluster's kubelet runs what KubeFlex's hooks deploy there (ks-hub).
-        for space in std::iter::once("kubeflex".to_string()).chain(self.wec_names()) {
+        // The hosting cluster's kubelet runs what KubeFlex's hooks deploy there (ks-hub), the
+        // ITS's the status add-on controller, each WEC's its status agent.
+        for space in ["kubeflex", "its1"]
+            .map(String::from)
+            .into_iter()
+            .chain(self.wec_names())
+        {
             self.start_kubelet(&space)?;
         }
         self.start_hub("wds1", HubOptions::STACK)?;
-        self.start_addon()?;
+        self.install_status_addon().await?;
         self.wait_mailbox_quotas().await?;
         self.write_env()?;
         println!("stack up in {:.1}s", started.elapsed().as_secs_f64());
@@ -713,25 +719,6 @@ impl Stack {
         self.side_port("hub", wds)
     }
 
-    /// Our status add-on controller on its1: it enables the add-on on every WEC (as the chart's
-    /// install strategy would), so each WEC gets its agent through OCM.
-    fn start_addon(&self) -> anyhow::Result<()> {
-        let args = [
-            format!("--kubeconfig={}", self.space_kubeconfig("its1").display()),
-            "--install-all".to_string(),
-            format!("--max-work-statuses={MAX_WORK_STATUSES}"),
-            format!("--http-address=127.0.0.1:{}", self.addon_port()),
-        ];
-        let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
-        let env = [
-            ("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()),
-            ("OTEL_SERVICE_NAME", "ks-addon"),
-        ];
-        self.procs
-            .ensure(ADDON_PROCESS, &self.our_binaries.join("ks-addon"), &args, &env)?;
-        Ok(())
-    }
-
     /// Waits until the add-on's quota in every WEC's mailbox counts WorkStatuses: until then the
     /// ITS refuses every WorkStatus there ("status unknown for quota"), which would hold status
     /// back for the first tests.
@@ -743,7 +730,7 @@ impl Stack {
                 &format!("the WorkStatus quota in {wec}'s mailbox to count"),
                 Duration::from_secs(180),
                 || async {
-                    self.procs.check_alive(ADDON_PROCESS)?;
+                    self.procs.check_alive("kubelet-its1")?;
                     let quota = quotas.get_opt("addon-status-workstatuses").await?;
                     let used = quota.and_then(|q| q.status).and_then(|s| s.used).unwrap_or_default();
                     Ok(used.contains_key("count/workstatuses.control.kubestellar.io"))
