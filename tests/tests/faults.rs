@@ -23,10 +23,10 @@ use kube::discovery::ApiResource;
 const DEADLINE: Duration = Duration::from_secs(120);
 const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 const WECS: [&str; 2] = ["cluster1", "cluster2"];
-const AGENT_PATH: &[&str] = &["hub-wds1", "ks-addon-its1", "ocm-agent-cluster1", "kubelet-cluster1"];
+const AGENT_PATH: &[&str] = &["hub-wds1", ADDON_PROCESS, "ocm-agent-cluster1", "kubelet-cluster1"];
 const EVERYONE: &[&str] = &[
     "hub-wds1",
-    "ks-addon-its1",
+    ADDON_PROCESS,
     "ocm-agent-cluster1",
     "ocm-agent-cluster2",
     "apiserver-wds1",
