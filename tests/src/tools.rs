@@ -33,6 +33,8 @@ impl Release {
 pub struct Tools {
     pub bin: PathBuf,
     pub kubeconfig: PathBuf,
+    /// Our binaries, the kubectl plugin `kubectl-kubestellar` among them.
+    plugins: PathBuf,
     scratch: PathBuf,
 }
 
@@ -47,6 +49,7 @@ impl Tools {
         Ok(Tools {
             bin: ctx.stack.cache.join("bin"),
             kubeconfig: ctx.stack.kubeconfig(),
+            plugins: ctx.stack.our_binaries.clone(),
             scratch,
         })
     }
@@ -64,6 +67,22 @@ impl Tools {
 
     pub fn kubectl(&self, context: &str, args: &[&str]) -> anyhow::Result<String> {
         output(self.kubectl_in(context).args(args))
+    }
+
+    /// `kubectl kubestellar <args>`: our plugin, found on `PATH` as kubectl finds plugins, with
+    /// the stack's kubeconfig.
+    pub fn kubestellar(&self, args: &[&str]) -> anyhow::Result<String> {
+        let path = std::env::join_paths(
+            std::iter::once(self.plugins.clone())
+                .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
+        )?;
+        output(
+            Command::new(self.bin.join("kubectl"))
+                .arg("kubestellar")
+                .args(args)
+                .env("KUBECONFIG", &self.kubeconfig)
+                .env("PATH", path),
+        )
     }
 
     /// `kubectl` in `context` with `input` on its standard input (as in `kubectl apply -f -`).

@@ -27,6 +27,10 @@ const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 const WECS: [&str; 2] = ["cluster1", "cluster2"];
 
 fn main() -> std::process::ExitCode {
+    if let Err(err) = ks_tests::binaries::build("kubectl-kubestellar") {
+        eprintln!("{err:#}");
+        return std::process::ExitCode::FAILURE;
+    }
     let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
     run(
         ks_stack.parent().expect("binaries live in a directory"),
@@ -36,6 +40,7 @@ fn main() -> std::process::ExitCode {
             stack_test!(overlapping_policies_return_status, PATH),
             stack_test!(helm_release_is_delivered_upgraded_and_removed, PATH),
             stack_test!(unjoined_wec_is_reported_and_deleted_policy_is_done, PATH),
+            stack_test!(the_kubectl_plugin_names_each_broken_link, PATH),
         ],
     )
 }
@@ -554,5 +559,127 @@ spec:
     );
     tools.kubectl("wds1", &["delete", "namespace", &id, "--wait=false"])?;
     tools.kubectl("its1", &["delete", "managedcluster", &ghost, "--wait=false"])?;
+    Ok(())
+}
+
+/// `kubectl kubestellar why` on four objects applied with kubectl: one that reaches both WECs, one
+/// whose Namespace is not delivered (OCM cannot apply it), one whose policy's cluster selector
+/// matches no WEC, and one no policy selects. Each answer names the right broken link; `status`
+/// counts the first policy's objects per WEC.
+async fn the_kubectl_plugin_names_each_broken_link(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "why")?;
+    let id = ctx.unique_name("why");
+    let part_of = format!("app.kubernetes.io/part-of: {id}");
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}, labels: {{{part_of}}}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web, namespace: {id}, labels: {{{part_of}}}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec: {{containers: [{{name: web, image: "nginx:1.27"}}]}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}-bare}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: orphan, namespace: {id}-bare, labels: {{{part_of}}}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: moon, namespace: {id}, labels: {{app: {id}-moon}}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: stray, namespace: {id}}}
+"#
+    ) + &policy_yaml(&id, "location-group: edge", &part_of)
+        + &policy_yaml(
+            &format!("{id}-moon"),
+            "location-group: moon",
+            &format!("app: {id}-moon"),
+        );
+    let file = tools.scratch_file("yaml", &yaml)?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+
+    let cases = [
+        ("deployment/web", id.clone(), None),
+        (
+            "cm/orphan",
+            format!("{id}-bare"),
+            Some(("apply", "let a BindingPolicy select the Namespace")),
+        ),
+        (
+            "configmap/moon",
+            id.clone(),
+            Some(("clusters", "label a ManagedCluster")),
+        ),
+        (
+            "configmaps/stray",
+            id.clone(),
+            Some(("selection", "fails objectSelectors")),
+        ),
+    ];
+    for (object, namespace, expected) in &cases {
+        let why = || tools.kubestellar(&["why", object, "-n", namespace, "-o", "json"]);
+        let mut answer = serde_json::Value::Null;
+        // Until the rollout got as far as it can: the answer no longer changes with time.
+        let settled = wait_for(&format!("why {object} to say {expected:?}"), DEADLINE, || {
+            let found = why().and_then(|text| Ok(serde_json::from_str::<serde_json::Value>(&text)?));
+            let done = found.as_ref().is_ok_and(|found| match expected {
+                None => found["broken"].is_null(),
+                Some((link, fix)) => {
+                    found["broken"]["link"] == *link && found["broken"]["fix"].as_str().is_some_and(|f| f.contains(fix))
+                }
+            });
+            if let Ok(found) = found {
+                answer = found;
+            }
+            std::future::ready(Ok(done))
+        })
+        .await;
+        settled.with_context(|| format!("the last answer: {answer:#}"))?;
+        // The table users read, for the record.
+        println!(
+            "$ kubectl kubestellar why {object} -n {namespace}\n{}",
+            tools.kubestellar(&["why", object, "-n", namespace])?
+        );
+    }
+    let web = tools.kubestellar(&["why", "deployment/web", "-n", &id, "-o", "json"])?;
+    let web: serde_json::Value = serde_json::from_str(&web)?;
+    ensure!(
+        web["traceId"].as_str().is_some_and(|t| t.len() == 32),
+        "no trace id: {web:#}"
+    );
+
+    // Three objects per WEC: the Namespace and the Deployment applied with status returned, the
+    // orphan delivered but not applied.
+    let expected = ["3", "3/3", "2/3", "2/3", "2/3"];
+    let mut status = String::new();
+    let counted = wait_for("status to count every WEC's objects", DEADLINE, || {
+        let table = tools.kubestellar(&["status", &id]);
+        let done = table.as_ref().is_ok_and(|table| {
+            WECS.iter().all(|wec| {
+                table.lines().any(|row| {
+                    let cells: Vec<&str> = row.split_whitespace().collect();
+                    cells.first() == Some(wec) && cells[1..] == expected
+                })
+            })
+        });
+        status = table.unwrap_or_else(|err| format!("{err:#}"));
+        std::future::ready(Ok(done))
+    })
+    .await;
+    counted.with_context(|| status.clone())?;
+    println!("$ kubectl kubestellar status {id}\n{status}");
+    tools.kubectl("wds1", &["delete", "--wait=false", "-f", &file])?;
     Ok(())
 }

@@ -20,6 +20,6 @@ mod testing;
 
 pub use policy::{CompiledClause, CompiledPolicy, PolicyError};
 pub use resolution::{binding_spec_differs, desired_binding_spec, keep_unknown};
-pub use selection::{clause_matches, fold_modulations, matching_clauses, policy_matches, wec_selected};
+pub use selection::{clause_matches, clause_misses, fold_modulations, matching_clauses, policy_matches, wec_selected};
 pub use singleton::singleton_error;
 pub use workload::{Labels, ObjectIdentity, Wec, WorkloadObject};

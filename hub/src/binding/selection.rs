@@ -8,20 +8,58 @@ use ks_shared::api::DownsyncModulation;
 use super::policy::{CompiledClause, CompiledPolicy};
 use super::workload::{Labels, Wec, WorkloadObject};
 
+/// One criterion of a downsync clause's test.
+type Criterion = fn(&CompiledClause, &WorkloadObject, Option<&Labels>) -> bool;
+
+/// The criteria of a clause's test, named as in the spec; cheap string tests first, since most
+/// objects fail one of them.
+const CRITERIA: [(&str, Criterion); 6] = [
+    ("apiGroup", |clause, object, _| {
+        clause
+            .api_group
+            .as_ref()
+            .is_none_or(|group| *group == object.identity.group)
+    }),
+    ("resources", |clause, object, _| {
+        clause.resources.admits(&object.identity.resource)
+    }),
+    ("namespaces", |clause, object, _| {
+        clause.namespaces.admits(&object.identity.namespace)
+    }),
+    ("objectNames", |clause, object, _| {
+        clause.object_names.admits(&object.identity.name)
+    }),
+    ("objectSelectors", |clause, object, _| {
+        clause.object_selectors.admits(Some(&object.labels))
+    }),
+    ("namespaceSelectors", |clause, _, namespace_labels| {
+        clause.namespace_selectors.admits(namespace_labels)
+    }),
+];
+
 /// Whether `object` passes every criterion of `clause`.
 ///
 /// `namespace_labels` are the labels of the object's Namespace from the namespace cache: `None`
 /// when the Namespace is unknown or the object is cluster-scoped, which fails a
 /// `namespaceSelectors` criterion unless it holds a `{}` selector.
 pub fn clause_matches(clause: &CompiledClause, object: &WorkloadObject, namespace_labels: Option<&Labels>) -> bool {
-    let id = &object.identity;
-    // Cheap string tests first: most objects fail one of them.
-    clause.api_group.as_ref().is_none_or(|group| *group == id.group)
-        && clause.resources.admits(&id.resource)
-        && clause.namespaces.admits(&id.namespace)
-        && clause.object_names.admits(&id.name)
-        && clause.object_selectors.admits(Some(&object.labels))
-        && clause.namespace_selectors.admits(namespace_labels)
+    CRITERIA
+        .iter()
+        .all(|(_, passes)| passes(clause, object, namespace_labels))
+}
+
+/// The criteria of `clause` that `object` fails, by their spec names (e.g. `objectSelectors`):
+/// empty when it matches. For explaining a selection, not for making one.
+pub fn clause_misses(
+    clause: &CompiledClause,
+    object: &WorkloadObject,
+    namespace_labels: Option<&Labels>,
+) -> Vec<&'static str> {
+    CRITERIA
+        .iter()
+        .filter(|(_, passes)| !passes(clause, object, namespace_labels))
+        .map(|(name, _)| *name)
+        .collect()
 }
 
 /// The modulation `object` gets from `policy`: the fold over every clause it matches, or `None`
@@ -124,6 +162,27 @@ mod tests {
                 object.identity
             );
         }
+    }
+
+    #[test]
+    fn misses_name_every_failed_criterion_and_none_on_a_match() {
+        let web = with_labels(deployment("shop", "web"), &[("app", "web")]);
+        let test = DownsyncObjectTest {
+            api_group: Some("apps".into()),
+            namespaces: strings(&["shop"]),
+            object_names: strings(&["api"]),
+            object_selectors: vec![match_labels(&[("app", "api")])],
+            ..Default::default()
+        };
+        let policy = compile(vec![clause(test, DownsyncModulation::default())], vec![]);
+        let shop = labels(&[]);
+        assert_eq!(
+            clause_misses(&policy.clauses()[0], &web, Some(&shop)),
+            ["objectNames", "objectSelectors"]
+        );
+        let api = with_labels(deployment("shop", "api"), &[("app", "api")]);
+        assert!(clause_misses(&policy.clauses()[0], &api, Some(&shop)).is_empty());
+        assert!(clause_matches(&policy.clauses()[0], &api, Some(&shop)));
     }
 
     fn set_api_group(test: &mut DownsyncObjectTest, group: Option<&str>) {

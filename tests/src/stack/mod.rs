@@ -800,9 +800,11 @@ impl Stack {
 
     fn write_env(&self) -> anyhow::Result<()> {
         let env = format!(
-            "# Source this file to use the stack: `source .stack/env`.\nexport KUBECONFIG={}\nexport PATH={}:$PATH\n",
+            "# Source this file to use the stack: `source .stack/env`.\nexport KUBECONFIG={}\nexport PATH={}:{}:$PATH\n",
             self.kubeconfig().display(),
-            self.cache.join("bin").display()
+            self.cache.join("bin").display(),
+            // Our binaries, the kubectl plugin `kubectl-kubestellar` among them.
+            self.our_binaries.display()
         );
         std::fs::write(self.state.join("env"), env)?;
         Ok(())

@@ -1,0 +1,198 @@
+//! What the WDS and the ITS hold about one workload object, read once: the facts `why` reasons
+//! over, kept apart from the reasoning so that it is tested without a cluster.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use ks_hub::binding::{Labels, ObjectIdentity, Wec, WorkloadObject};
+use ks_shared::api::{Binding, BindingPolicy, WorkStatus};
+use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
+use ks_shared::ocm::{ManagedCluster, ManifestWork};
+use kube::api::{Api, DynamicObject, ListParams};
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+use serde_json::Value;
+
+use crate::target::Resource;
+
+/// The object in the WDS.
+#[derive(Clone, Debug, Default)]
+pub struct Observed {
+    pub object: WorkloadObject,
+    pub generation: Option<i64>,
+    /// Its Namespace's labels; `None` when cluster-scoped or the Namespace is missing.
+    pub namespace_labels: Option<Labels>,
+    /// Whether it has a `.status` (returned from a WEC, or its own).
+    pub has_status: bool,
+    pub traceparent: Option<String>,
+}
+
+/// The object in one ManifestWork, with what OCM says of it.
+#[derive(Clone, Debug, Default)]
+pub struct Delivered {
+    pub manifest_work: String,
+    /// OCM's conditions on this manifest: Applied, Available, StatusFeedbackSynced.
+    pub conditions: Vec<Condition>,
+    pub traceparent: Option<String>,
+}
+
+/// Everything `why` looks at.
+#[derive(Clone, Debug, Default)]
+pub struct Evidence {
+    /// The object's identity, also when it is not in the WDS.
+    pub identity: ObjectIdentity,
+    pub observed: Option<Observed>,
+    pub policies: Vec<BindingPolicy>,
+    /// By name (the policy's).
+    pub bindings: BTreeMap<String, Binding>,
+    pub wecs: Vec<Wec>,
+    /// Per WEC, the ManifestWorks holding the object.
+    pub delivered: BTreeMap<String, Vec<Delivered>>,
+    /// Per WEC, the WorkStatus its agent keeps for the object.
+    pub work_statuses: BTreeMap<String, WorkStatus>,
+}
+
+/// Reads the evidence about `name` (in `namespace`) of `resource` from the WDS and the ITS.
+pub async fn gather(
+    wds: &Client,
+    its: &Client,
+    resource: &Resource,
+    namespace: Option<&str>,
+    name: &str,
+) -> anyhow::Result<Evidence> {
+    let namespace = if resource.namespaced {
+        namespace.unwrap_or("default")
+    } else {
+        ""
+    };
+    let identity = ObjectIdentity {
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        resource: resource.plural.clone(),
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        kind: resource.kind.clone(),
+    };
+    let api_resource = ApiResource {
+        group: resource.group.clone(),
+        version: resource.version.clone(),
+        api_version: resource.api_version(),
+        kind: resource.kind.clone(),
+        plural: resource.plural.clone(),
+    };
+    let objects: Api<DynamicObject> = if resource.namespaced {
+        Api::namespaced_with(wds.clone(), namespace, &api_resource)
+    } else {
+        Api::all_with(wds.clone(), &api_resource)
+    };
+    let observed = match objects.get_opt(name).await? {
+        None => None,
+        Some(object) => Some(Observed {
+            object: WorkloadObject {
+                identity: identity.clone(),
+                uid: object.uid().unwrap_or_default(),
+                resource_version: object.resource_version().unwrap_or_default(),
+                labels: object.labels().clone(),
+            },
+            generation: object.metadata.generation,
+            namespace_labels: match namespace {
+                "" => None,
+                ns => Api::<Namespace>::all(wds.clone())
+                    .get_opt(ns)
+                    .await?
+                    .map(|n| n.labels().clone()),
+            },
+            has_status: object
+                .data
+                .get("status")
+                .is_some_and(|s| s.as_object().is_some_and(|s| !s.is_empty())),
+            traceparent: object.annotations().get(TRACEPARENT_ANNOTATION).cloned(),
+        }),
+    };
+    let all = ListParams::default();
+    let policies = Api::<BindingPolicy>::all(wds.clone()).list(&all).await?.items;
+    let bindings = Api::<Binding>::all(wds.clone())
+        .list(&all)
+        .await?
+        .into_iter()
+        .map(|b| (b.name_any(), b))
+        .collect();
+    let wecs: Vec<Wec> = Api::<ManagedCluster>::all(its.clone())
+        .list(&all)
+        .await?
+        .into_iter()
+        .map(|c| Wec {
+            name: c.name_any(),
+            labels: c.labels().clone(),
+        })
+        .collect();
+    let mut delivered = BTreeMap::new();
+    let mut work_statuses = BTreeMap::new();
+    let ours = ListParams::default().labels(ORIGIN_BINDING_LABEL);
+    for wec in &wecs {
+        let works = Api::<ManifestWork>::namespaced(its.clone(), &wec.name)
+            .list(&ours)
+            .await?;
+        let holding: Vec<Delivered> = works.iter().filter_map(|w| delivered_in(w, &identity)).collect();
+        if !holding.is_empty() {
+            delivered.insert(wec.name.clone(), holding);
+        }
+        let statuses = Api::<WorkStatus>::namespaced(its.clone(), &wec.name).list(&all).await?;
+        if let Some(status) = statuses.into_iter().find(|s| reports_on(s, &identity)) {
+            work_statuses.insert(wec.name.clone(), status);
+        }
+    }
+    Ok(Evidence {
+        identity,
+        observed,
+        policies,
+        bindings,
+        wecs,
+        delivered,
+        work_statuses,
+    })
+}
+
+/// The object in `work`, if it holds it.
+pub fn delivered_in(work: &ManifestWork, id: &ObjectIdentity) -> Option<Delivered> {
+    let manifest = work.spec.workload.manifests.iter().find(|m| is_object(m, id))?;
+    let conditions = work
+        .status
+        .iter()
+        .flat_map(|s| &s.resource_status.manifests)
+        .find(|m| {
+            let meta = &m.resource_meta;
+            (&meta.group, &meta.resource, &meta.namespace, &meta.name)
+                == (&id.group, &id.resource, &id.namespace, &id.name)
+        })
+        .map(|m| m.conditions.clone())
+        .unwrap_or_default();
+    Some(Delivered {
+        manifest_work: work.name_any(),
+        conditions,
+        traceparent: manifest["metadata"]["annotations"][TRACEPARENT_ANNOTATION]
+            .as_str()
+            .map(String::from),
+    })
+}
+
+/// Whether `manifest` is the object `id`.
+fn is_object(manifest: &Value, id: &ObjectIdentity) -> bool {
+    let group = manifest["apiVersion"]
+        .as_str()
+        .and_then(|v| v.rsplit_once('/'))
+        .map_or("", |(group, _)| group);
+    let metadata = &manifest["metadata"];
+    group == id.group
+        && manifest["kind"] == id.kind.as_str()
+        && metadata["name"] == id.name.as_str()
+        && metadata["namespace"].as_str().unwrap_or_default() == id.namespace
+}
+
+/// Whether `status` is about the object `id`.
+pub fn reports_on(status: &WorkStatus, id: &ObjectIdentity) -> bool {
+    let source = &status.spec.spec.source_ref;
+    (&source.group, &source.resource, &source.namespace, &source.name)
+        == (&id.group, &id.resource, &id.namespace, &id.name)
+}

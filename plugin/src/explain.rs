@@ -1,0 +1,559 @@
+//! `why`: from the evidence about one object to the chain a rollout goes through (policy
+//! selection, WEC selection, Binding, ManifestWork, apply on the WEC, status report), each link
+//! found or not, and the first broken one with what to do about it.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use ks_hub::binding::{CompiledPolicy, ObjectIdentity, Wec, clause_misses, matching_clauses, wec_selected};
+use ks_shared::api::Binding;
+use kube::ResourceExt;
+use serde::Serialize;
+
+use crate::evidence::{Delivered, Evidence};
+
+/// What `why` found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// E.g. `deployments.apps/web in namespace shop`.
+    pub object: String,
+    pub in_wds: bool,
+    pub policies: Vec<PolicyFinding>,
+    pub wecs: Vec<WecFinding>,
+    /// Whether the object in the WDS has a `.status`.
+    pub status_in_wds: bool,
+    /// The latest rollout's trace, from the delivered object's `traceparent`.
+    pub trace_id: Option<String>,
+    /// The first link of the chain that does not hold, if any.
+    pub broken: Option<BrokenLink>,
+}
+
+/// One BindingPolicy's verdict on the object.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyFinding {
+    pub policy: String,
+    /// The downsync clauses (indexes) the object matches; empty: the policy does not select it.
+    pub matching_clauses: Vec<usize>,
+    /// When it does not: the clause it came closest to, and the criteria it fails there.
+    pub nearest_miss: Option<Miss>,
+    /// Invalid selectors in the policy (they select nothing).
+    pub errors: Vec<String>,
+    /// The WECs its clusterSelectors choose.
+    pub wecs: Vec<String>,
+    /// Whether its Binding lists the object.
+    pub in_binding: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Miss {
+    pub clause: usize,
+    pub failed: Vec<&'static str>,
+}
+
+/// The object on one WEC.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WecFinding {
+    pub wec: String,
+    /// The selecting policies that choose this WEC; empty: it is not a destination.
+    pub chosen_by: Vec<String>,
+    pub manifest_works: Vec<String>,
+    /// OCM's conditions on the object: `True`, or `False: <message>`.
+    pub applied: Option<String>,
+    pub available: Option<String>,
+    /// The WDS generation the WEC's status agent last reported, and whether the WEC applied it.
+    pub reported_generation: Option<i64>,
+    pub generation_applied: Option<bool>,
+    pub work_status: Option<String>,
+}
+
+/// A link of the chain that does not hold.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BrokenLink {
+    /// `object`, `selection`, `clusters`, `binding`, `delivery`, `apply`, `status`.
+    pub link: &'static str,
+    pub wec: Option<String>,
+    pub problem: String,
+    pub fix: String,
+}
+
+/// Explains the evidence; with `only_wec`, only that WEC's part of the chain.
+pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
+    let id = &evidence.identity;
+    let mut explanation = Explanation {
+        object: describe(id),
+        in_wds: evidence.observed.is_some(),
+        status_in_wds: evidence.observed.as_ref().is_some_and(|o| o.has_status),
+        ..Default::default()
+    };
+    let Some(observed) = &evidence.observed else {
+        explanation.broken = Some(BrokenLink {
+            link: "object",
+            wec: None,
+            problem: format!("the WDS has no {}", explanation.object),
+            fix: "check the resource, name and namespace (-n) against `kubectl get` in the WDS".into(),
+        });
+        return explanation;
+    };
+    let wecs: Vec<&Wec> = evidence
+        .wecs
+        .iter()
+        .filter(|w| only_wec.is_none_or(|only| w.name == only))
+        .collect();
+    for policy in &evidence.policies {
+        let compiled = CompiledPolicy::new(&policy.spec);
+        let matching = matching_clauses(&compiled, &observed.object, observed.namespace_labels.as_ref());
+        let nearest_miss = if matching.is_empty() {
+            compiled
+                .clauses()
+                .iter()
+                .enumerate()
+                .map(|(clause, c)| Miss {
+                    clause,
+                    failed: clause_misses(c, &observed.object, observed.namespace_labels.as_ref()),
+                })
+                .min_by_key(|m| m.failed.len())
+        } else {
+            None
+        };
+        explanation.policies.push(PolicyFinding {
+            policy: policy.name_any(),
+            matching_clauses: matching,
+            nearest_miss,
+            errors: compiled.errors().iter().map(ToString::to_string).collect(),
+            wecs: wecs
+                .iter()
+                .filter(|w| wec_selected(&compiled, w))
+                .map(|w| w.name.clone())
+                .collect(),
+            in_binding: evidence.bindings.get(&policy.name_any()).is_some_and(|b| lists(b, id)),
+        });
+    }
+    let selecting: Vec<&PolicyFinding> = explanation
+        .policies
+        .iter()
+        .filter(|p| !p.matching_clauses.is_empty())
+        .collect();
+    for wec in &wecs {
+        let chosen_by = selecting
+            .iter()
+            .filter(|p| p.wecs.contains(&wec.name))
+            .map(|p| p.policy.clone())
+            .collect();
+        let delivered = evidence.delivered.get(&wec.name).map(Vec::as_slice).unwrap_or_default();
+        let status = evidence.work_statuses.get(&wec.name);
+        let details = status.and_then(|s| s.spec.status_details.as_ref());
+        explanation.wecs.push(WecFinding {
+            wec: wec.name.clone(),
+            chosen_by,
+            manifest_works: delivered.iter().map(|d| d.manifest_work.clone()).collect(),
+            applied: condition(delivered, "Applied"),
+            available: condition(delivered, "Available"),
+            reported_generation: details.map(|d| d.last_generation),
+            generation_applied: details.map(|d| d.last_generation_is_applied),
+            work_status: status.map(|s| s.name_any()),
+        });
+    }
+    explanation.trace_id = evidence
+        .delivered
+        .values()
+        .flatten()
+        .filter_map(|d| d.traceparent.as_deref())
+        .chain(observed.traceparent.as_deref())
+        .find_map(trace_id);
+    explanation.broken = first_broken(&explanation, evidence, observed.generation);
+    explanation
+}
+
+/// `deployments.apps/web in namespace shop`.
+fn describe(id: &ObjectIdentity) -> String {
+    let resource = if id.group.is_empty() {
+        id.resource.clone()
+    } else {
+        format!("{}.{}", id.resource, id.group)
+    };
+    match id.namespace.as_str() {
+        "" => format!("{resource}/{}", id.name),
+        namespace => format!("{resource}/{} in namespace {namespace}", id.name),
+    }
+}
+
+/// Whether `binding` lists the object.
+fn lists(binding: &Binding, id: &ObjectIdentity) -> bool {
+    let workload = &binding.spec.workload;
+    if id.namespace.is_empty() {
+        workload.cluster_scope.iter().any(|c| {
+            let o = &c.object;
+            (&o.group, &o.resource, &o.name) == (&id.group, &id.resource, &id.name)
+        })
+    } else {
+        workload.namespace_scope.iter().any(|c| {
+            let o = &c.object;
+            (&o.group, &o.resource, &o.namespace, &o.name) == (&id.group, &id.resource, &id.namespace, &id.name)
+        })
+    }
+}
+
+/// OCM's condition `type_` on the object, over every ManifestWork holding it: the first that is
+/// not `True`, else `True`; `None` when none reports it yet.
+fn condition(delivered: &[Delivered], type_: &str) -> Option<String> {
+    let found: Vec<&Condition> = delivered
+        .iter()
+        .filter_map(|d| d.conditions.iter().find(|c| c.type_ == type_))
+        .collect();
+    let bad = found.iter().find(|c| c.status != "True");
+    match (bad, found.is_empty()) {
+        (Some(c), _) => Some(format!("{}: {}", c.status, c.message)),
+        (None, false) => Some("True".into()),
+        (None, true) => None,
+    }
+}
+
+/// The trace id of a W3C `traceparent` (`00-<trace id>-<span id>-<flags>`).
+fn trace_id(traceparent: &str) -> Option<String> {
+    let id = traceparent.split('-').nth(1)?;
+    (id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit())).then(|| id.to_string())
+}
+
+fn first_broken(explanation: &Explanation, evidence: &Evidence, generation: Option<i64>) -> Option<BrokenLink> {
+    let selecting: Vec<&PolicyFinding> = explanation
+        .policies
+        .iter()
+        .filter(|p| !p.matching_clauses.is_empty())
+        .collect();
+    if selecting.is_empty() {
+        return Some(BrokenLink {
+            link: "selection",
+            wec: None,
+            problem: "no BindingPolicy selects it".into(),
+            fix: nearest_miss_fix(&explanation.policies),
+        });
+    }
+    let destinations: BTreeSet<&str> = selecting
+        .iter()
+        .flat_map(|p| p.wecs.iter().map(String::as_str))
+        .collect();
+    if destinations.is_empty() {
+        let names: Vec<&str> = selecting.iter().map(|p| p.policy.as_str()).collect();
+        let known: Vec<String> = evidence
+            .wecs
+            .iter()
+            .map(|w| format!("{} {}", w.name, labels(&w.labels)))
+            .collect();
+        let errors: Vec<&str> = selecting
+            .iter()
+            .flat_map(|p| p.errors.iter().map(String::as_str))
+            .collect();
+        return Some(BrokenLink {
+            link: "clusters",
+            wec: None,
+            problem: format!(
+                "the clusterSelectors of {} choose no WEC{}",
+                names.join(", "),
+                if errors.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", errors.join("; "))
+                }
+            ),
+            fix: format!(
+                "label a ManagedCluster in the ITS to match, or change spec.clusterSelectors; the WECs are: {}",
+                if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                }
+            ),
+        });
+    }
+    for wec in explanation.wecs.iter().filter(|w| !w.chosen_by.is_empty()) {
+        let broken = |link, problem: String, fix: String| {
+            Some(BrokenLink {
+                link,
+                wec: Some(wec.wec.clone()),
+                problem,
+                fix,
+            })
+        };
+        let unbound: Vec<&str> = selecting
+            .iter()
+            .filter(|p| p.wecs.contains(&wec.wec) && !p.in_binding)
+            .map(|p| p.policy.as_str())
+            .collect();
+        if unbound.len() == wec.chosen_by.len() {
+            return broken(
+                "binding",
+                format!("Binding {} does not list it yet", unbound.join(", ")),
+                "the hub for this WDS records selections in Bindings: is ks-hub running, and what does the \
+                 BindingPolicy's status say?"
+                    .into(),
+            );
+        }
+        if wec.manifest_works.is_empty() {
+            return broken(
+                "delivery",
+                format!("no ManifestWork in namespace {} of the ITS holds it", wec.wec),
+                "the hub's transport writes them: look at ks-hub's log and at the ITS's health".into(),
+            );
+        }
+        match wec.applied.as_deref() {
+            None => {
+                return broken(
+                    "apply",
+                    format!("OCM has not reported applying it on {}", wec.wec),
+                    format!(
+                        "is the OCM agent of {0} running, and its ManagedCluster Available? \
+                         (kubectl --context <its> get managedcluster {0})",
+                        wec.wec
+                    ),
+                );
+            }
+            Some(applied) if applied != "True" => {
+                let error = applied.trim_start_matches("False: ");
+                return broken(
+                    "apply",
+                    format!("{} could not apply it: {error}", wec.wec),
+                    apply_fix(error),
+                );
+            }
+            _ => {}
+        }
+        if let Some(available) = wec.available.as_deref().filter(|a| *a != "True") {
+            return broken(
+                "apply",
+                format!("it is not on {}: Available {available}", wec.wec),
+                "OCM re-applies it; if it stays missing, something on the WEC deletes it".into(),
+            );
+        }
+        if wec.work_status.is_none() {
+            return broken(
+                "status",
+                format!("the status agent of {} has not reported it (no WorkStatus)", wec.wec),
+                format!(
+                    "is the add-on addon-status Available on {0}? (kubectl --context <its> -n {0} get \
+                     managedclusteraddons)",
+                    wec.wec
+                ),
+            );
+        }
+        if let (Some(reported), Some(wanted)) = (wec.reported_generation, generation)
+            && (reported < wanted || wec.generation_applied == Some(false))
+        {
+            return broken(
+                "status",
+                format!("{} reports generation {reported} of {wanted}, not yet applied", wec.wec),
+                "the WEC has not caught up yet; if it stays behind, look at the ManifestWork's conditions".into(),
+            );
+        }
+    }
+    None
+}
+
+/// What to do when no policy selects the object: the nearest miss, named.
+fn nearest_miss_fix(policies: &[PolicyFinding]) -> String {
+    let nearest = policies
+        .iter()
+        .filter_map(|p| p.nearest_miss.as_ref().map(|m| (p, m)))
+        .min_by_key(|(_, m)| m.failed.len());
+    match nearest {
+        None => "create a BindingPolicy whose spec.downsync selects it".into(),
+        Some((policy, miss)) => format!(
+            "nearest: BindingPolicy {} spec.downsync[{}] fails {}; change the object (e.g. its labels) or that clause",
+            policy.policy,
+            miss.clause,
+            miss.failed.join(", ")
+        ),
+    }
+}
+
+/// What to do about an apply error.
+fn apply_fix(applied: &str) -> String {
+    let lower = applied.to_lowercase();
+    if lower.contains("namespaces") && lower.contains("not found") {
+        "its Namespace is not on the WEC: let a BindingPolicy select the Namespace object too, for the same WECs".into()
+    } else if lower.contains("forbidden") {
+        "the WEC's OCM work agent may not write it: grant its ServiceAccount the rights (klusterlet-work-sa)".into()
+    } else {
+        "fix what the error names in the WDS object; OCM retries by itself".into()
+    }
+}
+
+/// `{a=b,c=d}`.
+fn labels(labels: &ks_hub::binding::Labels) -> String {
+    let pairs: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{{{}}}", pairs.join(","))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use ks_hub::binding::WorkloadObject;
+    use ks_shared::api::{BindingPolicy, WorkStatus};
+    use serde_json::json;
+
+    use super::*;
+    use crate::evidence::Observed;
+
+    const TRACEPARENT: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    fn identity() -> ObjectIdentity {
+        ObjectIdentity {
+            group: "apps".into(),
+            version: "v1".into(),
+            resource: "deployments".into(),
+            namespace: "shop".into(),
+            name: "web".into(),
+            kind: "Deployment".into(),
+        }
+    }
+
+    fn policy(name: &str, object_labels: serde_json::Value, cluster_labels: serde_json::Value) -> BindingPolicy {
+        serde_json::from_value(json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
+            "metadata": {"name": name},
+            "spec": {"clusterSelectors": [{"matchLabels": cluster_labels}],
+                     "downsync": [{"objectSelectors": [{"matchLabels": object_labels}]}]},
+        }))
+        .unwrap()
+    }
+
+    fn condition(type_: &str, status: &str, message: &str) -> Condition {
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            message: message.into(),
+            reason: "Test".into(),
+            last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ),
+            observed_generation: None,
+        }
+    }
+
+    /// `web` selected by `web-policy` for both WECs (location-group=edge), delivered, applied,
+    /// available and reported at generation 2.
+    fn healthy() -> Evidence {
+        let binding = serde_json::from_value(json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "Binding",
+            "metadata": {"name": "web-policy"},
+            "spec": {"workload": {"namespaceScope": [{"group": "apps", "version": "v1", "resource": "deployments",
+                                                      "namespace": "shop", "name": "web", "resourceVersion": "7"}]},
+                     "destinations": [{"clusterId": "cluster1"}, {"clusterId": "cluster2"}]},
+        }))
+        .unwrap();
+        let wecs = ["cluster1", "cluster2"].map(|name| Wec {
+            name: name.into(),
+            labels: BTreeMap::from([("location-group".into(), "edge".into())]),
+        });
+        let delivered = |wec: &str| {
+            vec![Delivered {
+                manifest_work: format!("web-policy-{wec}"),
+                conditions: vec![condition("Applied", "True", ""), condition("Available", "True", "")],
+                traceparent: Some(TRACEPARENT.into()),
+            }]
+        };
+        let status: WorkStatus = serde_json::from_value(json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
+            "metadata": {"name": "appsv1-deployment-shop-web"},
+            "spec": {"sourceRef": {"group": "apps", "version": "v1", "resource": "deployments", "kind": "Deployment",
+                                   "namespace": "shop", "name": "web"}},
+            "statusDetails": {"lastGeneration": 2, "lastGenerationIsApplied": true,
+                              "lastCurrencyUpdateTime": "2026-11-24T12:00:00Z"},
+        }))
+        .unwrap();
+        Evidence {
+            identity: identity(),
+            observed: Some(Observed {
+                object: WorkloadObject {
+                    identity: identity(),
+                    labels: BTreeMap::from([("app".into(), "web".into())]),
+                    ..Default::default()
+                },
+                generation: Some(2),
+                namespace_labels: Some(BTreeMap::new()),
+                has_status: true,
+                traceparent: None,
+            }),
+            policies: vec![
+                policy("web-policy", json!({"app": "web"}), json!({"location-group": "edge"})),
+                policy("db-policy", json!({"app": "db"}), json!({"location-group": "edge"})),
+            ],
+            bindings: BTreeMap::from([("web-policy".into(), binding)]),
+            wecs: wecs.to_vec(),
+            delivered: BTreeMap::from([
+                ("cluster1".into(), delivered("cluster1")),
+                ("cluster2".into(), delivered("cluster2")),
+            ]),
+            work_statuses: BTreeMap::from([("cluster1".into(), status.clone()), ("cluster2".into(), status)]),
+        }
+    }
+
+    #[test]
+    fn a_healthy_rollout_has_every_link() {
+        let found = explain(&healthy(), None);
+        assert_eq!(found.broken, None);
+        assert_eq!(found.trace_id.as_deref(), Some("0af7651916cd43dd8448eb211c80319c"));
+        assert_eq!(found.policies[0].matching_clauses, [0]);
+        assert_eq!(found.policies[0].wecs, ["cluster1", "cluster2"]);
+        assert!(found.policies[0].in_binding);
+        let miss = found.policies[1].nearest_miss.as_ref().unwrap();
+        assert_eq!(miss.failed, ["objectSelectors"]);
+        assert_eq!(found.wecs[1].applied.as_deref(), Some("True"));
+        assert_eq!(found.wecs[1].reported_generation, Some(2));
+        assert_eq!(explain(&healthy(), Some("cluster2")).wecs.len(), 1);
+    }
+
+    #[test]
+    fn an_apply_error_on_a_wec_names_the_missing_namespace() {
+        let mut evidence = healthy();
+        let error = "namespaces \"shop\" not found";
+        evidence.delivered.get_mut("cluster2").unwrap()[0].conditions = vec![condition("Applied", "False", error)];
+        evidence.work_statuses.remove("cluster2");
+        let broken = explain(&evidence, None).broken.unwrap();
+        assert_eq!((broken.link, broken.wec.as_deref()), ("apply", Some("cluster2")));
+        assert!(broken.problem.contains(error), "{broken:?}");
+        assert!(broken.fix.contains("Namespace"), "{broken:?}");
+    }
+
+    #[test]
+    fn a_cluster_selector_matching_nothing_is_the_broken_link() {
+        let mut evidence = healthy();
+        evidence.policies[0] = policy("web-policy", json!({"app": "web"}), json!({"location-group": "moon"}));
+        let broken = explain(&evidence, None).broken.unwrap();
+        assert_eq!(broken.link, "clusters");
+        assert!(broken.problem.contains("web-policy"), "{broken:?}");
+        assert!(broken.fix.contains("cluster1 {location-group=edge}"), "{broken:?}");
+    }
+
+    #[test]
+    fn an_object_no_policy_selects_gets_the_nearest_miss() {
+        let mut evidence = healthy();
+        evidence.observed.as_mut().unwrap().object.labels.clear();
+        let found = explain(&evidence, None);
+        let broken = found.broken.unwrap();
+        assert_eq!(broken.link, "selection");
+        assert!(
+            broken.fix.contains("spec.downsync[0] fails objectSelectors"),
+            "{broken:?}"
+        );
+        assert!(found.wecs.iter().all(|w| w.chosen_by.is_empty()));
+    }
+
+    #[test]
+    fn the_first_missing_link_on_a_wec_is_named() {
+        let mut evidence = healthy();
+        evidence.work_statuses.remove("cluster1");
+        assert_eq!(explain(&evidence, None).broken.unwrap().link, "status");
+        evidence.delivered.remove("cluster1");
+        assert_eq!(explain(&evidence, None).broken.unwrap().link, "delivery");
+        evidence.bindings.clear();
+        assert_eq!(explain(&evidence, None).broken.unwrap().link, "binding");
+        evidence.observed = None;
+        assert_eq!(explain(&evidence, None).broken.unwrap().link, "object");
+    }
+}

@@ -1,0 +1,96 @@
+//! `status <policy>`: how far a policy's objects got on each of its WECs, counted from its
+//! Binding, the ManifestWorks made from that Binding, and the WorkStatuses they own.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use ks_shared::api::{Binding, WorkStatus};
+use ks_shared::names::ORIGIN_BINDING_LABEL;
+use ks_shared::ocm::ManifestWork;
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+use serde::Serialize;
+
+/// One WEC's counts of the policy's objects.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WecRollout {
+    pub wec: String,
+    /// In the Binding.
+    pub selected: usize,
+    /// In a ManifestWork for this WEC.
+    pub delivered: usize,
+    /// OCM says Applied, and Available (present on the WEC).
+    pub applied: usize,
+    pub available: usize,
+    /// With a WorkStatus from the WEC's status agent.
+    pub status_returned: usize,
+}
+
+/// Per destination of `binding`: its counts, from `works` and `statuses` per WEC namespace.
+pub fn rollout(
+    binding: &Binding,
+    works: &BTreeMap<String, Vec<ManifestWork>>,
+    statuses: &BTreeMap<String, Vec<WorkStatus>>,
+) -> Vec<WecRollout> {
+    let workload = &binding.spec.workload;
+    let selected = workload.cluster_scope.len() + workload.namespace_scope.len();
+    let none = Vec::new();
+    binding
+        .spec
+        .destinations
+        .iter()
+        .map(|destination| {
+            let wec = &destination.cluster_id;
+            let ours: Vec<&ManifestWork> = works
+                .get(wec)
+                .unwrap_or(&none)
+                .iter()
+                .filter(|w| w.labels().get(ORIGIN_BINDING_LABEL) == Some(&binding.name_any()))
+                .collect();
+            let names: BTreeSet<String> = ours.iter().map(|w| w.name_any()).collect();
+            let conditions = ours
+                .iter()
+                .flat_map(|w| w.status.iter().flat_map(|s| &s.resource_status.manifests))
+                .flat_map(|m| &m.conditions);
+            let count = |type_: &str| {
+                conditions
+                    .clone()
+                    .filter(|c| c.type_ == type_ && c.status == "True")
+                    .count()
+            };
+            WecRollout {
+                wec: wec.clone(),
+                selected,
+                delivered: ours.iter().map(|w| w.spec.workload.manifests.len()).sum(),
+                applied: count("Applied"),
+                available: count("Available"),
+                status_returned: statuses
+                    .get(wec)
+                    .unwrap_or(&Vec::new())
+                    .iter()
+                    .filter(|s| s.owner_references().iter().any(|o| names.contains(&o.name)))
+                    .count(),
+            }
+        })
+        .collect()
+}
+
+/// Reads the ManifestWorks and WorkStatuses of `binding`'s destinations from the ITS.
+pub async fn gather(
+    its: &Client,
+    binding: &Binding,
+) -> kube::Result<(BTreeMap<String, Vec<ManifestWork>>, BTreeMap<String, Vec<WorkStatus>>)> {
+    let mut works = BTreeMap::new();
+    let mut statuses = BTreeMap::new();
+    let ours = ListParams::default().labels(&format!("{ORIGIN_BINDING_LABEL}={}", binding.name_any()));
+    for destination in &binding.spec.destinations {
+        let wec = &destination.cluster_id;
+        let listed = Api::<ManifestWork>::namespaced(its.clone(), wec).list(&ours).await?;
+        works.insert(wec.clone(), listed.items);
+        let listed = Api::<WorkStatus>::namespaced(its.clone(), wec)
+            .list(&ListParams::default())
+            .await?;
+        statuses.insert(wec.clone(), listed.items);
+    }
+    Ok((works, statuses))
+}
