@@ -122,8 +122,8 @@ async fn main() -> ExitCode {
 async fn run(cli: &Cli) -> anyhow::Result<String> {
     match &cli.command {
         Command::Why { object, namespace, wec } => {
-            let (wds, its) = (space(cli, &cli.wds, "WDS").await?, space(cli, &cli.its, "ITS").await?);
             let (typed, name) = target::split(object)?;
+            let (wds, its) = (space(cli, &cli.wds, "WDS").await?, space(cli, &cli.its, "ITS").await?);
             let resource = resolve(&wds, &cli.wds, typed).await?;
             let evidence = evidence::gather(&wds, &its, &resource, Some(namespace), name)
                 .await
@@ -152,8 +152,8 @@ async fn run(cli: &Cli) -> anyhow::Result<String> {
             namespace,
             jaeger,
         } => {
-            let wds = space(cli, &cli.wds, "WDS").await?;
             let (typed, name) = target::split(object)?;
+            let wds = space(cli, &cli.wds, "WDS").await?;
             let resource = resolve(&wds, &cli.wds, typed).await?;
             let namespace = if resource.namespaced { namespace.as_str() } else { "" };
             let found = trace::query(jaeger, &trace::search_path(&resource.plural, name)).await?;

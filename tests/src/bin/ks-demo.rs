@@ -4,8 +4,8 @@
 //! KubeFlex runs the chart's hook, which deploys ks-hub. Then it applies a Namespace and a
 //! Deployment whose environment is a per-WEC template, a BindingPolicy sending them to every WEC
 //! labelled `location-group=edge` with multi-WEC status return, and a StatusCollector; and shows
-//! what arrived on each WEC, the status returned to the WDS, the CombinedStatus table and the
-//! rollout's trace from Jaeger.
+//! what arrived on each WEC, the status returned to the WDS, the CombinedStatus table, and what
+//! the kubectl plugin says of it: `why`, `status`, and the rollout's trace from Jaeger.
 
 use std::time::Duration;
 
@@ -145,18 +145,36 @@ async fn main() -> anyhow::Result<()> {
         .context("combined")?;
     print_table(&serde_json::to_value(&table)?["results"][0]);
 
-    println!("\n6. The rollout's trace (packaging on the hub, delivery and status reports per WEC):");
+    println!("\n6. Did it reach every WEC, and if not, why (the kubectl plugin, on PATH after `source .stack/env`):");
+    let plugin = |args: &[&str]| -> anyhow::Result<()> {
+        let mut all = vec!["--wds", SPARE_WDS];
+        all.extend(args);
+        println!("   $ kubectl kubestellar {}", all.join(" "));
+        let output = std::process::Command::new(stack.our_binaries.join("kubectl-kubestellar"))
+            .args(&all)
+            .env("KUBECONFIG", stack.kubeconfig())
+            .output()
+            .context("running kubectl-kubestellar")?;
+        anyhow::ensure!(
+            output.status.success(),
+            "kubectl kubestellar failed: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for line in String::from_utf8_lossy(&output.stdout).lines() {
+            println!("   {line}");
+        }
+        Ok(())
+    };
+    plugin(&["why", &format!("deployment/{APP}"), "-n", NAMESPACE])?;
+    plugin(&["status", POLICY])?;
+
+    println!("\n7. The rollout's trace (packaging on the hub, delivery and status reports per WEC):");
     // The stack's Jaeger is built without its UI's assets: the trace is drawn here, and its JSON
     // is at the query API (a Jaeger with its UI shows it at /trace/<id>).
-    match trace_of(APP).await {
-        Some(trace) => {
-            for line in span_tree(&trace) {
-                println!("   {line}");
-            }
-            let id = trace["traceID"].as_str().unwrap_or_default();
-            println!("   JSON: http://127.0.0.1:{JAEGER_QUERY}/api/traces/{id}");
-        }
-        None => println!("   not in Jaeger yet: http://127.0.0.1:{JAEGER_QUERY}/api/traces?service=ks-hub"),
+    if wait_for_trace(APP).await {
+        plugin(&["trace", &format!("deployment/{APP}"), "-n", NAMESPACE])?;
+    } else {
+        println!("   not in Jaeger yet: http://127.0.0.1:{JAEGER_QUERY}/api/traces?service=ks-hub");
     }
 
     println!("\nExplore: source .stack/env; kubectl --context {SPARE_WDS} -n {NAMESPACE} get deploy {APP} -o yaml");
@@ -276,22 +294,21 @@ fn print_table(result: &Value) {
     }
 }
 
-/// A trace in Jaeger holding the packaging of `name`, as Jaeger's API returns it.
-async fn trace_of(name: &str) -> Option<Value> {
+/// Waits until Jaeger holds a complete trace of the packaging of `name`.
+async fn wait_for_trace(name: &str) -> bool {
     let path =
         format!("/api/traces?service=ks-hub&limit=1&lookback=1h&tags=%7B%22k8s.object.name%22%3A%22{name}%22%7D");
-    let mut found = None;
-    let _ = ks_tests::stack::wait_for("the trace in Jaeger", Duration::from_secs(30), || {
+    ks_tests::stack::wait_for("the trace in Jaeger", Duration::from_secs(30), || {
         let (code, body) = ks_tests::process::http_get(([127, 0, 0, 1], JAEGER_QUERY).into(), &path);
-        found = (code == 200)
+        let found = (code == 200)
             .then(|| serde_json::from_str::<Value>(&body).ok())
             .flatten()
             .and_then(|v| v["data"].get(0).cloned())
-            .filter(complete);
-        std::future::ready(Ok(found.is_some()))
+            .is_some_and(|trace| complete(&trace));
+        std::future::ready(Ok(found))
     })
-    .await;
-    found
+    .await
+    .is_ok()
 }
 
 /// Whether a trace holds every WEC's delivery and every span's parent (the agents' spans reach
@@ -314,55 +331,4 @@ fn complete(trace: &Value) -> bool {
         .filter(|s| s["references"][0]["spanID"].as_str().is_some_and(|p| !ids.contains(&p)))
         .count();
     WECS.iter().all(|w| delivered_to(w)) && orphans == 0
-}
-
-/// A Jaeger trace as text: one line per span, indented under its parent, with the service, the
-/// stage, the WEC, and when it started (from the trace's start) and how long it took.
-fn span_tree(trace: &Value) -> Vec<String> {
-    let spans = trace["spans"].as_array().cloned().unwrap_or_default();
-    let start = spans.iter().filter_map(|s| s["startTime"].as_i64()).min().unwrap_or(0);
-    let parent = |s: &Value| s["references"][0]["spanID"].as_str().map(str::to_string);
-    let ids: std::collections::BTreeSet<String> = spans
-        .iter()
-        .filter_map(|s| s["spanID"].as_str().map(str::to_string))
-        .collect();
-    let mut lines = Vec::new();
-    // Roots are spans whose parent is not in the trace (e.g. a user's own span).
-    let mut stack: Vec<(Value, usize)> = spans
-        .iter()
-        .filter(|s| parent(s).is_none_or(|p| !ids.contains(&p)))
-        .map(|s| (s.clone(), 0))
-        .collect();
-    stack.sort_by_key(|(s, _)| std::cmp::Reverse(s["startTime"].as_i64()));
-    while let Some((span, depth)) = stack.pop() {
-        let service = trace["processes"][span["processID"].as_str().unwrap_or_default()]["serviceName"]
-            .as_str()
-            .unwrap_or_default();
-        let wec = span["tags"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|t| t["key"] == "kubestellar.wec")
-            .and_then(|t| t["value"].as_str())
-            .unwrap_or_default();
-        // Jaeger's times are in microseconds.
-        let at = (span["startTime"].as_i64().unwrap_or(0) - start) as f64 / 1000.0;
-        let took = span["duration"].as_i64().unwrap_or(0) as f64 / 1000.0;
-        lines.push(format!(
-            "{:indent$}{} ({service}{}{wec}) at +{at:.0} ms, {took:.0} ms",
-            "",
-            span["operationName"].as_str().unwrap_or_default(),
-            if wec.is_empty() { "" } else { ", " },
-            indent = depth * 2
-        ));
-        let id = span["spanID"].as_str().map(str::to_string);
-        let mut children: Vec<(Value, usize)> = spans
-            .iter()
-            .filter(|s| parent(s) == id)
-            .map(|s| (s.clone(), depth + 1))
-            .collect();
-        children.sort_by_key(|(s, _)| std::cmp::Reverse(s["startTime"].as_i64()));
-        stack.extend(children);
-    }
-    lines
 }

@@ -1,0 +1,57 @@
+//! The plugin as users meet it: `--help` with examples, `--version`, and clear errors (nothing on
+//! standard output; exit status 2 for a usage error, 1 otherwise) for bad input and a space it
+//! cannot reach.
+
+use std::process::{Command, Output};
+
+fn plugin(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kubectl-kubestellar"))
+        .args(args)
+        .env_remove("KUBESTELLAR_WDS_CONTEXT")
+        .env_remove("KUBESTELLAR_ITS_CONTEXT")
+        .output()
+        .expect("run kubectl-kubestellar")
+}
+
+fn failure(code: i32, args: &[&str]) -> String {
+    let output = plugin(args);
+    assert_eq!(output.status.code(), Some(code), "{args:?}: {output:?}");
+    assert!(output.stdout.is_empty(), "{args:?}: {output:?}");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+#[test]
+fn help_shows_the_commands_with_examples() {
+    let output = plugin(&["--help"]);
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "why",
+        "status",
+        "trace",
+        "kubectl kubestellar why deployment/web -n shop",
+        "--wds",
+        "--its",
+    ] {
+        assert!(help.contains(expected), "{expected:?} missing from:\n{help}");
+    }
+    let version = plugin(&["--version"]);
+    assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn bad_input_and_unreachable_spaces_are_clear_errors() {
+    let kubeconfig = ks_tests::process::unreachable_kubeconfig();
+    let kubeconfig = kubeconfig.to_str().expect("utf-8 path");
+    let error = failure(1, &["--kubeconfig", kubeconfig, "why", "web"]);
+    assert!(error.contains("is not <resource>/<name>"), "{error}");
+    let error = failure(1, &["--kubeconfig", kubeconfig, "why", "deploy/web"]);
+    assert!(error.contains("the WDS: kubeconfig context \"wds1\""), "{error}");
+    let unreachable = ["--kubeconfig", kubeconfig, "--wds", "nowhere", "--its", "nowhere"];
+    let error = failure(1, &[&unreachable[..], &["why", "deploy/web"]].concat());
+    assert!(error.contains("cannot reach the WDS (context nowhere)"), "{error}");
+    let error = failure(1, &[&unreachable[..], &["status", "web"]].concat());
+    assert!(error.contains("reading the WDS (context nowhere)"), "{error}");
+    let error = failure(2, &["--kubeconfig", kubeconfig, "why", "deploy/web", "-o", "xml"]);
+    assert!(error.contains("invalid value 'xml'"), "{error}");
+}
