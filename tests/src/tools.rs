@@ -251,6 +251,28 @@ spec:
     )
 }
 
+/// A Namespace `namespace` holding a one-replica Deployment `app` (nginx), both labelled `label`
+/// (`key: value`), as YAML.
+pub fn app_yaml(namespace: &str, app: &str, label: &str) -> String {
+    format!(
+        r#"---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}, labels: {{{label}}}}}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: {app}, namespace: {namespace}, labels: {{{label}}}}}
+spec:
+  replicas: 1
+  selector: {{matchLabels: {{app: {app}}}}}
+  template:
+    metadata: {{labels: {{app: {app}}}}}
+    spec: {{containers: [{{name: {app}, image: "nginx:1.27"}}]}}
+"#
+    )
+}
+
 /// A BindingPolicy `<name>-singleton` asking for the Deployments its `selector` picks to have
 /// `wec`'s status returned (singleton status), as YAML.
 pub fn singleton_policy_yaml(name: &str, wec: &str, selector: &str) -> String {

@@ -15,7 +15,7 @@ use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, run, wait_until};
 use ks_tests::stack::wait_for;
 use ks_tests::stack_test;
-use ks_tests::tools::{Release, Tools, policy_yaml, singleton_policy_yaml};
+use ks_tests::tools::{Release, Tools, app_yaml, policy_yaml, singleton_policy_yaml};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::runtime::wait::conditions;
@@ -320,26 +320,12 @@ async fn kubectl_verbs_reach_the_wecs(ctx: Ctx) -> anyhow::Result<()> {
 async fn overlapping_policies_return_status(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "overlap")?;
     let id = ctx.unique_name("nginx");
-    let objects = format!(
-        r#"apiVersion: v1
-kind: Namespace
-metadata: {{name: {id}, labels: {{app.kubernetes.io/name: nginx-{id}}}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: nginx, namespace: {id}, labels: {{app.kubernetes.io/name: nginx-{id}}}}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: nginx}}}}
-  template:
-    metadata: {{labels: {{app: nginx}}}}
-    spec: {{containers: [{{name: nginx, image: "nginx:1.27"}}]}}
-"#
-    ) + &policy_yaml(
-        &id,
-        "location-group: edge",
-        &format!("app.kubernetes.io/name: nginx-{id}"),
-    );
+    let objects = app_yaml(&id, "nginx", &format!("app.kubernetes.io/name: nginx-{id}"))
+        + &policy_yaml(
+            &id,
+            "location-group: edge",
+            &format!("app.kubernetes.io/name: nginx-{id}"),
+        );
     tools.kubectl_input("wds1", &["apply", "-f", "-"], &objects)?;
     let available =
         |d: Option<&Deployment>| d.and_then(|d| d.status.as_ref()).and_then(|s| s.available_replicas) == Some(1);
@@ -570,21 +556,9 @@ async fn the_kubectl_plugin_names_each_broken_link(ctx: Ctx) -> anyhow::Result<(
     let tools = Tools::new(&ctx, "why")?;
     let id = ctx.unique_name("why");
     let part_of = format!("app.kubernetes.io/part-of: {id}");
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: Namespace
-metadata: {{name: {id}, labels: {{{part_of}}}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: {id}, labels: {{{part_of}}}}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec: {{containers: [{{name: web, image: "nginx:1.27"}}]}}
----
+    let yaml = app_yaml(&id, "web", &part_of)
+        + &format!(
+            r#"---
 apiVersion: v1
 kind: Namespace
 metadata: {{name: {id}-bare}}
@@ -601,7 +575,8 @@ apiVersion: v1
 kind: ConfigMap
 metadata: {{name: stray, namespace: {id}}}
 "#
-    ) + &policy_yaml(&id, "location-group: edge", &part_of)
+        )
+        + &policy_yaml(&id, "location-group: edge", &part_of)
         + &policy_yaml(
             &format!("{id}-moon"),
             "location-group: moon",

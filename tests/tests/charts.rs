@@ -27,7 +27,7 @@ use ks_tests::harness::{Ctx, apply, repo_root, run, wait_until};
 use ks_tests::stack::kubeflex::{OPERATOR_PROCESS, system_namespace};
 use ks_tests::stack::{SPARE_WDS, kubelet, wait_for};
 use ks_tests::stack_test;
-use ks_tests::tools::{Release, Tools, chart_path, policy_yaml, singleton_policy_yaml};
+use ks_tests::tools::{Release, Tools, app_yaml, chart_path, policy_yaml, singleton_policy_yaml};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use kube::runtime::wait::conditions;
 use kube::{Client, ResourceExt};
@@ -400,22 +400,8 @@ async fn hub_through_kubeflex_delivers(ctx: Ctx) -> anyhow::Result<()> {
     tools.deploy("install", &release, &values)?;
 
     let id = ctx.unique_name("kf");
-    let workload = format!(
-        r#"apiVersion: v1
-kind: Namespace
-metadata: {{name: {id}, labels: {{app.kubernetes.io/name: {id}}}}}
----
-apiVersion: apps/v1
-kind: Deployment
-metadata: {{name: web, namespace: {id}, labels: {{app.kubernetes.io/name: {id}}}}}
-spec:
-  replicas: 1
-  selector: {{matchLabels: {{app: web}}}}
-  template:
-    metadata: {{labels: {{app: web}}}}
-    spec: {{containers: [{{name: web, image: "nginx:1.27"}}]}}
-"#
-    ) + &policy_yaml(&id, "location-group: edge", &format!("app.kubernetes.io/name: {id}"))
+    let workload = app_yaml(&id, "web", &format!("app.kubernetes.io/name: {id}"))
+        + &policy_yaml(&id, "location-group: edge", &format!("app.kubernetes.io/name: {id}"))
         + &singleton_policy_yaml(&id, "cluster1", &format!("app.kubernetes.io/name: {id}"));
     // The CRDs come with the hub, which KubeFlex starts: the policies apply once it has.
     wait_for(

@@ -150,17 +150,8 @@ async fn main() -> anyhow::Result<()> {
         let mut all = vec!["--wds", SPARE_WDS];
         all.extend(args);
         println!("   $ kubectl kubestellar {}", all.join(" "));
-        let output = std::process::Command::new(stack.our_binaries.join("kubectl-kubestellar"))
-            .args(&all)
-            .env("KUBECONFIG", stack.kubeconfig())
-            .output()
-            .context("running kubectl-kubestellar")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "kubectl kubestellar failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        );
-        for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let output = stack.tool(&stack.our_binaries.join("kubectl-kubestellar"), &all)?;
+        for line in output.lines() {
             println!("   {line}");
         }
         Ok(())

@@ -173,6 +173,24 @@ impl Stack {
         self.cache.join("bin").join(name)
     }
 
+    /// Runs `program` (kubectl, helm, a kubectl plugin) against the stack's kubeconfig; what it
+    /// printed, or an error with its standard error.
+    pub fn tool(&self, program: &Path, args: &[&str]) -> anyhow::Result<String> {
+        let output = std::process::Command::new(program)
+            .args(args)
+            .env("KUBECONFIG", self.kubeconfig())
+            .output()
+            .with_context(|| format!("running {}", program.display()))?;
+        anyhow::ensure!(
+            output.status.success(),
+            "{} {} failed: {}",
+            program.file_name().unwrap_or_default().to_string_lossy(),
+            args.first().copied().unwrap_or_default(),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
     fn crds(&self, set: &str) -> PathBuf {
         self.cache.join("crds").join(set)
     }

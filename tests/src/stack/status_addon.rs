@@ -24,21 +24,9 @@ pub const ADDON_PROCESS: &str = "pod-its1-open-cluster-management-ks-status-addo
 const CONFIG_ANNOTATION: &str = "stack.kubestellar-rs.local/config";
 
 impl Stack {
-    /// `helm` from `make deps` against the stack's kubeconfig; what it printed, or an error
-    /// with its standard error.
+    /// `helm` from `make deps` against the stack's kubeconfig; what it printed.
     pub fn helm(&self, args: &[&str]) -> anyhow::Result<String> {
-        let output = std::process::Command::new(self.bin("helm"))
-            .args(args)
-            .env("KUBECONFIG", self.kubeconfig())
-            .output()
-            .context("running helm")?;
-        anyhow::ensure!(
-            output.status.success(),
-            "helm {} failed: {}",
-            args.first().copied().unwrap_or_default(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        self.tool(&self.bin("helm"), args)
     }
 
     /// Installs (or upgrades) the status add-on chart on its1 with the stack's settings: its
