@@ -3,6 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ks_hub::transport::propagation::Landed;
+use ks_hub::transport::wrap;
 use ks_shared::api::{Binding, WorkStatus};
 use ks_shared::names::ORIGIN_BINDING_LABEL;
 use ks_shared::ocm::ManifestWork;
@@ -48,22 +50,13 @@ pub fn rollout(
                 .filter(|w| w.labels().get(ORIGIN_BINDING_LABEL) == Some(&binding.name_any()))
                 .collect();
             let names: BTreeSet<String> = ours.iter().map(|w| w.name_any()).collect();
-            let conditions = ours
-                .iter()
-                .flat_map(|w| w.status.iter().flat_map(|s| &s.resource_status.manifests))
-                .flat_map(|m| &m.conditions);
-            let count = |type_: &str| {
-                conditions
-                    .clone()
-                    .filter(|c| c.type_ == type_ && c.status == "True")
-                    .count()
-            };
+            let landed: Landed = ours.iter().map(|w| wrap::landed(w)).sum();
             WecRollout {
                 wec: wec.clone(),
                 selected,
-                delivered: ours.iter().map(|w| w.spec.workload.manifests.len()).sum(),
-                applied: count("Applied"),
-                available: count("Available"),
+                delivered: landed.delivered,
+                applied: landed.applied,
+                available: landed.available,
                 status_returned: statuses
                     .get(wec)
                     .unwrap_or(&Vec::new())

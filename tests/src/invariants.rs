@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use ks_shared::api::{Binding, WorkStatus};
+use ks_shared::api::{Binding, BindingPolicy, WorkStatus};
 use ks_shared::names::ORIGIN_WDS_LABEL;
 use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
 use kube::api::{Api, ListParams};
@@ -213,10 +213,17 @@ impl Invariants {
                 |s, w, present| s.version(named("WorkStatus", w), present.then(|| version(w))),
             ),
             spawn_watch(
-                Api::<Binding>::all(wds),
+                Api::<Binding>::all(wds.clone()),
                 watcher::Config::default(),
                 seen.clone(),
                 |s, b, present| s.version(named("Binding", b), present.then(|| version(b))),
+            ),
+            // Their status (binding controller's conditions, transport's propagation).
+            spawn_watch(
+                Api::<BindingPolicy>::all(wds),
+                watcher::Config::default(),
+                seen.clone(),
+                |s, p, present| s.version(named("BindingPolicy", p), present.then(|| version(p))),
             ),
         ];
         for wec in stack.wec_names() {

@@ -551,7 +551,8 @@ spec:
 /// `kubectl kubestellar why` on four objects applied with kubectl: one that reaches both WECs, one
 /// whose Namespace is not delivered (OCM cannot apply it), one whose policy's cluster selector
 /// matches no WEC, and one no policy selects. Each answer names the right broken link; `status`
-/// counts the first policy's objects per WEC.
+/// counts the first policy's objects per WEC, as the policies' own status does (`kubectl get bp`
+/// columns WECS and APPLIED, condition Propagated).
 async fn the_kubectl_plugin_names_each_broken_link(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "why")?;
     let id = ctx.unique_name("why");
@@ -655,6 +656,43 @@ metadata: {{name: stray, namespace: {id}}}
     .await;
     counted.with_context(|| status.clone())?;
     println!("$ kubectl kubestellar status {id}\n{status}");
+
+    // The same counts in the policies' status, as `kubectl get bp` shows them: no WEC has all
+    // three objects, 4 of 6 are applied; the other policy chose no WEC.
+    let moon = format!("{id}-moon");
+    let mut listed = String::new();
+    let columns = wait_for("kubectl get bp to show the propagation", DEADLINE, || {
+        let table = tools.kubectl("wds1", &["get", "bindingpolicies", &id, &moon]);
+        let done = table.as_ref().is_ok_and(|table| {
+            let row = |name: &str| {
+                table
+                    .lines()
+                    .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                    .find(|cells| cells.first() == Some(&name))
+                    .map(|cells| cells[4..6].join(" "))
+            };
+            row(&id).as_deref() == Some("0/2 4/6") && row(&moon).as_deref() == Some("0/0 0/0")
+        });
+        listed = table.unwrap_or_else(|err| format!("{err:#}"));
+        std::future::ready(Ok(done))
+    })
+    .await;
+    columns.with_context(|| listed.clone())?;
+    println!("$ kubectl get bp {id} {moon}\n{listed}");
+    let policy: serde_json::Value = serde_json::from_str(&tools.kubectl("wds1", &["get", "bp", &id, "-o", "json"])?)?;
+    let propagated = policy["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == "Propagated")
+        .with_context(|| format!("no Propagated condition: {policy:#}"))?;
+    ensure!(
+        propagated["status"] == "False"
+            && propagated["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("cluster1: 2/3 applied")),
+        "{propagated:#}"
+    );
     tools.kubectl("wds1", &["delete", "--wait=false", "-f", &file])?;
     Ok(())
 }

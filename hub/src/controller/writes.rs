@@ -142,15 +142,19 @@ pub fn desired_status(
         observed_generation: resolved,
         conditions: vec![synced, ready],
         errors,
+        // The transport's.
+        propagation: None,
     }
 }
 
-/// Whether the status differs from the one the policy has (ignoring condition order).
+/// Whether the status differs from the one the policy has, in what this controller writes
+/// (ignoring condition order, and the transport's condition and propagation).
 pub fn status_differs(policy: &BindingPolicy, desired: &BindingPolicyStatus) -> bool {
     let Some(current) = &policy.status else { return true };
+    let ours = |c: &&Condition| c.type_ != condition_type::PROPAGATED;
     current.observed_generation != desired.observed_generation
         || current.errors != desired.errors
-        || current.conditions.len() != desired.conditions.len()
+        || current.conditions.iter().filter(ours).count() != desired.conditions.len()
         || desired
             .conditions
             .iter()

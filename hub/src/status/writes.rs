@@ -169,7 +169,7 @@ mod tests {
         let binding = binding(Some(BindingStatus {
             observed_generation: 3,
             conditions: vec![others.clone(), condition("StatusCollectorsAvailable", "False")],
-            errors: vec![],
+            ..Default::default()
         }));
         let (client, mut server) = mock::client();
         let stored = serde_json::to_value(&binding).unwrap();
@@ -199,6 +199,7 @@ mod tests {
             observed_generation: 3,
             conditions: vec![others.clone()],
             errors: vec!["e".into()],
+            ..Default::default()
         }));
         let patch = binding_condition_patch(&binding, &ours).unwrap();
         assert_eq!(patch["status"], json!({"conditions": [others, ours]}));

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
-use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus};
+use ks_shared::api::{Binding, BindingPolicy, CustomTransform, CustomTransformStatus};
 use ks_shared::backoff::{Backoff, Failure, failure};
 use ks_shared::names::{
     CUSTOMIZATION_PROPERTIES_NAMESPACE, EXPAND_TEMPLATES_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL,
@@ -29,7 +29,7 @@ use super::metrics::Metrics;
 use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
 use super::wrap::{Delivery, Origin, work_name};
-use super::{jsonpath, moves, template, trace, wrap};
+use super::{jsonpath, moves, propagation, template, trace, wrap};
 use crate::informers::{GroupResource, WorkloadInformers};
 
 /// Settings of the transport controller.
@@ -120,6 +120,14 @@ pub async fn run<P: Plugin>(
         inputs.clone(),
         |w| w.labels().get(ORIGIN_BINDING_LABEL).map(|b| Input::Binding(b.clone())),
     );
+    // A policy's propagation status is written once its status exists (the binding controller
+    // writes it right after the Binding), and again when someone else changed it.
+    let policies = watch_into(
+        Api::<BindingPolicy>::all(wds.clone()),
+        watcher::Config::default(),
+        inputs.clone(),
+        |p| Some(Input::Binding(p.name_any())),
+    );
     let transforms = watch_into(
         Api::<CustomTransform>::all(wds.clone()),
         watcher::Config::default(),
@@ -143,6 +151,7 @@ pub async fn run<P: Plugin>(
         _ = async {
             let _ = futures::join!(
                 bindings.wait_until_ready(),
+                policies.wait_until_ready(),
                 works.wait_until_ready(),
                 transforms.wait_until_ready(),
                 clusters.wait_until_ready(),
@@ -158,6 +167,7 @@ pub async fn run<P: Plugin>(
         informers,
         settings,
         bindings,
+        policies,
         works,
         transforms,
         clusters,
@@ -258,6 +268,7 @@ struct Transport<P: Plugin> {
     informers: WorkloadInformers,
     settings: Settings,
     bindings: Store<Binding>,
+    policies: Store<BindingPolicy>,
     works: Store<P::Wrapped>,
     transforms: Store<CustomTransform>,
     clusters: Store<P::Inventory>,
@@ -375,7 +386,55 @@ impl<P: Plugin> Transport<P> {
                 }
             }
         }
-        Ok(())
+        self.report_propagation(&binding).await
+    }
+
+    /// Writes how far the Binding's objects got on each WEC into its BindingPolicy's status, when
+    /// that changed. Bursts of ManifestWork status changes arrive as one pass, so they are
+    /// written once.
+    async fn report_propagation(&self, binding: &Binding) -> anyhow::Result<()> {
+        let name = binding.name_any();
+        let Some(policy) = self.policies.get(&ObjectRef::new(&name)) else {
+            return Ok(());
+        };
+        // Until the binding controller has written the status, it misses required fields.
+        if policy.metadata.deletion_timestamp.is_some() || policy.status.is_none() {
+            return Ok(());
+        }
+        let works = self.current_works(&name);
+        let wecs = binding.spec.destinations.iter().map(|destination| {
+            let mailbox = self.plugin.mailbox(&destination.cluster_id);
+            let landed = works
+                .iter()
+                .filter(|w| w.namespace().as_deref() == Some(mailbox.as_str()))
+                .map(|w| self.plugin.landed(w))
+                .sum();
+            (destination.cluster_id.clone(), landed)
+        });
+        let propagation = propagation::summarize(entries(binding).count(), wecs);
+        let current = policy.status.as_ref();
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+        let condition = propagation::condition(
+            &propagation,
+            current.and_then(|s| s.condition(ks_shared::api::condition_type::PROPAGATED)),
+            now,
+        );
+        if !propagation::differs(current, &propagation, &condition) {
+            return Ok(());
+        }
+        let patch = json!({"apiVersion": BindingPolicy::api_version(&()), "kind": BindingPolicy::kind(&()),
+                           "status": {"propagation": propagation, "conditions": [condition]}});
+        let written = Api::<BindingPolicy>::all(self.wds.clone())
+            .patch_status(
+                &name,
+                &PatchParams::apply(field_manager::TRANSPORT).force(),
+                &Patch::Apply(&patch),
+            )
+            .await;
+        match written {
+            Err(err) if failure(&err) == Failure::Moot => Ok(()),
+            written => Ok(written.map(|_| ())?),
+        }
     }
 
     /// A resource of which the Binding lists objects while its cache is not filled, if any.

@@ -13,6 +13,7 @@ pub mod controller;
 pub mod jsonpath;
 pub mod metrics;
 pub mod moves;
+pub mod propagation;
 pub mod sharding;
 pub mod template;
 pub mod trace;
@@ -56,6 +57,9 @@ pub trait Plugin: Send + Sync + 'static {
     fn same_content(&self, existing: &Self::Wrapped, desired: &Self::Wrapped) -> bool;
     /// Whether the destination has applied this version of a wrapped object.
     fn applied(&self, wrapped: &Self::Wrapped) -> bool;
+    /// How many of a wrapped object's objects it holds, and the destination reports applied and
+    /// available.
+    fn landed(&self, wrapped: &Self::Wrapped) -> propagation::Landed;
     /// The labels and annotations of an inventory object.
     fn properties_of(inventory: &Self::Inventory) -> (&BTreeMap<String, String>, &BTreeMap<String, String>) {
         use kube::ResourceExt;

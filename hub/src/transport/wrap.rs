@@ -151,6 +151,27 @@ impl super::Plugin for Ocm {
                 .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation)
         })
     }
+
+    fn landed(&self, work: &ManifestWork) -> super::propagation::Landed {
+        landed(work)
+    }
+}
+
+/// How many objects `work` holds, and how many OCM reports Applied and Available (present on the
+/// WEC) in its per-manifest conditions.
+pub fn landed(work: &ManifestWork) -> super::propagation::Landed {
+    let manifests = work.status.iter().flat_map(|s| &s.resource_status.manifests);
+    let count = |type_: &str| {
+        manifests
+            .clone()
+            .filter(|m| m.conditions.iter().any(|c| c.type_ == type_ && c.status == "True"))
+            .count()
+    };
+    super::propagation::Landed {
+        delivered: work.spec.workload.manifests.len(),
+        applied: count("Applied"),
+        available: count("Available"),
+    }
 }
 
 /// Whether an existing ManifestWork already says what `desired` says. The stored manifests are

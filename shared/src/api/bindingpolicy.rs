@@ -20,6 +20,8 @@ use super::common::{PolicyStatus, cluster_selectors, label_selectors};
     printcolumn = r#"{"name": "SYNCED", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Synced')].status"}"#,
     printcolumn = r#"{"name": "READY", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].status"}"#,
     printcolumn = r#"{"name": "REASON", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].reason"}"#,
+    printcolumn = r#"{"name": "WECS", "type": "string", "jsonPath": ".status.propagation.wecs"}"#,
+    printcolumn = r#"{"name": "APPLIED", "type": "string", "jsonPath": ".status.propagation.applied"}"#,
     printcolumn = r#"{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name": "MESSAGE", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].message", "priority": 1}"#
 )]

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `Ready`, `Synced` or `StatusCollectorsAvailable`.
+    /// `Ready`, `Synced`, `StatusCollectorsAvailable` or `Propagated`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
@@ -23,6 +23,8 @@ pub mod condition_type {
     pub const READY: &str = "Ready";
     pub const SYNCED: &str = "Synced";
     pub const STATUS_COLLECTORS_AVAILABLE: &str = "StatusCollectorsAvailable";
+    /// Ours: every object of a BindingPolicy applied and available on every WEC it chose.
+    pub const PROPAGATED: &str = "Propagated";
 }
 
 /// Condition reasons defined by upstream.
@@ -41,10 +43,44 @@ pub mod condition_reason {
 #[serde(rename_all = "camelCase")]
 pub struct PolicyStatus {
     pub observed_generation: i64,
+    /// Keyed by type, so that each controller server-side applies its own conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub errors: Vec<String>,
+    /// BindingPolicy only: how far its objects got on each WEC (written by the transport).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub propagation: Option<Propagation>,
+}
+
+/// How far a policy's objects got on its WECs, from OCM's reports on the ManifestWorks.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Propagation {
+    /// WECs with every object applied and available, of the WECs chosen: e.g. `2/2`.
+    pub wecs: String,
+    /// Objects applied on their WECs, of the objects times WECs: e.g. `14/14`.
+    pub applied: String,
+    /// One entry per chosen WEC.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["wec"]))]
+    pub per_wec: Vec<WecPropagation>,
+}
+
+/// One WEC's counts of a policy's objects.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WecPropagation {
+    pub wec: String,
+    /// Selected by the policy (in its Binding).
+    pub selected: i64,
+    /// In a ManifestWork for this WEC.
+    pub delivered: i64,
+    /// Applied on the WEC, as OCM reports.
+    pub applied: i64,
+    /// Present on the WEC, as OCM reports.
+    pub available: i64,
 }
 
 impl PolicyStatus {
