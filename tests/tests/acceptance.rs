@@ -669,7 +669,7 @@ metadata: {{name: stray, namespace: {id}}}
                     .lines()
                     .map(|l| l.split_whitespace().collect::<Vec<_>>())
                     .find(|cells| cells.first() == Some(&name))
-                    .map(|cells| cells[4..6].join(" "))
+                    .and_then(|cells| cells.get(4..6).map(|c| c.join(" ")))
             };
             row(&id).as_deref() == Some("0/2 4/6") && row(&moon).as_deref() == Some("0/0 0/0")
         });
