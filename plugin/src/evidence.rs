@@ -23,8 +23,8 @@ pub struct Observed {
     pub generation: Option<i64>,
     /// Its Namespace's labels; `None` when cluster-scoped or the Namespace is missing.
     pub namespace_labels: Option<Labels>,
-    /// Whether it has a `.status` (returned from a WEC, or its own).
-    pub has_status: bool,
+    /// Its `.status`, if any (returned from a WEC, or its own).
+    pub status: Option<Value>,
     pub traceparent: Option<String>,
 }
 
@@ -103,10 +103,11 @@ pub async fn gather(
                     .await?
                     .map(|n| n.labels().clone()),
             },
-            has_status: object
+            status: object
                 .data
                 .get("status")
-                .is_some_and(|s| s.as_object().is_some_and(|s| !s.is_empty())),
+                .filter(|s| s.as_object().is_some_and(|s| !s.is_empty()))
+                .cloned(),
             traceparent: object.annotations().get(TRACEPARENT_ANNOTATION).cloned(),
         }),
     };

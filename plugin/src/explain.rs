@@ -21,8 +21,9 @@ pub struct Explanation {
     pub in_wds: bool,
     pub policies: Vec<PolicyFinding>,
     pub wecs: Vec<WecFinding>,
-    /// Whether the object in the WDS has a `.status`.
-    pub status_in_wds: bool,
+    /// The scalar fields of the object's `.status` in the WDS (`replicas=2`, ...); `None`:
+    /// it has none.
+    pub status_in_wds: Option<String>,
     /// The latest rollout's trace, from the delivered object's `traceparent`.
     pub trace_id: Option<String>,
     /// The first link of the chain that does not hold, if any.
@@ -60,6 +61,8 @@ pub struct WecFinding {
     pub wec: String,
     /// The selecting policies that choose this WEC; empty: it is not a destination.
     pub chosen_by: Vec<String>,
+    /// Why the policies that select the object do not choose this WEC.
+    pub not_chosen: Option<String>,
     pub manifest_works: Vec<String>,
     /// OCM's conditions on the object: `True`, or `False: <message>`.
     pub applied: Option<String>,
@@ -87,7 +90,7 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
     let mut explanation = Explanation {
         object: describe(id),
         in_wds: evidence.observed.is_some(),
-        status_in_wds: evidence.observed.as_ref().is_some_and(|o| o.has_status),
+        status_in_wds: evidence.observed.as_ref().and_then(|o| o.status.as_ref()).map(scalars),
         ..Default::default()
     };
     let Some(observed) = &evidence.observed else {
@@ -139,17 +142,26 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
         .filter(|p| !p.matching_clauses.is_empty())
         .collect();
     for wec in &wecs {
-        let chosen_by = selecting
+        let chosen_by: Vec<String> = selecting
             .iter()
             .filter(|p| p.wecs.contains(&wec.name))
             .map(|p| p.policy.clone())
             .collect();
+        let not_chosen = (chosen_by.is_empty() && !selecting.is_empty()).then(|| {
+            let names: Vec<&str> = selecting.iter().map(|p| p.policy.as_str()).collect();
+            format!(
+                "its labels {} match no clusterSelector of {}",
+                labels(&wec.labels),
+                names.join(", ")
+            )
+        });
         let delivered = evidence.delivered.get(&wec.name).map(Vec::as_slice).unwrap_or_default();
         let status = evidence.work_statuses.get(&wec.name);
         let details = status.and_then(|s| s.spec.status_details.as_ref());
         explanation.wecs.push(WecFinding {
             wec: wec.name.clone(),
             chosen_by,
+            not_chosen,
             manifest_works: delivered.iter().map(|d| d.manifest_work.clone()).collect(),
             applied: condition(delivered, "Applied"),
             available: condition(delivered, "Available"),
@@ -167,6 +179,22 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
         .find_map(trace_id);
     explanation.broken = first_broken(&explanation, evidence, observed.generation);
     explanation
+}
+
+/// The scalar fields of a status, `key=value` in key order: what a glance needs.
+fn scalars(status: &serde_json::Value) -> String {
+    let fields: Vec<String> = status
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| !v.is_object() && !v.is_array())
+        .map(|(k, v)| format!("{k}={}", v.as_str().map_or_else(|| v.to_string(), str::to_string)))
+        .collect();
+    if fields.is_empty() {
+        "present (no scalar fields)".to_string()
+    } else {
+        fields.join(" ")
+    }
 }
 
 /// `deployments.apps/web in namespace shop`.
@@ -476,7 +504,7 @@ mod tests {
                 },
                 generation: Some(2),
                 namespace_labels: Some(BTreeMap::new()),
-                has_status: true,
+                status: Some(json!({"replicas": 2, "conditions": [], "readyReplicas": 2})),
                 traceparent: None,
             }),
             policies: vec![
@@ -498,6 +526,7 @@ mod tests {
         let found = explain(&healthy(), None);
         assert_eq!(found.broken, None);
         assert_eq!(found.trace_id.as_deref(), Some("0af7651916cd43dd8448eb211c80319c"));
+        assert_eq!(found.status_in_wds.as_deref(), Some("readyReplicas=2 replicas=2"));
         assert_eq!(found.policies[0].matching_clauses, [0]);
         assert_eq!(found.policies[0].wecs, ["cluster1", "cluster2"]);
         assert!(found.policies[0].in_binding);
@@ -506,6 +535,17 @@ mod tests {
         assert_eq!(found.wecs[1].applied.as_deref(), Some("True"));
         assert_eq!(found.wecs[1].reported_generation, Some(2));
         assert_eq!(explain(&healthy(), Some("cluster2")).wecs.len(), 1);
+        let mut elsewhere = healthy();
+        elsewhere.wecs.push(Wec {
+            name: "cluster3".into(),
+            labels: BTreeMap::from([("location-group".into(), "core".into())]),
+        });
+        let found = explain(&elsewhere, None);
+        assert_eq!(found.broken, None, "a WEC no policy chooses breaks nothing");
+        assert_eq!(
+            found.wecs[2].not_chosen.as_deref(),
+            Some("its labels {location-group=core} match no clusterSelector of web-policy")
+        );
     }
 
     #[test]

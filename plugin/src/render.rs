@@ -119,7 +119,15 @@ pub fn explanation(found: &Explanation, typed: &str, namespace: &str) -> String 
             ],
             &rows,
         );
-        text += &format!("\nSTATUS IN WDS  {}\n", if found.status_in_wds { "yes" } else { "no" });
+        for wec in &found.wecs {
+            if let Some(why) = &wec.not_chosen {
+                text += &format!("  {} not chosen: {why}\n", wec.wec);
+            }
+        }
+        text += &format!(
+            "\nSTATUS IN WDS  {}\n",
+            found.status_in_wds.as_deref().unwrap_or("none")
+        );
         if let Some(id) = &found.trace_id {
             text += &format!("TRACE          {id}  (kubectl kubestellar trace {typed} -n {namespace})\n");
         }
