@@ -3,8 +3,8 @@
 //! The agent gets only what it needs on the WEC: read-only access (get, list, watch) to what
 //! KubeStellar delivers there (the core group but Secrets, common built-in groups, and every
 //! group the WEC's ManifestWorks hold), and Leases in its own namespace for leader election. It
-//! never writes workloads (upstream binds cluster-admin, §10 item 16) and never reads a Secret:
-//! it reports on delivered Secrets from what was delivered.
+//! never writes workloads (upstream binds cluster-admin, docs/upstream-behaviour.md#status-add-on)
+//! and never reads a Secret: it reports on delivered Secrets from what was delivered.
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -2,9 +2,9 @@
 //!
 //! Upstream names a WorkStatus `<amwUID>-<lower(groupVersion without "/")>-<lower(kind)>-<namespace>-<name>`
 //! and cuts it at 253 characters, which can produce invalid names and collisions
-//! (reference §10 item 16). We keep upstream's name whenever it is a valid object name, so
-//! that tools written against upstream find the same objects, and otherwise shorten it
-//! deterministically:
+//! (docs/upstream-behaviour.md#workstatus-names). We keep upstream's name whenever it is a valid
+//! object name, so that tools written against upstream find the same objects, and otherwise
+//! shorten it deterministically:
 //!
 //! `<sanitized amwUID>.<sanitized rest, cut to fit>.<32 hex digits of SHA-256(identity)>`
 //!

@@ -4,8 +4,9 @@
 //! The controller compiles a policy once per change ([`CompiledPolicy`]), evaluates it against
 //! cached objects, namespaces and WECs ([`policy_matches`], [`wec_selected`]), builds the desired
 //! spec ([`desired_binding_spec`]) and writes it only when [`binding_spec_differs`]. Semantics
-//! follow upstream KubeStellar (reference §3.6–3.8), except that invalid selectors are reported
-//! as [`PolicyError`]s instead of being skipped silently.
+//! follow upstream KubeStellar (docs/upstream-behaviour.md#selecting-objects to
+//! docs/upstream-behaviour.md#bindingpolicy-status), except that invalid selectors are reported as
+//! [`PolicyError`]s instead of being skipped silently.
 
 mod policy;
 mod resolution;

@@ -1,6 +1,7 @@
 //! Property tests: the binding logic against a deliberately simple oracle that reads the
-//! BindingPolicy, the objects and the Namespaces directly, following the reference's tables
-//! (§2.1, §3.6–3.8) line by line, over small alphabets so that matches and misses both happen.
+//! BindingPolicy, the objects and the Namespaces directly, following upstream's rules
+//! (docs/upstream-behaviour.md#selecting-clusters to docs/upstream-behaviour.md#bindingpolicy-status)
+//! line by line, over small alphabets so that matches and misses both happen.
 
 use std::collections::{BTreeMap, BTreeSet};
 

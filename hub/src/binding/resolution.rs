@@ -1,5 +1,6 @@
 //! The desired Binding spec for what a policy selected, and the comparison that lets the
-//! controller write a Binding only when its content changes (reference §3.7).
+//! controller write a Binding only when its content changes
+//! (docs/upstream-behaviour.md#the-binding).
 
 use ks_shared::api::{
     BindingSpec, ClusterScopeDownsyncClause, ClusterScopeDownsyncObject, Destination, DownsyncModulation,

@@ -1,5 +1,6 @@
 //! Matching workload objects against downsync clauses, and WECs against cluster selectors, with
-//! the semantics of upstream KubeStellar (reference §2.1, §3.6).
+//! the semantics of upstream KubeStellar (docs/upstream-behaviour.md#selecting-objects,
+//! docs/upstream-behaviour.md#selecting-clusters).
 
 use std::collections::BTreeSet;
 
@@ -128,7 +129,8 @@ pub fn wec_selected(policy: &CompiledPolicy, wec: &Wec) -> bool {
 
 #[cfg(test)]
 mod tests {
-    //! One test per row of the matching table (reference §3.6) and per corner it leaves implicit.
+    //! One test per row of the matching table (docs/upstream-behaviour.md#selecting-objects) and per
+    //! corner it leaves implicit.
 
     use std::fmt::Debug;
 
@@ -328,7 +330,8 @@ mod tests {
 
     #[test]
     fn an_empty_namespace_selector_passes_every_object() {
-        // Upstream's undocumented corner (§10 item 3): it needs no Namespace labels at all.
+        // Upstream's undocumented corner (docs/upstream-behaviour.md#selecting-objects): it needs no
+        // Namespace labels at all.
         let spelled_out_empty = LabelSelector {
             match_labels: Some(Labels::new()),
             match_expressions: Some(vec![]),

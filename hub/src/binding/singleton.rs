@@ -1,5 +1,6 @@
 //! The BindingPolicy status error for singleton status requests that cannot be met, worded
-//! exactly as upstream words it (reference §3.8) so existing alerts and scripts keep working.
+//! exactly as upstream words it (docs/upstream-behaviour.md#bindingpolicy-status) so existing
+//! alerts and scripts keep working.
 
 use serde::Serialize;
 

@@ -31,7 +31,8 @@ impl ObjectIdentity {
 
 /// A workload object in the WDS, reduced to what selection looks at.
 ///
-/// There is deliberately no deletion marker: objects being deleted still match (reference §3.6).
+/// There is deliberately no deletion marker: objects being deleted still match
+/// (docs/upstream-behaviour.md#selecting-objects).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkloadObject {
     pub identity: ObjectIdentity,

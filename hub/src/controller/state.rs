@@ -199,7 +199,7 @@ impl Resolutions {
     }
 
     /// The policy's status errors: invalid selectors, clauses that select nothing, then the
-    /// singleton check (reference §3.8):
+    /// singleton check (docs/upstream-behaviour.md#bindingpolicy-status):
     /// objects of this policy whose singleton status return is requested by any policy but whose
     /// qualified singleton WECs are not exactly one.
     /// `collector_exists` tells whether a StatusCollector of that name exists.

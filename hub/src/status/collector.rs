@@ -1,9 +1,9 @@
-//! StatusCollectors: their validation (reference §5.7) and the CombinedStatus they compute with
-//! CEL (§5.8), free of upstream's defects (§10 items 4–10): a null filter drops the row, `limit`
-//! is enforced (0, what a Go client sends when it is unset, is no limit), COUNT of a subject
-//! counts its non-null values, AVG divides by the values it averaged, a failing subject spoils
-//! only its own column, every evaluation error is reported, and an unhashable `groupBy` value is
-//! an error.
+//! StatusCollectors: their validation (docs/upstream-behaviour.md#statuscollectors) and the
+//! CombinedStatus they compute with CEL (docs/upstream-behaviour.md#combinedstatus), free of the
+//! upstream defects listed there: a null filter drops the row, `limit` is enforced (0, what a Go
+//! client sends when it is unset, is no limit), COUNT of a subject counts its non-null values, AVG
+//! divides by the values it averaged, a failing subject spoils only its own column, every
+//! evaluation error is reported, and an unhashable `groupBy` value is an error.
 //!
 //! A collector is compiled once ([`Collector::new`]) and evaluated against one workload object
 //! and the reports of its WECs ([`combine`]); everything is sorted, so equal inputs give equal
@@ -88,8 +88,8 @@ impl Op {
 
 impl Collector {
     /// Compiles the collector named `name`, or gives the errors for its `status.errors`, worded
-    /// as upstream words them (reference §5.7). Structural errors come alone: expressions are
-    /// checked only once the structure is right.
+    /// as upstream words them (docs/upstream-behaviour.md#statuscollectors). Structural errors come
+    /// alone: expressions are checked only once the structure is right.
     ///
     /// Beyond upstream: a negative `limit` and an unknown aggregation type are errors, and COUNT
     /// may have a subject (it then counts the rows where the subject is not null).
@@ -202,7 +202,7 @@ fn compile_combined(field: &NamedAggregator) -> Result<Combined, String> {
 /// The standard CEL environment; no Kubernetes libraries, as upstream.
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
 
-/// The variables an expression may use (reference §5.8).
+/// The variables an expression may use (docs/upstream-behaviour.md#combinedstatus).
 const VARIABLES: [&str; 4] = ["inventory", "obj", "propagation", "returned"];
 /// CEL's type names, which are identifiers too (`type(x) == int`).
 const TYPE_NAMES: [&str; 13] = [
@@ -443,7 +443,8 @@ pub struct WecReport<'a> {
     pub details: Option<&'a StatusDetails>,
 }
 
-/// The CEL variables of one row, for the WEC of `report` (reference §5.8):
+/// The CEL variables of one row, for the WEC of `report`
+/// (docs/upstream-behaviour.md#combinedstatus):
 /// - `inventory`: `{name}`;
 /// - `returned`: `{status}`, `null` when nothing was reported;
 /// - `propagation`: `{lastReturnedUpdateTimestamp, lastGeneration, lastGenerationIsApplied,
@@ -851,9 +852,9 @@ fn total_order(f: f64) -> i64 {
 
 // ---- cells ----
 
-/// A CEL value as a CombinedStatus cell. Fixing upstream's select form (§10 item 8): lists are
-/// `Array`, `null` is `Null`, and timestamps and durations are `String`s as Kubernetes and CEL
-/// write them.
+/// A CEL value as a CombinedStatus cell. Fixing upstream's select form
+/// (docs/upstream-behaviour.md#combinedstatus): lists are `Array`, `null` is `Null`, and timestamps
+/// and durations are `String`s as Kubernetes and CEL write them.
 fn to_cell(value: &Cel) -> Cell {
     match value {
         Cel::String(s) => string_cell(s.to_string()),
@@ -975,11 +976,11 @@ pub fn go_float(f: f64) -> String {
 // ---- the CombinedStatus object ----
 
 /// Name, namespace, the five labels and the owner reference of the CombinedStatus for an object
-/// and a BindingPolicy (reference §5.8): named `<objectUID>.<policyUID>`, in the object's
-/// namespace or `kubestellar-report` for a cluster-scoped object, owned (not controlled) by the
-/// object. A label whose value cannot be a label value (object and policy names may be longer
-/// than 63 characters, RBAC names hold `:`) is left out: the apiserver would refuse the whole
-/// CombinedStatus, as it does upstream's.
+/// and a BindingPolicy (docs/upstream-behaviour.md#combinedstatus): named `<objectUID>.<policyUID>`,
+/// in the object's namespace or `kubestellar-report` for a cluster-scoped object, owned (not
+/// controlled) by the object. A label whose value cannot be a label value (object and policy names
+/// may be longer than 63 characters, RBAC names hold `:`) is left out: the apiserver would refuse
+/// the whole CombinedStatus, as it does upstream's.
 pub fn combined_status_metadata(
     object: &ObjectIdentity,
     object_uid: &str,
@@ -1036,7 +1037,8 @@ fn is_label_value(value: &str) -> bool {
 
 /// Lines for a StatusCollector's `status.errors` from one of its results, for the object that
 /// `subject` names (e.g. `apps/deployments ns1/web`): evaluation errors reach the collector's
-/// owner, not only the CombinedStatus (fixing §10 item 5).
+/// owner, not only the CombinedStatus (fixing upstream's defect,
+/// docs/upstream-behaviour.md#combinedstatus).
 pub fn evaluation_errors(subject: &str, result: &NamedStatusCombination) -> Vec<String> {
     let column = |name: &str| {
         if name.is_empty() {

@@ -105,7 +105,8 @@ pub enum StatusAction {
 }
 
 /// The `.status` an object of `group`/`kind` gets back from its WECs' reports (`wecs`, by WEC
-/// name), given the Bindings that list it (reference §5.5, with totals for multi-WEC counts).
+/// name), given the Bindings that list it (docs/upstream-behaviour.md#status-return, with totals
+/// for multi-WEC counts).
 pub fn returned_status(
     group: &str,
     kind: &str,
@@ -151,8 +152,9 @@ pub struct Subject<'a> {
 }
 
 /// The CombinedStatuses an object calls for, one per Binding whose entry for it names
-/// StatusCollectors (reference §5.8), with the evaluation errors of each (Binding, collector)
-/// pair. `collector` gives the valid collector of a name; missing and invalid ones are left out.
+/// StatusCollectors (docs/upstream-behaviour.md#combinedstatus), with the evaluation errors of
+/// each (Binding, collector) pair. `collector` gives the valid collector of a name; missing and
+/// invalid ones are left out.
 pub fn combined_statuses<'c>(
     subject: &Subject,
     selecting: &[(&str, &BindingView, &Entry)],
@@ -223,9 +225,10 @@ pub fn combined_status_differs(existing: &CombinedStatus, desired: &CombinedStat
     !labelled || !owned || existing.spec.results != desired.spec.results
 }
 
-/// The `StatusCollectorsAvailable` condition of a Binding (reference §5.6, exact strings): false
-/// while a collector it names is missing or invalid. `valid` says whether a valid collector of
-/// that name exists; `previous` keeps the transition time of an unchanged condition.
+/// The `StatusCollectorsAvailable` condition of a Binding
+/// (docs/upstream-behaviour.md#statuscollectors, exact strings): false while a collector it names
+/// is missing or invalid. `valid` says whether a valid collector of that name exists; `previous`
+/// keeps the transition time of an unchanged condition.
 pub fn collectors_condition(
     view: &BindingView,
     valid: impl Fn(&str) -> bool,

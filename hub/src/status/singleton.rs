@@ -1,6 +1,6 @@
-//! Which `.status` goes into a WDS workload object: the decision table of reference §5.5 for
-//! singleton and multi-WEC status return, as a pure function of what selects the object and
-//! what its WECs reported.
+//! Which `.status` goes into a WDS workload object: the decision table of
+//! docs/upstream-behaviour.md#status-return for singleton and multi-WEC status return, as a pure
+//! function of what selects the object and what its WECs reported.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -41,7 +41,8 @@ pub enum Returned {
 impl Returned {
     /// The marker label the object should carry once this is written; `None` for [`Returned::Clear`]
     /// (no marker) and [`Returned::Nothing`] (nothing is written). Upstream marks a status copied
-    /// from one WEC as singleton even when multi-WEC return asked for it (reference §5.5).
+    /// from one WEC as singleton even when multi-WEC return asked for it
+    /// (docs/upstream-behaviour.md#status-return).
     pub fn marker_label(&self) -> Option<&'static str> {
         match self {
             Returned::Singleton { .. } => Some(SINGLETON_STATUS_LABEL),
@@ -51,8 +52,9 @@ impl Returned {
     }
 }
 
-/// Objects whose `.status` KubeStellar never writes, whatever is requested (reference §5.5):
-/// a Namespace's or CRD's status belongs to the WDS's own controllers.
+/// Objects whose `.status` KubeStellar never writes, whatever is requested
+/// (docs/upstream-behaviour.md#status-return): a Namespace's or CRD's status belongs to the WDS's
+/// own controllers.
 pub fn status_never_returned(group: &str, kind: &str) -> bool {
     matches!(
         (group, kind),
@@ -61,7 +63,7 @@ pub fn status_never_returned(group: &str, kind: &str) -> bool {
 }
 
 /// Decides the object's `.status` from the Bindings that select it and the reports of its WECs
-/// (keyed by WEC name), following reference §5.5 row by row.
+/// (keyed by WEC name), following docs/upstream-behaviour.md#status-return row by row.
 ///
 /// Only *qualified* WECs count: the destinations of the Bindings that ask for that kind of return.
 /// A Binding that selects the object without asking sends it elsewhere without changing the

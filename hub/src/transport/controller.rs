@@ -246,7 +246,8 @@ pub async fn run<P: Plugin>(
 struct Item {
     delivery: Delivery,
     uid: String,
-    /// Expanded per WEC (reference §4.7): it asks for it and has a template somewhere.
+    /// Expanded per WEC (docs/upstream-behaviour.md#templates): it asks for it and has a template
+    /// somewhere.
     templated: bool,
     /// How template errors name it: `Kind.group(namespace/name)`, as upstream.
     label: String,

@@ -1,7 +1,7 @@
 //! The transport: what every delivered object goes through before it is wrapped for a WEC
-//! (reference §4.5, §4.6, §4.7), how objects are sharded, and the controller that turns
-//! Bindings into wrapped objects in the WECs' mailboxes through a [`Plugin`] (OCM's is
-//! [`wrap::Ocm`]: ManifestWorks).
+//! (docs/upstream-behaviour.md#transforms, docs/upstream-behaviour.md#templates), how objects are
+//! sharded, and the controller that turns Bindings into wrapped objects in the WECs' mailboxes
+//! through a [`Plugin`] (OCM's is [`wrap::Ocm`]: ManifestWorks).
 
 use std::collections::BTreeMap;
 
@@ -20,8 +20,9 @@ pub mod trace;
 pub mod transforms;
 pub mod wrap;
 
-/// What a transport provides to the transport controller (reference §4.1): an inventory of
-/// destinations, a mailbox per destination, and a wrapped object that carries objects there.
+/// What a transport provides to the transport controller
+/// (docs/upstream-behaviour.md#manifestworks): an inventory of destinations, a mailbox per
+/// destination, and a wrapped object that carries objects there.
 pub trait Plugin: Send + Sync + 'static {
     /// The object written into a mailbox (OCM: ManifestWork).
     type Wrapped: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>

@@ -1,4 +1,4 @@
-//! Template expansion for one WEC (reference §4.7).
+//! Template expansion for one WEC (docs/upstream-behaviour.md#templates).
 //!
 //! In an object annotated `control.kubestellar.io/expand-templates: "true"`, every string leaf
 //! that contains `{{` is a Go `text/template`, run with `Option("missingkey=error")` against the
@@ -122,7 +122,7 @@ fn expand_value(
 }
 
 /// The properties of one WEC, from lowest to highest precedence (later sources overwrite earlier
-/// ones, reference §4.7):
+/// ones, docs/upstream-behaviour.md#templates):
 ///
 /// 1. `clusterName`: the inventory object's (ManagedCluster's) name;
 /// 2. the ManagedCluster's labels;

@@ -1,5 +1,6 @@
-//! What every object goes through before delivery, whatever the WEC (reference §4.5): server-set
-//! metadata and status are dropped, and Services and Jobs lose the fields their cluster assigns.
+//! What every object goes through before delivery, whatever the WEC
+//! (docs/upstream-behaviour.md#transforms): server-set metadata and status are dropped, and Services
+//! and Jobs lose the fields their cluster assigns.
 
 use serde_json::{Map, Value};
 

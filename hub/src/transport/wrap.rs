@@ -1,6 +1,6 @@
 //! The OCM transport's wrapped object: a ManifestWork in the WEC's mailbox namespace holding a
 //! shard of a Binding's objects, named and labelled as upstream does so that upstream's status
-//! add-on recognises it (reference §4.1, §4.4).
+//! add-on recognises it (docs/upstream-behaviour.md#manifestworks).
 
 use std::collections::BTreeMap;
 

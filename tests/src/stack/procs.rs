@@ -40,10 +40,15 @@ impl Procs {
         alive(pid).then_some(pid)
     }
 
-    /// Starts `binary args` as `name` unless it is already running. Returns true if started.
+    /// Starts `binary args` as `name` unless it is already running (and runs the binary as it is
+    /// now: one running a binary since rebuilt is restarted). Returns true if started.
     pub fn ensure(&self, name: &str, binary: &Path, args: &[String], env: &[(&str, &str)]) -> anyhow::Result<bool> {
-        if self.running(name).is_some() {
-            return Ok(false);
+        if let Some(pid) = self.running(name) {
+            if !executable_replaced(pid) {
+                return Ok(false);
+            }
+            eprintln!("{name}: its binary was rebuilt; restarting it");
+            self.stop(name, Duration::from_secs(10))?;
         }
         if !binary.exists() {
             bail!(
@@ -175,4 +180,33 @@ fn wait_gone(pid: u32, deadline: Duration) -> bool {
         std::thread::sleep(Duration::from_millis(50));
     }
     true
+}
+
+/// Whether the file process `pid` runs was replaced since it started (as a rebuild replaces it):
+/// Linux then shows its executable as deleted.
+fn executable_replaced(pid: u32) -> bool {
+    std::fs::read_link(format!("/proc/{pid}/exe")).is_ok_and(|exe| exe.to_string_lossy().ends_with(" (deleted)"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_process_whose_binary_was_replaced_is_told_apart() -> anyhow::Result<()> {
+        let binary = std::env::temp_dir().join(format!("ks-sleeper-{}", std::process::id()));
+        std::fs::copy("/bin/sleep", &binary)?;
+        let mut child = Command::new(&binary).arg("30").spawn()?;
+        let current = executable_replaced(child.id());
+        // As a rebuild does: a new file in its place.
+        std::fs::remove_file(&binary)?;
+        std::fs::copy("/bin/sleep", &binary)?;
+        let replaced = executable_replaced(child.id());
+        child.kill()?;
+        child.wait()?;
+        std::fs::remove_file(&binary)?;
+        assert!(!current, "the binary it runs is in place");
+        assert!(replaced, "the binary it runs was replaced");
+        Ok(())
+    }
 }

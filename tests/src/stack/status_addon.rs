@@ -53,6 +53,10 @@ impl Stack {
         let file = self.state.join("status-addon-values.json");
         std::fs::write(&file, values.to_string())?;
         let (chart, file) = (chart.display().to_string(), file.display().to_string());
+        // A stack started before the add-on came from its chart has an addon-status that Helm
+        // may not adopt.
+        let hint = "installing the status add-on chart on its1 (a stack started by an older version: `make down`, \
+                    `rm -rf .stack`, `make up`)";
         self.helm(&[
             "upgrade",
             "--install",
@@ -65,7 +69,8 @@ impl Stack {
             "--create-namespace",
             "--values",
             &file,
-        ])?;
+        ])
+        .context(hint)?;
         Ok(())
     }
 }
