@@ -73,15 +73,12 @@ async fn main() -> anyhow::Result<()> {
     let wds = stack.client(SPARE_WDS).await?;
     let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
         Api::all(wds.clone());
-    let installed = |c: Option<&_>| c.is_some();
-    wait_until(
-        crds,
-        "bindingpolicies.control.kubestellar.io",
-        "installed by the hub",
-        DEADLINE,
-        installed,
-    )
-    .await?;
+    // Served, not only created: a CRD the apiserver has not established yet answers 404.
+    for crd in ["bindingpolicies", "statuscollectors", "combinedstatuses"] {
+        let name = format!("{crd}.control.kubestellar.io");
+        let established = kube::runtime::wait::conditions::is_crd_established();
+        wait_until(crds.clone(), &name, "established by the hub", DEADLINE, established).await?;
+    }
 
     println!("\n2. In the WDS (context {SPARE_WDS}): Namespace {NAMESPACE}, Deployment {APP} with a per-WEC template,");
     println!("   BindingPolicy {POLICY} (location-group=edge, multi-WEC status) and StatusCollector {COLLECTOR}.");
