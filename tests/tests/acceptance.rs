@@ -26,24 +26,18 @@ const QUIET: Duration = Duration::from_secs(10);
 const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 const WECS: [&str; 2] = ["cluster1", "cluster2"];
 
-fn main() -> std::process::ExitCode {
-    if let Err(err) = ks_tests::binaries::build("kubectl-kubestellar") {
-        eprintln!("{err:#}");
-        return std::process::ExitCode::FAILURE;
-    }
-    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![
-            stack_test!(client_side_apply_converges_and_then_writes_nothing, PATH),
-            stack_test!(kubectl_verbs_reach_the_wecs, PATH),
-            stack_test!(overlapping_policies_return_status, PATH),
-            stack_test!(helm_release_is_delivered_upgraded_and_removed, PATH),
-            stack_test!(unjoined_wec_is_reported_and_deleted_policy_is_done, PATH),
-            stack_test!(the_kubectl_plugin_names_each_broken_link, PATH),
-        ],
-    )
-}
+ks_tests::stack_main!(
+    run,
+    &["kubectl-kubestellar"],
+    vec![
+        stack_test!(client_side_apply_converges_and_then_writes_nothing, PATH),
+        stack_test!(kubectl_verbs_reach_the_wecs, PATH),
+        stack_test!(overlapping_policies_return_status, PATH),
+        stack_test!(helm_release_is_delivered_upgraded_and_removed, PATH),
+        stack_test!(unjoined_wec_is_reported_and_deleted_policy_is_done, PATH),
+        stack_test!(the_kubectl_plugin_names_each_broken_link, PATH),
+    ]
+);
 
 /// Waits until `wec` has the namespaced object `namespace/name` of type `K` satisfying `condition`.
 async fn on_wec<K>(

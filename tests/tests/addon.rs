@@ -49,29 +49,23 @@ const WECS: [&str; 2] = ["cluster1", "cluster2"];
 /// The WEC this test adds to the stack and takes away again.
 const LATE_WEC: &str = "cluster3";
 
-fn main() -> std::process::ExitCode {
-    let ks_stack = Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    if let Err(err) = ks_tests::binaries::build("ks-agent") {
-        eprintln!("{err:#}");
-        return std::process::ExitCode::FAILURE;
-    }
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![StackTest {
-            name: "addon_installs_registers_confines_and_follows_wecs",
-            components: &[
-                ADDON_PROCESS,
-                "ocm-agent-cluster1",
-                "ocm-agent-cluster2",
-                "ocm-agent-cluster3",
-                "pod-cluster1-open-cluster-management-agent-addon-status-agent",
-                "pod-cluster2-open-cluster-management-agent-addon-status-agent",
-                "pod-cluster3-open-cluster-management-agent-addon-status-agent",
-            ],
-            body: |ctx| Box::pin(addon_lifecycle(ctx)),
-        }],
-    )
-}
+ks_tests::stack_main!(
+    run,
+    &["ks-agent"],
+    vec![StackTest {
+        name: "addon_installs_registers_confines_and_follows_wecs",
+        components: &[
+            ADDON_PROCESS,
+            "ocm-agent-cluster1",
+            "ocm-agent-cluster2",
+            "ocm-agent-cluster3",
+            "pod-cluster1-open-cluster-management-agent-addon-status-agent",
+            "pod-cluster2-open-cluster-management-agent-addon-status-agent",
+            "pod-cluster3-open-cluster-management-agent-addon-status-agent",
+        ],
+        body: |ctx| Box::pin(addon_lifecycle(ctx)),
+    }]
+);
 
 /// One sequential scenario: each step needs the state the previous one reached.
 async fn addon_lifecycle(ctx: Ctx) -> anyhow::Result<()> {

@@ -19,21 +19,19 @@ use serde_json::{Value, json};
 const DEADLINE: Duration = Duration::from_secs(60);
 const HUB: &[&str] = &["hub-wds1", "apiserver-wds1"];
 
-fn main() -> std::process::ExitCode {
-    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![
-            stack_test!(selects_by_each_criterion, HUB),
-            stack_test!(follows_objects_and_policy_edits, HUB),
-            stack_test!(follows_wecs, HUB),
-            stack_test!(invalid_policy_reports_and_others_work, HUB),
-            stack_test!(too_many_objects_for_one_binding_are_reported, HUB),
-            stack_test!(status_request_labels_follow_policies, HUB),
-            stack_test!(crd_created_at_runtime_is_watched, HUB),
-        ],
-    )
-}
+ks_tests::stack_main!(
+    run,
+    &[],
+    vec![
+        stack_test!(selects_by_each_criterion, HUB),
+        stack_test!(follows_objects_and_policy_edits, HUB),
+        stack_test!(follows_wecs, HUB),
+        stack_test!(invalid_policy_reports_and_others_work, HUB),
+        stack_test!(too_many_objects_for_one_binding_are_reported, HUB),
+        stack_test!(status_request_labels_follow_policies, HUB),
+        stack_test!(crd_created_at_runtime_is_watched, HUB),
+    ]
+);
 
 fn policy(name: &str, cluster_selectors: Value, downsync: Value) -> Value {
     json!({

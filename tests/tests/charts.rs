@@ -13,8 +13,6 @@
 //! the stack's stand-in kubelet runs our images on WECs only. OCM's placement controller, which
 //! decides the chart's Placement, runs on its1 as part of the stack.
 
-use std::path::Path;
-use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Context, bail, ensure};
@@ -45,30 +43,28 @@ const PROMPTLY: Duration = Duration::from_secs(30);
 /// A placement decision, then the addon-manager's reaction.
 const OCM: Duration = Duration::from_secs(90);
 
-fn main() -> ExitCode {
-    let ks_stack = Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![
-            stack_test!(charts_pass_helm_lint_and_check_their_values, &[]),
-            stack_test!(status_addon_crd_is_the_generated_one, &[]),
-            stack_test!(charts_default_to_our_images, &[]),
-            stack_test!(
-                rendered_charts_pass_a_server_side_dry_run,
-                &["apiserver-kubeflex", "apiserver-its1"]
-            ),
-            stack_test!(hub_chart_installs_upgrades_and_uninstalls, &["apiserver-kubeflex"]),
-            stack_test!(
-                hub_through_kubeflex_delivers,
-                &[OPERATOR_PROCESS, "kubelet-kubeflex", "apiserver-wds2"]
-            ),
-            stack_test!(
-                status_addon_chart_installs_upgrades_and_uninstalls,
-                &["apiserver-its1", ADDON_MANAGER, "ocm-placement-its1"]
-            ),
-        ],
-    )
-}
+ks_tests::stack_main!(
+    run,
+    &[],
+    vec![
+        stack_test!(charts_pass_helm_lint_and_check_their_values, &[]),
+        stack_test!(status_addon_crd_is_the_generated_one, &[]),
+        stack_test!(charts_default_to_our_images, &[]),
+        stack_test!(
+            rendered_charts_pass_a_server_side_dry_run,
+            &["apiserver-kubeflex", "apiserver-its1"]
+        ),
+        stack_test!(hub_chart_installs_upgrades_and_uninstalls, &["apiserver-kubeflex"]),
+        stack_test!(
+            hub_through_kubeflex_delivers,
+            &[OPERATOR_PROCESS, "kubelet-kubeflex", "apiserver-wds2"]
+        ),
+        stack_test!(
+            status_addon_chart_installs_upgrades_and_uninstalls,
+            &["apiserver-its1", ADDON_MANAGER, "ocm-placement-its1"]
+        ),
+    ]
+);
 
 // ---------------------------------------------------------------------------------------------
 // Values

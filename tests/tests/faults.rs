@@ -34,23 +34,21 @@ const EVERYONE: &[&str] = &[
     "etcd",
 ];
 
-fn main() -> std::process::ExitCode {
-    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run_one_at_a_time(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![
-            stack_test!(objects_moving_between_manifestworks_stay_on_the_wecs, PATH),
-            stack_test!(a_crd_version_added_and_removed_keeps_the_wec_objects, PATH),
-            stack_test!(a_rollout_survives_every_process_killed_or_stalled, EVERYONE),
-            stack_test!(a_resource_whose_list_fails_holds_nothing_else_back, PATH),
-            stack_test!(a_busy_leader_keeps_its_lease_then_hands_over, PATH),
-            stack_test!(the_agent_follows_its_reissued_hub_certificate, AGENT_PATH),
-            stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
-            stack_test!(a_deeply_nested_object_is_an_error_not_an_outage, PATH),
-            stack_test!(a_full_mailbox_holds_back_only_its_wecs_status, AGENT_PATH),
-        ],
-    )
-}
+ks_tests::stack_main!(
+    run_one_at_a_time,
+    &[],
+    vec![
+        stack_test!(objects_moving_between_manifestworks_stay_on_the_wecs, PATH),
+        stack_test!(a_crd_version_added_and_removed_keeps_the_wec_objects, PATH),
+        stack_test!(a_rollout_survives_every_process_killed_or_stalled, EVERYONE),
+        stack_test!(a_resource_whose_list_fails_holds_nothing_else_back, PATH),
+        stack_test!(a_busy_leader_keeps_its_lease_then_hands_over, PATH),
+        stack_test!(the_agent_follows_its_reissued_hub_certificate, AGENT_PATH),
+        stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
+        stack_test!(a_deeply_nested_object_is_an_error_not_an_outage, PATH),
+        stack_test!(a_full_mailbox_holds_back_only_its_wecs_status, AGENT_PATH),
+    ]
+);
 
 /// A Namespace `id` and `count` objects in it made by `object(i)`, all labelled `fault: id`, and
 /// a policy `id` sending them to both WECs: YAML for `kubectl apply -f`.

@@ -22,44 +22,42 @@ use tokio_util::sync::CancellationToken;
 const MANAGER: &str = "ks-tests";
 const DEADLINE: Duration = Duration::from_secs(90);
 
-fn main() -> std::process::ExitCode {
-    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![
-            StackTest {
-                name: "crds_accept_upstream_examples",
-                components: &["apiserver-wds1", "apiserver-its1"],
-                body: |ctx| Box::pin(crds_accept_upstream_examples(ctx)),
-            },
-            StackTest {
-                name: "manifestwork_reaches_wec_and_leaves",
-                components: &[
-                    "ocm-agent-cluster1",
-                    "controller-manager-cluster1",
-                    "scheduler-cluster1",
-                    "kwok-cluster1",
-                ],
-                body: |ctx| Box::pin(manifestwork_reaches_wec_and_leaves(ctx)),
-            },
-            StackTest {
-                name: "our_image_runs_as_a_local_process",
-                components: &["kubelet-cluster1"],
-                body: |ctx| Box::pin(our_image_runs_as_a_local_process(ctx)),
-            },
-            StackTest {
-                name: "leader_lease_hands_over",
-                components: &["apiserver-wds1"],
-                body: |ctx| Box::pin(leader_lease_hands_over(ctx)),
-            },
-            StackTest {
-                name: "a_leader_that_cannot_renew_stops_writing_first",
-                components: &["apiserver-wds1"],
-                body: |ctx| Box::pin(a_leader_that_cannot_renew_stops_writing_first(ctx)),
-            },
-        ],
-    )
-}
+ks_tests::stack_main!(
+    run,
+    &[],
+    vec![
+        StackTest {
+            name: "crds_accept_upstream_examples",
+            components: &["apiserver-wds1", "apiserver-its1"],
+            body: |ctx| Box::pin(crds_accept_upstream_examples(ctx)),
+        },
+        StackTest {
+            name: "manifestwork_reaches_wec_and_leaves",
+            components: &[
+                "ocm-agent-cluster1",
+                "controller-manager-cluster1",
+                "scheduler-cluster1",
+                "kwok-cluster1",
+            ],
+            body: |ctx| Box::pin(manifestwork_reaches_wec_and_leaves(ctx)),
+        },
+        StackTest {
+            name: "our_image_runs_as_a_local_process",
+            components: &["kubelet-cluster1"],
+            body: |ctx| Box::pin(our_image_runs_as_a_local_process(ctx)),
+        },
+        StackTest {
+            name: "leader_lease_hands_over",
+            components: &["apiserver-wds1"],
+            body: |ctx| Box::pin(leader_lease_hands_over(ctx)),
+        },
+        StackTest {
+            name: "a_leader_that_cannot_renew_stops_writing_first",
+            components: &["apiserver-wds1"],
+            body: |ctx| Box::pin(a_leader_that_cannot_renew_stops_writing_first(ctx)),
+        },
+    ]
+);
 
 async fn crds_accept_upstream_examples(ctx: Ctx) -> anyhow::Result<()> {
     crds::install(&ctx.client("wds1").await?, Space::Wds, MANAGER).await?;

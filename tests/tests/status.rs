@@ -17,20 +17,18 @@ use serde_json::{Value, json};
 const DEADLINE: Duration = Duration::from_secs(120);
 const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 
-fn main() -> std::process::ExitCode {
-    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![
-            stack_test!(singleton_status_follows_qualified_wecs, PATH),
-            stack_test!(multi_wec_status_sums_replicas, PATH),
-            stack_test!(collectors_become_combined_status, PATH),
-            stack_test!(bad_collectors_and_workstatuses_are_reported_or_ignored, PATH),
-            stack_test!(a_costly_expression_is_refused_and_others_still_run, PATH),
-            stack_test!(restarted_hub_converges_to_the_new_policy, PATH),
-        ],
-    )
-}
+ks_tests::stack_main!(
+    run,
+    &[],
+    vec![
+        stack_test!(singleton_status_follows_qualified_wecs, PATH),
+        stack_test!(multi_wec_status_sums_replicas, PATH),
+        stack_test!(collectors_become_combined_status, PATH),
+        stack_test!(bad_collectors_and_workstatuses_are_reported_or_ignored, PATH),
+        stack_test!(a_costly_expression_is_refused_and_others_still_run, PATH),
+        stack_test!(restarted_hub_converges_to_the_new_policy, PATH),
+    ]
+);
 
 fn deployment(replicas: i32) -> Value {
     json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "labels": {"app": "web"}},

@@ -24,17 +24,15 @@ const PATH: &[&str] = &[
     "pod-cluster2-open-cluster-management-agent-addon-status-agent",
 ];
 
-fn main() -> std::process::ExitCode {
-    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![
-            stack_test!(rollout_is_one_trace_across_hub_and_wecs, PATH),
-            stack_test!(user_traceparent_is_joined, PATH),
-            stack_test!(dashboard_queries_served_metrics, PATH),
-        ],
-    )
-}
+ks_tests::stack_main!(
+    run,
+    &[],
+    vec![
+        stack_test!(rollout_is_one_trace_across_hub_and_wecs, PATH),
+        stack_test!(user_traceparent_is_joined, PATH),
+        stack_test!(dashboard_queries_served_metrics, PATH),
+    ]
+);
 
 /// A span as Jaeger returns it, reduced to what the test checks.
 #[derive(Debug)]

@@ -35,13 +35,7 @@ const PATH: &[&str] = &[
     "pod-cluster2-open-cluster-management-agent-addon-status-agent",
 ];
 
-fn main() -> std::process::ExitCode {
-    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![stack_test!(tracing_adds_no_writes, PATH)],
-    )
-}
+ks_tests::stack_main!(run, &[], vec![stack_test!(tracing_adds_no_writes, PATH)]);
 
 /// Writes of one rollout: (ManifestWorks, WorkStatuses).
 type Writes = (u64, u64);

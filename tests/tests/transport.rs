@@ -22,20 +22,18 @@ use serde_json::{Value, json};
 const DEADLINE: Duration = Duration::from_secs(90);
 const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 
-fn main() -> std::process::ExitCode {
-    let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
-    run(
-        ks_stack.parent().expect("binaries live in a directory"),
-        vec![
-            stack_test!(objects_reach_wecs_follow_updates_and_leave, PATH),
-            stack_test!(create_only_and_custom_transforms, PATH),
-            stack_test!(templates_follow_wec_properties, PATH),
-            stack_test!(sharding_and_generated_names, PATH),
-            stack_test!(rejected_manifestwork_is_reported, PATH),
-            stack_test!(a_template_bomb_is_an_error_not_an_outage, PATH),
-        ],
-    )
-}
+ks_tests::stack_main!(
+    run,
+    &[],
+    vec![
+        stack_test!(objects_reach_wecs_follow_updates_and_leave, PATH),
+        stack_test!(create_only_and_custom_transforms, PATH),
+        stack_test!(templates_follow_wec_properties, PATH),
+        stack_test!(sharding_and_generated_names, PATH),
+        stack_test!(rejected_manifestwork_is_reported, PATH),
+        stack_test!(a_template_bomb_is_an_error_not_an_outage, PATH),
+    ]
+);
 
 /// Labels a WDS namespace so that the test's policy selects it with its objects.
 async fn label_namespace(wds: &kube::Client, ns: &str, labels: &Value) -> anyhow::Result<()> {
