@@ -599,5 +599,9 @@ async fn a_template_bomb_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::Result<(
         ctx.stack.procs.running(&ks_tests::stack::Stack::hub_process("wds1")) == hub,
         "the hub kept running"
     );
-    Ok(())
+    let policies = Api::<BindingPolicy>::all(wds.clone());
+    for policy in [name, format!("{ns}-plain")] {
+        policies.delete(&policy, &DeleteParams::default()).await?;
+    }
+    ctx.delete_namespace("wds1", &ns).await
 }
