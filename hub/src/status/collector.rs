@@ -17,6 +17,8 @@ use cel::common::ast::{EntryExpr, Expr};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, IdedExpr, Program, Value as Cel};
 use chrono::{DateTime, FixedOffset, SecondsFormat};
+// Numbers are written as upstream writes them: Go's `strconv.FormatFloat(f, 'g', -1, 64)`.
+use gotemplate::fmt::go_float;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference, Time};
 use ks_shared::api::{
     AggregationError, Destination, NamedAggregator, NamedExpression, NamedStatusCombination, RowError,
@@ -952,25 +954,6 @@ fn type_name(value: &Cel) -> &'static str {
         Cel::Struct(_) => "struct",
         Cel::Null => "null_type",
     }
-}
-
-/// A double as Go's `strconv.FormatFloat(f, 'g', -1, 64)` writes it, as upstream renders numbers:
-/// the shortest digits that read back exactly, with an exponent below 1e-4 and from 1e6 on.
-pub fn go_float(f: f64) -> String {
-    if f.is_nan() {
-        return "NaN".into();
-    }
-    if f.is_infinite() {
-        return if f > 0.0 { "+Inf" } else { "-Inf" }.into();
-    }
-    let scientific = format!("{f:e}");
-    let (mantissa, exponent) = scientific.split_once('e').unwrap_or((&scientific, "0"));
-    let exponent: i32 = exponent.parse().unwrap_or_default();
-    if f == 0.0 || (-4..6).contains(&exponent) {
-        return format!("{f}");
-    }
-    let sign = if exponent < 0 { '-' } else { '+' };
-    format!("{mantissa}e{sign}{:02}", exponent.unsigned_abs())
 }
 
 // ---- the CombinedStatus object ----
