@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use ks_hub::binding::{Labels, ObjectIdentity, Wec, WorkloadObject};
+use ks_hub::transport::wrap;
 use ks_shared::api::{Binding, BindingPolicy, WorkStatus};
 use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
 use ks_shared::ocm::{ManagedCluster, ManifestWork};
@@ -128,17 +129,20 @@ pub async fn gather(
             labels: c.labels().clone(),
         })
         .collect();
-    let mut delivered = BTreeMap::new();
-    let mut work_statuses = BTreeMap::new();
+    // One list for every mailbox: ManifestWorks live in the namespace named after their WEC.
     let ours = ListParams::default().labels(ORIGIN_BINDING_LABEL);
-    for wec in &wecs {
-        let works = Api::<ManifestWork>::namespaced(its.clone(), &wec.name)
-            .list(&ours)
-            .await?;
-        let holding: Vec<Delivered> = works.iter().filter_map(|w| delivered_in(w, &identity)).collect();
-        if !holding.is_empty() {
-            delivered.insert(wec.name.clone(), holding);
+    let mut delivered: BTreeMap<String, Vec<Delivered>> = BTreeMap::new();
+    for work in Api::<ManifestWork>::all(its.clone()).list(&ours).await? {
+        if let Some(holding) = delivered_in(&work, &identity) {
+            delivered
+                .entry(work.namespace().unwrap_or_default())
+                .or_default()
+                .push(holding);
         }
+    }
+    // WorkStatuses cannot be selected by what they report on: each mailbox is read whole.
+    let mut work_statuses = BTreeMap::new();
+    for wec in &wecs {
         let statuses = Api::<WorkStatus>::namespaced(its.clone(), &wec.name).list(&all).await?;
         if let Some(status) = statuses.into_iter().find(|s| reports_on(s, &identity)) {
             work_statuses.insert(wec.name.clone(), status);
@@ -156,8 +160,14 @@ pub async fn gather(
 }
 
 /// The object in `work`, if it holds it.
-pub fn delivered_in(work: &ManifestWork, id: &ObjectIdentity) -> Option<Delivered> {
-    let manifest = work.spec.workload.manifests.iter().find(|m| is_object(m, id))?;
+fn delivered_in(work: &ManifestWork, id: &ObjectIdentity) -> Option<Delivered> {
+    let wanted = (id.group.clone(), id.kind.clone(), id.namespace.clone(), id.name.clone());
+    let manifest = work
+        .spec
+        .workload
+        .manifests
+        .iter()
+        .find(|m| wrap::identity(m) == wanted)?;
     let conditions = work
         .status
         .iter()
@@ -178,21 +188,8 @@ pub fn delivered_in(work: &ManifestWork, id: &ObjectIdentity) -> Option<Delivere
     })
 }
 
-/// Whether `manifest` is the object `id`.
-fn is_object(manifest: &Value, id: &ObjectIdentity) -> bool {
-    let group = manifest["apiVersion"]
-        .as_str()
-        .and_then(|v| v.rsplit_once('/'))
-        .map_or("", |(group, _)| group);
-    let metadata = &manifest["metadata"];
-    group == id.group
-        && manifest["kind"] == id.kind.as_str()
-        && metadata["name"] == id.name.as_str()
-        && metadata["namespace"].as_str().unwrap_or_default() == id.namespace
-}
-
 /// Whether `status` is about the object `id`.
-pub fn reports_on(status: &WorkStatus, id: &ObjectIdentity) -> bool {
+fn reports_on(status: &WorkStatus, id: &ObjectIdentity) -> bool {
     let source = &status.spec.spec.source_ref;
     (&source.group, &source.resource, &source.namespace, &source.name)
         == (&id.group, &id.resource, &id.namespace, &id.name)

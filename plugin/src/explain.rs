@@ -199,11 +199,7 @@ fn scalars(status: &serde_json::Value) -> String {
 
 /// `deployments.apps/web in namespace shop`.
 fn describe(id: &ObjectIdentity) -> String {
-    let resource = if id.group.is_empty() {
-        id.resource.clone()
-    } else {
-        format!("{}.{}", id.resource, id.group)
-    };
+    let resource = crate::target::qualified(&id.group, &id.resource);
     match id.namespace.as_str() {
         "" => format!("{resource}/{}", id.name),
         namespace => format!("{resource}/{} in namespace {namespace}", id.name),

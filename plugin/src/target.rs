@@ -24,13 +24,17 @@ impl Resource {
         }
     }
 
-    /// `deployments.apps`, or `configmaps` for the core group.
     pub fn qualified(&self) -> String {
-        if self.group.is_empty() {
-            self.plural.clone()
-        } else {
-            format!("{}.{}", self.plural, self.group)
-        }
+        qualified(&self.group, &self.plural)
+    }
+}
+
+/// `deployments.apps`, or `configmaps` for the core group.
+pub fn qualified(group: &str, plural: &str) -> String {
+    if group.is_empty() {
+        plural.to_string()
+    } else {
+        format!("{plural}.{group}")
     }
 }
 

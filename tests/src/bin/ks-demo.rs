@@ -143,12 +143,14 @@ async fn main() -> anyhow::Result<()> {
     print_table(&serde_json::to_value(&table)?["results"][0]);
 
     println!("\n6. Did it reach every WEC, and if not, why (the kubectl plugin, on PATH after `source .stack/env`):");
-    let plugin = |args: &[&str]| -> anyhow::Result<()> {
+    let run_plugin = |args: &[&str]| {
         let mut all = vec!["--wds", SPARE_WDS];
         all.extend(args);
-        println!("   $ kubectl kubestellar {}", all.join(" "));
-        let output = stack.tool(&stack.our_binaries.join("kubectl-kubestellar"), &all)?;
-        for line in output.lines() {
+        stack.tool(&stack.our_binaries.join("kubectl-kubestellar"), &all)
+    };
+    let plugin = |args: &[&str]| -> anyhow::Result<()> {
+        println!("   $ kubectl kubestellar --wds {SPARE_WDS} {}", args.join(" "));
+        for line in run_plugin(args)?.lines() {
             println!("   {line}");
         }
         Ok(())
@@ -158,9 +160,18 @@ async fn main() -> anyhow::Result<()> {
 
     println!("\n7. The rollout's trace (packaging on the hub, delivery and status reports per WEC):");
     // The stack's Jaeger is built without its UI's assets: the trace is drawn here, and its JSON
-    // is at the query API (a Jaeger with its UI shows it at /trace/<id>).
-    if wait_for_trace(APP).await {
-        plugin(&["trace", &format!("deployment/{APP}"), "-n", NAMESPACE])?;
+    // is at the query API (a Jaeger with its UI shows it at /trace/<id>). The agents' spans reach
+    // Jaeger a few seconds after the hub's: wait until the trace holds them.
+    let trace = ["trace", &format!("deployment/{APP}"), "-n", NAMESPACE];
+    let whole = ks_tests::stack::wait_for("the whole trace in Jaeger", Duration::from_secs(30), || {
+        let json: Vec<&str> = trace.iter().copied().chain(["-o", "json"]).collect();
+        let found = run_plugin(&json)
+            .ok()
+            .and_then(|text| serde_json::from_str::<Value>(&text).ok());
+        std::future::ready(Ok(found.is_some_and(|trace| complete(&trace))))
+    });
+    if whole.await.is_ok() {
+        plugin(&trace)?;
     } else {
         println!("   not in Jaeger yet: http://127.0.0.1:{JAEGER_QUERY}/api/traces?service=ks-hub");
     }
@@ -280,23 +291,6 @@ fn print_table(result: &Value) {
             .collect();
         println!("   {cells}");
     }
-}
-
-/// Waits until Jaeger holds a complete trace of the packaging of `name`.
-async fn wait_for_trace(name: &str) -> bool {
-    let path =
-        format!("/api/traces?service=ks-hub&limit=1&lookback=1h&tags=%7B%22k8s.object.name%22%3A%22{name}%22%7D");
-    ks_tests::stack::wait_for("the trace in Jaeger", Duration::from_secs(30), || {
-        let (code, body) = ks_tests::process::http_get(([127, 0, 0, 1], JAEGER_QUERY).into(), &path);
-        let found = (code == 200)
-            .then(|| serde_json::from_str::<Value>(&body).ok())
-            .flatten()
-            .and_then(|v| v["data"].get(0).cloned())
-            .is_some_and(|trace| complete(&trace));
-        std::future::ready(Ok(found))
-    })
-    .await
-    .is_ok()
 }
 
 /// Whether a trace holds every WEC's delivery and every span's parent (the agents' spans reach
