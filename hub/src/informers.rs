@@ -22,6 +22,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
@@ -133,10 +134,30 @@ pub struct ResourceLabel {
 /// What the informers count.
 #[derive(Clone, Debug, Default)]
 pub struct InformerMetrics {
+    /// Informers serving (their cache filled).
+    pub serving: Gauge,
     /// Failed lists and watches, by resource.
     pub watch_errors: Family<ResourceLabel, Counter>,
     /// Resources to watch whose cache is not filled.
     pub unsynced: Gauge,
+}
+
+impl InformerMetrics {
+    /// Registers them as `kubestellar_workload_*`: they belong to no one controller.
+    pub fn register(&self, registry: &mut Registry) {
+        let sub = registry.sub_registry_with_prefix("kubestellar_workload");
+        sub.register("informers", "Workload informers serving on the WDS", self.serving.clone());
+        sub.register(
+            "watch_errors",
+            "Failed lists and watches of a workload resource of the WDS (each retried with back-off)",
+            self.watch_errors.clone(),
+        );
+        sub.register(
+            "unsynced_resources",
+            "Workload resources whose cache is not filled (their objects are kept as the Bindings list them)",
+            self.unsynced.clone(),
+        );
+    }
 }
 
 /// The set of informers over the WDS.
@@ -212,6 +233,11 @@ impl WorkloadInformers {
     /// How many informers serve.
     pub fn count(&self) -> usize {
         self.lock().serving.len()
+    }
+
+    fn update_gauges(&self) {
+        self.metrics.serving.set(self.count() as i64);
+        self.metrics.unsynced.set(self.unsynced().len() as i64);
     }
 
     /// The resources to watch whose objects are not known: their informer is still filling its
@@ -366,7 +392,7 @@ impl WorkloadInformers {
         let complete = undiscovered.is_empty();
         informers.undiscovered = undiscovered;
         drop(informers);
-        self.metrics.unsynced.set(self.unsynced().len() as i64);
+        self.update_gauges();
         Ok(complete)
     }
 
@@ -444,7 +470,7 @@ impl WorkloadInformers {
             }
         }
         drop(informers);
-        self.metrics.unsynced.set(self.unsynced().len() as i64);
+        self.update_gauges();
         self.filled.send_modify(|n| *n += 1);
     }
 

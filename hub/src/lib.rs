@@ -1,12 +1,17 @@
 //! The KubeStellar hub's logic, kept apart from the `ks-hub` binary so it can be tested without a
 //! cluster: the binding, transport and status controllers, with their decisions (selection of
 //! workload objects and WECs, transforms, status return, aggregation, StatusCollectors) as plain
-//! functions over plain data.
+//! functions over plain data. [`run()`] composes them; hub/README.md draws the whole.
 
 pub mod binding;
-pub mod controller;
+mod discovery;
 pub mod finalizer;
 pub mod informers;
 pub mod kubeflex;
+#[cfg(test)]
+mod mock;
+mod run;
 pub mod status;
 pub mod transport;
+
+pub use run::{Settings, run};

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Parser;
-use ks_hub::controller::{self, Metrics, Settings};
-use ks_hub::informers::ResourceFilter;
+use ks_hub::informers::{InformerMetrics, ResourceFilter};
 use ks_hub::kubeflex;
 use ks_shared::cli::{CommonArgs, Process, retry_until_done};
 use ks_shared::client::{Limits, limited_client, limited_client_from_text};
@@ -68,8 +67,8 @@ struct Args {
     /// the same as unset).
     #[arg(long, env = "KS_ITS_NAME", value_name = "NAME", requires = "kubeflex")]
     its_name: Option<String>,
-    /// Controllers to run, comma-separated: `binding`, `transport`, `status` (the last two need
-    /// `binding`: they read the objects from the binding controller's caches).
+    /// Controllers to run, comma-separated: `binding`, `transport`, `status`. Each runs alone too
+    /// (e.g. two processes, one with `binding`, one with `transport,status`).
     #[arg(
         long,
         env = "KS_CONTROLLERS",
@@ -107,10 +106,13 @@ struct Args {
     /// Seconds start-up waits for every workload resource's cache to fill. A resource whose LIST
     /// keeps failing (e.g. a CRD whose conversion webhook is down) does not hold the others back:
     /// its objects stay as the Bindings list them, and it is logged and counted in
-    /// kubestellar_binding_unsynced_resources until its cache fills.
+    /// kubestellar_workload_unsynced_resources until its cache fills.
     #[arg(long, env = "KS_CACHE_SYNC_TIMEOUT", default_value_t = 30, value_name = "SECONDS")]
     cache_sync_timeout: u64,
 }
+
+/// What `--controllers` can name.
+const CONTROLLERS: [&str; 3] = ["binding", "transport", "status"];
 
 /// Where /metrics, /healthz and /readyz are served unless --http-address says otherwise.
 const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
@@ -127,25 +129,23 @@ fn main() -> anyhow::Result<()> {
 
 async fn run() -> anyhow::Result<()> {
     let args = Args::parse();
-    if let Some(unknown) = args
-        .controllers
-        .iter()
-        .find(|c| !["binding", "transport", "status"].contains(&c.as_str()))
-    {
+    if args.controllers.iter().all(|c| c.is_empty()) {
+        bail!("--controllers: name at least one of binding, transport, status");
+    }
+    if let Some(unknown) = args.controllers.iter().find(|c| !CONTROLLERS.contains(&c.as_str())) {
         bail!("--controllers: {unknown:?} is not available in this build (available: binding, transport, status)");
     }
     let with = |name: &str| args.controllers.iter().any(|c| c == name);
-    if !with("binding") {
-        bail!("--controllers must include binding (transport and status read the binding controller's caches)");
-    }
     let mut process = Process::start("ks-hub", Some(&args.wds_name), &args.common)?;
-    let metrics = Metrics::default();
-    metrics.register(&mut process.registry);
+    let binding_metrics = ks_hub::binding::Metrics::default();
+    binding_metrics.register(&mut process.registry);
     let status_metrics = ks_hub::status::Metrics::default();
     status_metrics.register(&mut process.registry);
     let transport_metrics = ks_hub::transport::metrics::Metrics::default();
     transport_metrics.register(&mut process.registry);
-    let ready = process.readiness.gate("binding-controller");
+    let informer_metrics = InformerMetrics::default();
+    informer_metrics.register(&mut process.registry);
+    let ready = process.readiness.gate("hub-controllers");
     let serving = process
         .serve(args.common.http_address.unwrap_or(DEFAULT_HTTP_ADDRESS))
         .await?;
@@ -155,10 +155,14 @@ async fn run() -> anyhow::Result<()> {
     let Some(Spaces { wds, its, wds_lease }) = spaces(&args, &fence, &shutdown).await? else {
         return Ok(serving.stopped().await?);
     };
-    let settings = Settings {
+    let settings = ks_hub::Settings {
         filter: ResourceFilter::from_api_groups(&args.api_groups),
-        debounce: Duration::from_millis(args.binding_debounce_ms),
         cache_sync_timeout: Duration::from_secs(args.cache_sync_timeout),
+        informer_metrics,
+        binding: with("binding").then(|| ks_hub::binding::controller::Settings {
+            debounce: Duration::from_millis(args.binding_debounce_ms),
+            metrics: binding_metrics,
+        }),
         status: with("status").then(|| ks_hub::status::controller::Settings {
             wds_name: args.wds_name.clone(),
             after_transport: with("transport"),
@@ -181,27 +185,34 @@ async fn run() -> anyhow::Result<()> {
             .await
             .is_none()
         {
-            return Ok(());
+            return;
         }
         tracing::info!(wds = %wds_name, "KubeStellar CRDs installed");
-        controller::run(wds.clone(), its, settings, metrics, ready, token).await
+        ks_hub::run(wds, its, settings, ready, token).await;
     };
     if args.common.leader_elect {
-        let lease = args.common.lease(format!("ks-hub-{}", args.wds_name));
-        let result =
-            ks_shared::leader::run_as_leader(wds_lease, &lease, &fence, shutdown.clone(), |token| async move {
-                if let Err(err) = work(token).await {
-                    ks_shared::crash::exit_on_error("the binding controller", &format!("{err:#}"));
-                }
-            })
-            .await;
-        result?;
+        let lease = args.common.lease(lease_name(&args.wds_name, &args.controllers));
+        ks_shared::leader::run_as_leader(wds_lease, &lease, &fence, shutdown.clone(), work).await?;
     } else {
-        work(shutdown.clone()).await?;
+        work(shutdown.clone()).await;
     }
     shutdown.cancel();
     serving.stopped().await?;
     Ok(())
+}
+
+/// The Lease of a hub running `controllers` for `wds`: `ks-hub-<wds>` for all three, else
+/// one per set (`ks-hub-wds1-binding`, `ks-hub-wds1-status-transport`), so that processes
+/// running different controllers each elect their own leader.
+fn lease_name(wds: &str, controllers: &[String]) -> String {
+    let mut chosen: Vec<&str> = controllers.iter().map(String::as_str).collect();
+    chosen.sort_unstable();
+    chosen.dedup();
+    if chosen.len() == CONTROLLERS.len() {
+        format!("ks-hub-{wds}")
+    } else {
+        format!("ks-hub-{wds}-{}", chosen.join("-"))
+    }
 }
 
 /// The clients of the hub.
@@ -263,4 +274,18 @@ async fn spaces(
         .await
         .context("ITS kubeconfig Secret")?;
     Ok(Some(Spaces { wds, its, wds_lease }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_set_of_controllers_elects_its_own_leader() {
+        let names = |list: &str| list.split(',').map(String::from).collect::<Vec<_>>();
+        assert_eq!(lease_name("wds1", &names("binding,transport,status")), "ks-hub-wds1");
+        assert_eq!(lease_name("wds1", &names("status,binding,transport,status")), "ks-hub-wds1");
+        assert_eq!(lease_name("wds1", &names("binding")), "ks-hub-wds1-binding");
+        assert_eq!(lease_name("wds1", &names("transport,status")), "ks-hub-wds1-status-transport");
+    }
 }

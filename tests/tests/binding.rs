@@ -468,13 +468,13 @@ async fn invalid_policy_reports_and_others_work(ctx: Ctx) -> anyhow::Result<()> 
     cleanup(&ctx, &policies, &[&bad, &good], &ns).await
 }
 
-/// The hub's `kubestellar_binding_informers` gauge.
+/// The hub's `kubestellar_workload_informers` gauge.
 fn informer_count(ctx: &Ctx) -> anyhow::Result<u64> {
     let address = ([127, 0, 0, 1], ctx.stack.hub_port("wds1")).into();
     let (_, metrics) = ks_tests::process::http_get(address, "/metrics");
     metrics
         .lines()
-        .find_map(|l| l.strip_prefix("kubestellar_binding_informers "))
+        .find_map(|l| l.strip_prefix("kubestellar_workload_informers "))
         .and_then(|v| v.trim().parse().ok())
         .ok_or_else(|| anyhow::anyhow!("no informer gauge in /metrics"))
 }

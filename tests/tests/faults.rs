@@ -15,7 +15,7 @@ use ks_tests::faults::WecLosses;
 use ks_tests::harness::{Ctx, run_one_at_a_time};
 use ks_tests::stack::{ADDON_PROCESS, HUB_MAX_NUM_WRAPPED, HubOptions, Stack, wait_for};
 use ks_tests::stack_test;
-use ks_tests::tools::{Tools, policy_yaml};
+use ks_tests::tools::{Tools, app_yaml, policy_yaml, singleton_policy_yaml};
 use kube::ResourceExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
@@ -47,6 +47,7 @@ ks_tests::stack_main!(
         stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
         stack_test!(a_deeply_nested_object_is_an_error_not_an_outage, PATH),
         stack_test!(a_full_mailbox_holds_back_only_its_wecs_status, AGENT_PATH),
+        stack_test!(the_hub_controllers_run_in_separate_processes, AGENT_PATH),
     ]
 );
 
@@ -486,10 +487,10 @@ async fn a_resource_whose_list_fails_holds_nothing_else_back(ctx: Ctx) -> anyhow
         no_losses(&losses, 1)?;
         let address = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
         let (_, metrics) = ks_tests::process::http_get(address, "/metrics");
-        let unsynced = ks_tests::metrics::sum(&metrics, "kubestellar_binding_unsynced_resources");
+        let unsynced = ks_tests::metrics::sum(&metrics, "kubestellar_workload_unsynced_resources");
         let errors = metrics
             .lines()
-            .filter(|l| l.starts_with("kubestellar_binding_watch_errors_total") && l.contains(&group))
+            .filter(|l| l.starts_with("kubestellar_workload_watch_errors_total") && l.contains(&group))
             .count();
         ensure!(unsynced >= 1.0 && errors == 1, "the failing resource is not reported:\n{metrics}");
         // Namespaces finish deleting once the CRD whose objects cannot be listed is gone.
@@ -622,6 +623,75 @@ async fn a_busy_leader_keeps_its_lease_then_hands_over(ctx: Ctx) -> anyhow::Resu
     ctx.stack.procs.stop_all(&names, Duration::from_secs(10))?;
     ctx.stack.restart_hub("wds1", HubOptions::STACK).await?;
     replicas?;
+    ctx.delete_namespace("wds1", &lease_namespace).await
+}
+
+/// The hub's controllers are peers over shared informers: wds1's hub replaced by one process
+/// running only `binding` and another running `transport,status` (each with leader election,
+/// each under its own Lease) delivers a Deployment to both WECs and returns cluster1's status.
+async fn the_hub_controllers_run_in_separate_processes(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "apart")?;
+    let id = ctx.unique_name("apart");
+    let lease_namespace = ctx.namespace("wds1").await?;
+    let free_port = || -> anyhow::Result<u16> { Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port()) };
+    ctx.stack
+        .procs
+        .stop(&Stack::hub_process("wds1"), Duration::from_secs(10))?;
+    let mut names = Vec::new();
+    let apart = async {
+        let mut ports = Vec::new();
+        for controllers in ["binding", "transport,status"] {
+            let port = free_port()?;
+            let flags = [
+                format!("--controllers={controllers}"),
+                "--leader-elect".into(),
+                format!("--leader-elect-namespace={lease_namespace}"),
+            ];
+            let replica = controllers.replace(',', "-");
+            names.push(ctx.stack.start_hub_replica("wds1", &replica, port, &flags)?);
+            ports.push(port);
+        }
+        wait_for("both hubs to be ready", DEADLINE, || async {
+            for name in &names {
+                ctx.stack.procs.check_alive(name)?;
+            }
+            Ok(ports.iter().all(|&port| ready(port)))
+        })
+        .await?;
+        let leases: Api<Lease> = Api::namespaced(ctx.client("wds1").await?, &lease_namespace);
+        for lease in ["ks-hub-wds1-binding", "ks-hub-wds1-status-transport"] {
+            ensure!(leases.get_opt(lease).await?.is_some(), "no Lease {lease}");
+        }
+
+        let label = format!("apart: \"{id}\"");
+        let yaml = app_yaml(&id, "web", &label)
+            + &policy_yaml(&id, "location-group: edge", &label)
+            + &singleton_policy_yaml(&id, "cluster1", &label);
+        tools.kubectl_input("wds1", &["apply", "-f", "-"], &yaml)?;
+        let deployments = ApiResource::erase::<Deployment>(&());
+        wait_for("the Deployment on both WECs", DEADLINE, || async {
+            for wec in WECS {
+                let api: Api<Deployment> = Api::namespaced(ctx.client(wec).await?, &id);
+                if api.get_opt("web").await?.is_none() {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        })
+        .await?;
+        let wds: Api<DynamicObject> = Api::namespaced_with(ctx.client("wds1").await?, &id, &deployments);
+        wait_for("cluster1's status in the WDS", DEADLINE, || async {
+            let deployment = wds.get("web").await?;
+            Ok(deployment.data["status"]["observedGeneration"] == 1)
+        })
+        .await?;
+        tools.kubectl_input("wds1", &["delete", "-f", "-"], &yaml)?;
+        anyhow::Ok(())
+    }
+    .await;
+    ctx.stack.procs.stop_all(&names, Duration::from_secs(10))?;
+    ctx.stack.restart_hub("wds1", HubOptions::STACK).await?;
+    apart?;
     ctx.delete_namespace("wds1", &lease_namespace).await
 }
 

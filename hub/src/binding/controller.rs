@@ -1,21 +1,14 @@
-//! The binding controller: watches every workload resource of the WDS, the BindingPolicies and
-//! the WECs (ManagedClusters in the ITS), keeps each policy's resolution current from those
-//! caches, and writes a policy's Binding and status only when they change, coalescing bursts.
-
-mod metrics;
-#[cfg(test)]
-pub(crate) mod mock;
-mod state;
-mod writes;
+//! The binding controller: follows the workload objects of the WDS (through the shared
+//! informers), the BindingPolicies and the WECs (ManagedClusters in the ITS), keeps each
+//! policy's resolution current from those caches, and writes a policy's Binding and status only
+//! when they change, coalescing bursts.
 
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Namespace;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{Binding, BindingPolicy, StatusCollector};
 use ks_shared::backoff::{Failure, failure};
-use ks_shared::cli::retry_until_done;
 use ks_shared::names::BINDING_POLICY_FINALIZER;
 use ks_shared::ocm::ManagedCluster;
 use ks_shared::serve::ReadyGate;
@@ -24,28 +17,21 @@ use kube::discovery::ApiResource;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
-pub use metrics::Metrics;
-pub use state::{Resolutions, StatusRequest};
-
-use crate::binding::{Labels, ObjectIdentity, Wec, WorkloadObject};
-use crate::informers::{GroupResource, ResourceFilter, WorkloadEvent, WorkloadInformers};
+use super::metrics::Metrics;
+use super::state::{Resolutions, StatusRequest};
+use super::writes;
+use super::{Labels, ObjectIdentity, Wec, WorkloadObject};
+use crate::informers::{GroupResource, WorkloadEvent, WorkloadInformers};
 
 /// Settings of the binding controller.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    pub filter: ResourceFilter,
-    /// Run the transport controller too, on the same caches.
-    pub transport: Option<crate::transport::controller::Settings>,
-    /// Run the status controller too, on the same caches.
-    pub status: Option<crate::status::controller::Settings>,
     /// How long to gather changes before writing Bindings.
     pub debounce: Duration,
-    /// How long start-up waits for the workload caches to fill; those still empty then keep
-    /// their objects as the Bindings list them.
-    pub cache_sync_timeout: Duration,
+    pub metrics: Metrics,
 }
 
 /// Everything the loop reacts to.
@@ -54,7 +40,6 @@ enum Input {
     Binding(String),
     Namespace(String),
     Wecs,
-    Crds,
     Collectors,
 }
 
@@ -89,7 +74,6 @@ struct Caches {
     bindings: Store<Binding>,
     namespaces: Store<Namespace>,
     clusters: Store<ManagedCluster>,
-    crds: Store<CustomResourceDefinition>,
     collectors: Store<StatusCollector>,
 }
 
@@ -147,25 +131,18 @@ fn workload_object(resource: &ApiResource, object: &DynamicObject) -> WorkloadOb
     }
 }
 
-/// Runs the binding controller until `shutdown`; `ready` opens once every cache is filled.
+/// Runs the binding controller until `shutdown`, on `informers` (filled) and their `events`;
+/// `ready` opens once its first pass over the policies is written.
 pub async fn run(
     wds: Client,
     its: Client,
+    informers: WorkloadInformers,
+    mut workload_received: UnboundedReceiver<WorkloadEvent>,
     settings: Settings,
-    metrics: Metrics,
     ready: ReadyGate,
     shutdown: CancellationToken,
-) -> anyhow::Result<()> {
+) {
     let (inputs, mut received) = mpsc::unbounded_channel();
-    let (workload_events, mut workload_received) = mpsc::unbounded_channel();
-    let informers = WorkloadInformers::new(
-        wds.clone(),
-        settings.filter.clone(),
-        workload_events,
-        metrics.informer.clone(),
-        shutdown.clone(),
-    );
-
     let (policies, policy_stream) = cache(Api::all(wds.clone()), inputs.clone(), |p: &BindingPolicy| {
         Input::Policy(p.name_any())
     });
@@ -176,9 +153,6 @@ pub async fn run(
         Input::Namespace(n.name_any())
     });
     let (clusters, cluster_stream) = cache(Api::all(its.clone()), inputs.clone(), |_: &ManagedCluster| Input::Wecs);
-    let (crds, crd_stream) = cache(Api::all(wds.clone()), inputs.clone(), |_: &CustomResourceDefinition| {
-        Input::Crds
-    });
     let (collectors, collector_stream) = cache(Api::all(wds.clone()), inputs.clone(), |_: &StatusCollector| {
         Input::Collectors
     });
@@ -187,7 +161,6 @@ pub async fn run(
         binding_stream.boxed(),
         namespace_stream.boxed(),
         cluster_stream.boxed(),
-        crd_stream.boxed(),
         collector_stream.boxed(),
     ]);
     let drive = shutdown.clone();
@@ -208,64 +181,20 @@ pub async fn run(
         bindings,
         namespaces,
         clusters,
-        crds,
     };
     let filled = async {
-        let _ = futures::join!(
+        futures::join!(
             caches.policies.wait_until_ready(),
             caches.bindings.wait_until_ready(),
             caches.namespaces.wait_until_ready(),
             caches.clusters.wait_until_ready(),
-            caches.crds.wait_until_ready(),
             caches.collectors.wait_until_ready(),
-        );
-        let discovered = retry_until_done("discovering WDS resources", &shutdown, || {
-            let (informers, crds) = (caches.informers.clone(), caches.crds.state());
-            async move { informers.sync_with_discovery(&crds).await }
-        });
-        let complete = discovered.await?;
-        // One resource whose LIST keeps failing must not keep every other one waiting: its
-        // objects stay as the Bindings list them until its cache is filled.
-        let unsynced = caches.informers.wait_synced(settings.cache_sync_timeout).await;
-        if !unsynced.is_empty() {
-            let names: Vec<String> = unsynced
-                .iter()
-                .map(|gr| format!("{}/{}", gr.group, gr.resource))
-                .collect();
-            tracing::warn!(resources = %names.join(","), "starting before these caches are filled; their objects are kept as the Bindings list them");
-        }
-        Some(complete)
+        )
     };
-    let complete = tokio::select! {
-        _ = shutdown.cancelled() => return Ok(()),
-        complete = filled => match complete {
-            Some(complete) => complete,
-            None => return Ok(()),
-        },
-    };
-    if let Some(transport) = settings.transport.clone() {
-        let (wds, its, informers, shutdown) = (wds.clone(), its.clone(), caches.informers.clone(), shutdown.clone());
-        tokio::spawn(async move {
-            if let Err(err) =
-                crate::transport::controller::run(crate::transport::wrap::Ocm, wds, its, informers, transport, shutdown)
-                    .await
-            {
-                ks_shared::crash::exit_on_error("the transport controller", &format!("{err:#}"));
-            }
-        });
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        _ = filled => {}
     }
-    if let Some(status) = settings.status.clone() {
-        let informers = caches.informers.clone();
-        tokio::spawn(crate::status::controller::run(
-            wds.clone(),
-            its.clone(),
-            informers,
-            status,
-            shutdown.clone(),
-        ));
-    }
-    metrics.informers.set(caches.informers.count() as i64);
-    tracing::info!(informers = caches.informers.count(), "workload caches filled");
 
     let policy_api: Api<BindingPolicy> = Api::all(wds.clone());
     let binding_api: Api<Binding> = Api::all(wds.clone());
@@ -279,7 +208,7 @@ pub async fn run(
         resolutions: &mut resolutions,
         policy_api,
         binding_api,
-        metrics,
+        metrics: settings.metrics,
     };
     for policy in looper.caches.policies.state() {
         looper.policy_changed(&policy.name_any()).await;
@@ -287,8 +216,6 @@ pub async fn run(
     looper.flush().await;
     ready.open();
 
-    // Discovery can lag behind the established CRDs (an apiserver just restarted): look again.
-    let mut discovery_due = (!complete).then(|| tokio::time::Instant::now() + DISCOVERY_RETRY);
     let mut flush_due: Option<tokio::time::Instant> = None;
     let mut retry = RetryTimer::default();
     loop {
@@ -305,9 +232,9 @@ pub async fn run(
             .metrics
             .queue_depth
             .set(i64::from(looper.resolutions.has_dirty()));
-        let next_timer = [discovery_due, flush_due, retry.due].into_iter().flatten().min();
+        let next_timer = [flush_due, retry.due].into_iter().flatten().min();
         tokio::select! {
-            _ = shutdown.cancelled() => return Ok(()),
+            _ = shutdown.cancelled() => return,
             Some(event) = workload_received.recv() => looper.workload_event(event),
             Some(input) = received.recv() => match input {
                 Input::Policy(name) => looper.policy_changed(&name).await,
@@ -316,14 +243,9 @@ pub async fn run(
                 Input::Wecs => looper.resolutions.set_wecs(&looper.caches.wecs()),
                 // Only the policies' errors can change: re-check every policy's status.
                 Input::Collectors => looper.resolutions.policy_names().iter().for_each(|n| looper.resolutions.touch(n)),
-                // CRD events come in bursts (create, established); look once they settle.
-                Input::Crds => discovery_due = discovery_due.or(Some(tokio::time::Instant::now() + Duration::from_millis(100))),
             },
             _ = sleep_until(next_timer) => {
                 let now = tokio::time::Instant::now();
-                if discovery_due.is_some_and(|t| t <= now) {
-                    discovery_due = looper.sync_informers().await.then(|| now + DISCOVERY_RETRY);
-                }
                 if flush_due.is_some_and(|t| t <= now) {
                     flush_due = None;
                     looper.flush().await;
@@ -363,9 +285,6 @@ enum Retry {
     /// The status-request labels of WDS objects.
     Labels,
 }
-
-/// How soon discovery is asked again when it lags behind the established CRDs.
-const DISCOVERY_RETRY: Duration = Duration::from_millis(500);
 
 /// Back-off of failed writes.
 const RETRY_MIN: Duration = Duration::from_secs(1);
@@ -448,7 +367,6 @@ impl Loop<'_> {
                     self.object_changed(&resource, Some(id.namespace).filter(|n| !n.is_empty()), &id.name);
                 }
                 // Bindings kept this resource's objects as they were while its cache filled.
-                self.metrics.informers.set(self.caches.informers.count() as i64);
                 for name in self.resolutions.policy_names() {
                     self.resolutions.touch(&name);
                 }
@@ -538,21 +456,6 @@ impl Loop<'_> {
             objects.iter().map(|(o, l)| (o, l.as_ref())),
             &wecs,
         );
-    }
-
-    /// Re-syncs the informer set; true when it must be done again: discovery failed, or an
-    /// established CRD is not listed yet (discovery lags).
-    async fn sync_informers(&mut self) -> bool {
-        let crds = self.caches.crds.state();
-        let complete = match self.caches.informers.sync_with_discovery(&crds).await {
-            Ok(complete) => complete,
-            Err(err) => {
-                tracing::warn!(error = %err, "discovery failed; retrying");
-                false
-            }
-        };
-        self.metrics.informers.set(self.caches.informers.count() as i64);
-        !complete
     }
 
     /// Counts and logs a failed write, and schedules `retry` when trying again may help: not
@@ -688,7 +591,9 @@ mod tests {
     use serde_json::{Value as Json, json};
 
     use super::*;
-    use crate::controller::mock::{self, ApiServer};
+    use crate::binding::state;
+    use crate::informers::ResourceFilter;
+    use crate::mock::{self, ApiServer};
 
     fn store<K>(objects: Vec<K>) -> Store<K>
     where
@@ -741,7 +646,6 @@ mod tests {
             bindings: store(vec![]),
             namespaces: store(vec![]),
             clusters: store(vec![]),
-            crds: store(vec![]),
             collectors: store(vec![]),
         };
         Loop {

@@ -4,7 +4,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Metrics {
     /// Binding and status checks done for a policy.
     pub reconciles: Counter,
@@ -14,10 +14,6 @@ pub struct Metrics {
     pub binding_writes: Counter,
     /// Policies waiting for their Binding check.
     pub queue_depth: Gauge,
-    /// Workload informers serving on the WDS.
-    pub informers: Gauge,
-    /// Their failed lists and watches, and the resources whose cache is not filled.
-    pub informer: crate::informers::InformerMetrics,
 }
 
 impl Metrics {
@@ -42,21 +38,6 @@ impl Metrics {
             "queue_depth",
             "Policies waiting for their Binding check",
             self.queue_depth.clone(),
-        );
-        sub.register(
-            "informers",
-            "Workload informers serving on the WDS",
-            self.informers.clone(),
-        );
-        sub.register(
-            "watch_errors",
-            "Failed lists and watches of a workload resource of the WDS (each retried with back-off)",
-            self.informer.watch_errors.clone(),
-        );
-        sub.register(
-            "unsynced_resources",
-            "Workload resources whose cache is not filled (their objects are kept as the Bindings list them)",
-            self.informer.unsynced.clone(),
         );
     }
 }
