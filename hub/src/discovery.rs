@@ -74,7 +74,10 @@ pub async fn start(
 }
 
 /// The CRDs of the WDS, with a message on every change.
-fn watch_crds(wds: Client, shutdown: CancellationToken) -> (Store<CustomResourceDefinition>, mpsc::UnboundedReceiver<()>) {
+fn watch_crds(
+    wds: Client,
+    shutdown: CancellationToken,
+) -> (Store<CustomResourceDefinition>, mpsc::UnboundedReceiver<()>) {
     let (store, writer) = reflector::store();
     let (changes, changed) = mpsc::unbounded_channel();
     let api: Api<CustomResourceDefinition> = Api::all(wds);

@@ -146,7 +146,11 @@ impl InformerMetrics {
     /// Registers them as `kubestellar_workload_*`: they belong to no one controller.
     pub fn register(&self, registry: &mut Registry) {
         let sub = registry.sub_registry_with_prefix("kubestellar_workload");
-        sub.register("informers", "Workload informers serving on the WDS", self.serving.clone());
+        sub.register(
+            "informers",
+            "Workload informers serving on the WDS",
+            self.serving.clone(),
+        );
         sub.register(
             "watch_errors",
             "Failed lists and watches of a workload resource of the WDS (each retried with back-off)",

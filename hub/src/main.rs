@@ -138,7 +138,7 @@ async fn run() -> anyhow::Result<()> {
     let with = |name: &str| args.controllers.iter().any(|c| c == name);
     let mut process = Process::start("ks-hub", Some(&args.wds_name), &args.common)?;
     let binding_metrics = ks_hub::binding::Metrics::default();
-    binding_metrics.register(&mut process.registry);
+    ks_hub::binding::register_metrics(&binding_metrics, &mut process.registry);
     let status_metrics = ks_hub::status::Metrics::default();
     status_metrics.register(&mut process.registry);
     let transport_metrics = ks_hub::transport::metrics::Metrics::default();
@@ -284,8 +284,14 @@ mod tests {
     fn each_set_of_controllers_elects_its_own_leader() {
         let names = |list: &str| list.split(',').map(String::from).collect::<Vec<_>>();
         assert_eq!(lease_name("wds1", &names("binding,transport,status")), "ks-hub-wds1");
-        assert_eq!(lease_name("wds1", &names("status,binding,transport,status")), "ks-hub-wds1");
+        assert_eq!(
+            lease_name("wds1", &names("status,binding,transport,status")),
+            "ks-hub-wds1"
+        );
         assert_eq!(lease_name("wds1", &names("binding")), "ks-hub-wds1-binding");
-        assert_eq!(lease_name("wds1", &names("transport,status")), "ks-hub-wds1-status-transport");
+        assert_eq!(
+            lease_name("wds1", &names("transport,status")),
+            "ks-hub-wds1-status-transport"
+        );
     }
 }

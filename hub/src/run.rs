@@ -37,7 +37,14 @@ pub async fn run(wds: Client, its: Client, settings: Settings, ready: ReadyGate,
         settings.informer_metrics,
         shutdown.clone(),
     );
-    if !discovery::start(wds.clone(), informers.clone(), settings.cache_sync_timeout, shutdown.clone()).await {
+    if !discovery::start(
+        wds.clone(),
+        informers.clone(),
+        settings.cache_sync_timeout,
+        shutdown.clone(),
+    )
+    .await
+    {
         return;
     }
     if let Some(transport) = settings.transport {

@@ -4,7 +4,6 @@
 
 pub mod api;
 pub mod apilatency;
-pub mod backoff;
 pub mod cli;
 pub mod client;
 pub mod crash;
@@ -16,6 +15,7 @@ pub mod names;
 pub mod ocm;
 pub mod ratelimit;
 pub mod rollout;
+pub mod runtime;
 pub mod selector;
 pub mod serve;
 pub mod shutdown;

@@ -1,43 +1,17 @@
-//! The binding controller's metrics.
+//! The binding controller's metrics: `kubestellar_binding_*`.
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::Gauge;
+use ks_shared::runtime::{ControllerMetrics, Help};
 use prometheus_client::registry::Registry;
 
-#[derive(Clone, Debug, Default)]
-pub struct Metrics {
-    /// Binding and status checks done for a policy.
-    pub reconciles: Counter,
-    /// Failed writes.
-    pub errors: Counter,
-    /// Binding writes (only when content changed).
-    pub binding_writes: Counter,
-    /// Policies waiting for their Binding check.
-    pub queue_depth: Gauge,
-}
+pub type Metrics = ControllerMetrics;
 
-impl Metrics {
-    pub fn register(&self, registry: &mut Registry) {
-        let sub = registry.sub_registry_with_prefix("kubestellar_binding");
-        sub.register(
-            "reconciles",
-            "Binding and status checks done for a policy",
-            self.reconciles.clone(),
-        );
-        sub.register(
-            "errors",
-            "Failed writes of Bindings, policy status or finalizers",
-            self.errors.clone(),
-        );
-        sub.register(
-            "writes",
-            "Binding writes (made only when the content changed)",
-            self.binding_writes.clone(),
-        );
-        sub.register(
-            "queue_depth",
-            "Policies waiting for their Binding check",
-            self.queue_depth.clone(),
-        );
-    }
+/// Registers the binding controller's `metrics`.
+pub fn register(metrics: &Metrics, registry: &mut Registry) {
+    let help = Help {
+        reconciles: "Binding and status checks done for a policy",
+        errors: "Failed writes of Bindings, policy status or finalizers",
+        writes: "Binding writes (made only when the content changed)",
+        queue_depth: "Policies waiting for their Binding check",
+    };
+    metrics.register(registry, "binding", help);
 }

@@ -24,7 +24,7 @@ mod properties;
 #[cfg(test)]
 mod testing;
 
-pub use metrics::Metrics;
+pub use metrics::{Metrics, register as register_metrics};
 pub use policy::{CompiledClause, CompiledPolicy, PolicyError};
 pub use resolution::{binding_spec_differs, desired_binding_spec, keep_unknown};
 pub use selection::{clause_matches, clause_misses, fold_modulations, matching_clauses, policy_matches, wec_selected};

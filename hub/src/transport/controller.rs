@@ -5,23 +5,24 @@
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::{Binding, BindingPolicy, CustomTransform, CustomTransformStatus};
-use ks_shared::backoff::{Backoff, Failure, failure};
 use ks_shared::names::{
     CUSTOMIZATION_PROPERTIES_NAMESPACE, EXPAND_TEMPLATES_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL,
     TRANSPORT_FINALIZER, WDS_GENERATION_ANNOTATION, field_manager,
 };
+use ks_shared::runtime::{Backoff, Failure, failure};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Plugin;
@@ -189,7 +190,7 @@ pub async fn run<P: Plugin>(
                     None => return Ok(()),
                     input => input,
                 },
-                _ = tokio::time::sleep_until(retry_due.unwrap_or_else(Instant::now).into()), if retry_due.is_some() => None,
+                _ = tokio::time::sleep_until(retry_due.unwrap_or_else(Instant::now)), if retry_due.is_some() => None,
             },
         };
         let mut transforms_changed = false;

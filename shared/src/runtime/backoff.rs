@@ -3,7 +3,20 @@
 //! (never in a hot loop), and one failing key does not delay the others.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// Tokio's clock, so that tests with a paused clock drive retries too.
+use tokio::time::Instant;
+
+/// The first pause before a failed write is tried again, and the longest.
+pub const RETRY_MIN: Duration = Duration::from_secs(1);
+pub const RETRY_MAX: Duration = Duration::from_secs(60);
+
+/// The pause after `failures` consecutive failures (1, 2, ...): `min`, doubling up to `max`.
+pub fn pause(min: Duration, max: Duration, failures: u32) -> Duration {
+    min.saturating_mul(2u32.saturating_pow(failures.saturating_sub(1).min(20)))
+        .min(max)
+}
 
 /// When each failed key is due again, and the pause it waits after its next failure.
 #[derive(Debug)]
@@ -17,10 +30,15 @@ pub struct Backoff<K> {
 struct Retry {
     /// `None` once handed out by [`Backoff::take_due`]: it is being tried.
     due: Option<Instant>,
-    pause: Duration,
+    failures: u32,
 }
 
 impl<K: Ord + Clone> Backoff<K> {
+    /// Pauses of [`RETRY_MIN`] doubling up to [`RETRY_MAX`]: for failed writes.
+    pub fn for_writes() -> Backoff<K> {
+        Backoff::new(RETRY_MIN, RETRY_MAX)
+    }
+
     /// Pauses start at `min` and double up to `max`.
     pub fn new(min: Duration, max: Duration) -> Backoff<K> {
         Backoff {
@@ -32,12 +50,9 @@ impl<K: Ord + Clone> Backoff<K> {
 
     /// `key` failed at `now`: it is due again after its pause, which then doubles.
     pub fn failed(&mut self, key: K, now: Instant) {
-        let retry = self.keys.entry(key).or_insert(Retry {
-            due: None,
-            pause: self.min,
-        });
-        retry.due = Some(now + retry.pause);
-        retry.pause = (retry.pause * 2).min(self.max);
+        let retry = self.keys.entry(key).or_insert(Retry { due: None, failures: 0 });
+        retry.failures = retry.failures.saturating_add(1);
+        retry.due = Some(now + pause(self.min, self.max, retry.failures));
     }
 
     /// `key` succeeded (or no longer needs doing): its pause starts over.
@@ -60,6 +75,11 @@ impl<K: Ord + Clone> Backoff<K> {
                 key.clone()
             })
             .collect()
+    }
+
+    /// Whether `key` waits for a retry.
+    pub fn is_waiting(&self, key: &K) -> bool {
+        self.keys.get(key).is_some_and(|r| r.due.is_some())
     }
 
     /// How many keys wait for a retry.

@@ -1,0 +1,215 @@
+//! A keyed work queue that coalesces: a key already waiting is not added twice, a key being
+//! worked on is handed out again (once) after its worker finishes, and never to two workers at
+//! once. Workers read the latest state from caches, so a burst of events for one object becomes
+//! one reconcile of its latest state. Failed keys come back after a capped exponential back-off
+//! ([`super::backoff::pause`]).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::hash::Hash;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use super::backoff::pause;
+
+/// The queue; clones share it.
+pub struct WorkQueue<K> {
+    state: Arc<Mutex<State<K>>>,
+    ready: Arc<Notify>,
+    /// A failed key's first pause, doubling with each further failure up to `max`.
+    min: Duration,
+    max: Duration,
+}
+
+impl<K> Clone for WorkQueue<K> {
+    fn clone(&self) -> Self {
+        WorkQueue {
+            state: self.state.clone(),
+            ready: self.ready.clone(),
+            min: self.min,
+            max: self.max,
+        }
+    }
+}
+
+struct State<K> {
+    order: VecDeque<K>,
+    waiting: HashSet<K>,
+    working: HashSet<K>,
+    /// Added while being worked on: queue again when the worker is done.
+    again: HashSet<K>,
+    failures: HashMap<K, u32>,
+}
+
+impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
+    /// A queue whose failed keys wait `min`, doubling up to `max`.
+    pub fn new(min: Duration, max: Duration) -> Self {
+        WorkQueue {
+            state: Arc::new(Mutex::new(State {
+                order: VecDeque::new(),
+                waiting: HashSet::new(),
+                working: HashSet::new(),
+                again: HashSet::new(),
+                failures: HashMap::new(),
+            })),
+            ready: Arc::new(Notify::new()),
+            min,
+            max,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State<K>> {
+        // The state stays consistent under a panic elsewhere: every update is one step.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Queues `key` unless it is already waiting.
+    pub fn add(&self, key: K) {
+        let mut state = self.lock();
+        if state.working.contains(&key) {
+            state.again.insert(key);
+            return;
+        }
+        if state.waiting.insert(key.clone()) {
+            state.order.push_back(key);
+            drop(state);
+            self.ready.notify_one();
+        }
+    }
+
+    /// The next key to work on, waiting for one; `None` once `shutdown` is cancelled.
+    pub async fn next(&self, shutdown: &CancellationToken) -> Option<K> {
+        loop {
+            if let Some((key, more)) = self.pop() {
+                if more {
+                    // Wake another worker: one notification may stand for several keys.
+                    self.ready.notify_one();
+                }
+                return Some(key);
+            }
+            tokio::select! {
+                _ = self.ready.notified() => {}
+                _ = shutdown.cancelled() => return None,
+            }
+        }
+    }
+
+    fn pop(&self) -> Option<(K, bool)> {
+        let mut state = self.lock();
+        let key = state.order.pop_front()?;
+        state.waiting.remove(&key);
+        state.working.insert(key.clone());
+        Some((key, !state.order.is_empty()))
+    }
+
+    /// Marks `key` done. After a failure it is queued again after a backoff; after a success
+    /// its failure count is forgotten. Either way, if it was added meanwhile it is queued now.
+    pub fn done(&self, key: K, succeeded: bool) {
+        let (again, retry_in) = {
+            let mut state = self.lock();
+            state.working.remove(&key);
+            let again = state.again.remove(&key);
+            let retry_in = if succeeded {
+                state.failures.remove(&key);
+                None
+            } else {
+                let failures = state.failures.entry(key.clone()).or_default();
+                *failures += 1;
+                Some(pause(self.min, self.max, *failures))
+            };
+            (again, retry_in)
+        };
+        if again {
+            self.add(key.clone());
+        }
+        if let Some(delay) = retry_in {
+            let queue = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                queue.add(key);
+            });
+        }
+    }
+
+    /// Keys waiting to be worked on.
+    pub fn len(&self) -> usize {
+        self.lock().order.len()
+    }
+
+    /// True when nothing is waiting or being worked on (failed keys may come back later).
+    pub fn is_empty(&self) -> bool {
+        let state = self.lock();
+        state.order.is_empty() && state.working.is_empty()
+    }
+
+    /// True when nothing is waiting, being worked on or remembered as failing.
+    #[cfg(test)]
+    pub fn is_idle(&self) -> bool {
+        let state = self.lock();
+        state.order.is_empty() && state.working.is_empty() && state.again.is_empty() && state.failures.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIN: Duration = Duration::from_millis(10);
+
+    #[tokio::test]
+    async fn coalesces_waiting_keys() {
+        let queue = WorkQueue::new(MIN, 60 * MIN);
+        let stop = CancellationToken::new();
+        for _ in 0..5 {
+            queue.add("a");
+        }
+        queue.add("b");
+        assert_eq!(queue.len(), 2);
+        assert_eq!(queue.next(&stop).await, Some("a"));
+        assert_eq!(queue.next(&stop).await, Some("b"));
+        assert_eq!(queue.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_key_added_while_worked_on_comes_back_once_after() {
+        let queue = WorkQueue::new(MIN, 60 * MIN);
+        let stop = CancellationToken::new();
+        queue.add("a");
+        let key = queue.next(&stop).await.unwrap();
+        queue.add("a");
+        queue.add("a");
+        assert_eq!(queue.len(), 0, "not handed to a second worker while worked on");
+        queue.done(key, true);
+        assert_eq!(queue.len(), 1);
+        let key = queue.next(&stop).await.unwrap();
+        queue.done(key, true);
+        assert!(queue.is_idle());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn failures_are_retried_with_growing_backoff() {
+        let queue = WorkQueue::new(MIN, 60 * MIN);
+        let stop = CancellationToken::new();
+        queue.add("a");
+        let key = queue.next(&stop).await.unwrap();
+        queue.done(key, false);
+        assert_eq!(queue.len(), 0, "not at once");
+        let key = queue.next(&stop).await.unwrap();
+        assert_eq!(key, "a");
+        queue.done(key, true);
+        assert!(queue.is_idle(), "success forgets the failures");
+        assert_eq!(pause(MIN, 60 * MIN, 1), MIN);
+        assert_eq!(pause(MIN, 60 * MIN, 3), MIN * 4);
+        assert_eq!(pause(MIN, 60 * MIN, 1000), 60 * MIN);
+    }
+
+    #[tokio::test]
+    async fn next_ends_on_shutdown() {
+        let queue: WorkQueue<&str> = WorkQueue::new(MIN, 60 * MIN);
+        let stop = CancellationToken::new();
+        stop.cancel();
+        assert_eq!(queue.next(&stop).await, None);
+    }
+}

@@ -1,0 +1,62 @@
+//! Caches fed by watches: a reflector's stream is driven until stopped, and the controller is
+//! told what changed. Every (re-)list is reported too, since deletions missed while a watch was
+//! down show only as absences in the new list.
+
+use std::fmt::Debug;
+
+use futures::StreamExt;
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde::de::DeserializeOwned;
+use tokio_util::sync::CancellationToken;
+
+/// What a watch saw.
+pub enum Seen<'a, K> {
+    /// An object was added or changed.
+    Changed(&'a K),
+    /// An object was deleted.
+    Deleted(&'a K),
+    /// The cache holds a complete list (after the first list and after every re-list).
+    Listed,
+}
+
+/// Consumes `stream` (already feeding a reflector) until `stop`, telling `on` what it saw.
+pub async fn drive<K, S>(what: String, stream: S, stop: CancellationToken, mut on: impl FnMut(Seen<'_, K>))
+where
+    S: futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    futures::pin_mut!(stream);
+    loop {
+        let event = tokio::select! {
+            _ = stop.cancelled() => return,
+            event = stream.next() => event,
+        };
+        match event {
+            None => return,
+            Some(Ok(watcher::Event::Apply(object))) => on(Seen::Changed(&object)),
+            Some(Ok(watcher::Event::Delete(object))) => on(Seen::Deleted(&object)),
+            Some(Ok(watcher::Event::InitDone)) => on(Seen::Listed),
+            Some(Ok(watcher::Event::Init | watcher::Event::InitApply(_))) => {}
+            // The stream backs off and retries by itself; say why it is behind.
+            Some(Err(err)) => tracing::warn!(watch = %what, error = %err, "watch failed, retrying"),
+        }
+    }
+}
+
+/// A cache of `api` (filtered by `config`), kept until `stop`, telling `on` what changed.
+pub fn watch_into_store<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    stop: CancellationToken,
+    on: impl FnMut(Seen<'_, K>) + Send + 'static,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = watcher(api, config).default_backoff().reflect(writer);
+    tokio::spawn(drive(K::kind(&()).into_owned(), stream, stop, on));
+    store
+}
