@@ -9,22 +9,22 @@
 //! names the objects it may affect, and each is reconciled against the current caches, so the
 //! order of events never matters and a start-up pass over everything converges after a restart.
 
+mod watches;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
-use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use ks_shared::api::{Binding, CombinedStatus, StatusCollector, WorkStatus, condition_type};
-use ks_shared::names::{ORIGIN_WDS_LABEL, REPORT_NAMESPACE, TRANSPORT_FINALIZER};
+use ks_shared::api::{CombinedStatus, condition_type};
+use ks_shared::names::{REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::runtime::{Failure, failure};
-use kube::api::{Api, DynamicObject};
+use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use serde_json::{Value as Json, json};
-use tokio::sync::mpsc::{self, UnboundedSender};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::Collector;
@@ -34,6 +34,7 @@ use super::state::{BindingView, Bindings, CachedName, EvaluationErrors, Index, O
 use super::writes;
 use crate::binding::ObjectIdentity;
 use crate::informers::WorkloadInformers;
+use watches::{Input, Stores, cached_name};
 
 /// Settings of the status controller.
 #[derive(Clone, Debug)]
@@ -47,110 +48,9 @@ pub struct Settings {
     pub metrics: Metrics,
 }
 
-/// A change seen by one of our watches.
-enum Input {
-    WorkStatus(CachedName),
-    WorkStatusesListed,
-    Binding(String),
-    BindingsListed,
-    Collector(String),
-    CollectorsListed,
-    CombinedStatus(CachedName),
-    CombinedStatusesListed,
-}
-
-fn cached_name<K: ResourceExt>(object: &K) -> CachedName {
-    (object.namespace().unwrap_or_default(), object.name_any())
-}
-
 /// The UID of the object a CombinedStatus summarises: its name is `<objectUID>.<policyUID>`.
 fn summarised_uid(name: &str) -> Option<String> {
     name.split_once('.').map(|(uid, _)| uid.to_string())
-}
-
-/// A cache of `api`, reporting each change and each completed (re-)list as an input. A re-list
-/// is reported because deletions missed while the watch was down show only as absences.
-fn watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    inputs: UnboundedSender<Input>,
-    changed: fn(&K) -> Input,
-    listed: fn() -> Input,
-) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store();
-    let events = watcher(api, config).default_backoff().reflect(writer);
-    tokio::spawn(async move {
-        tokio::pin!(events);
-        while let Some(event) = events.next().await {
-            let input = match event {
-                Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => changed(&object),
-                Ok(watcher::Event::InitDone) => listed(),
-                _ => continue,
-            };
-            // The controller has stopped.
-            if inputs.send(input).is_err() {
-                break;
-            }
-        }
-    });
-    store
-}
-
-/// The caches of our own watches.
-struct Stores {
-    work_statuses: Store<WorkStatus>,
-    bindings: Store<Binding>,
-    collectors: Store<StatusCollector>,
-    combined: Store<CombinedStatus>,
-}
-
-impl Stores {
-    fn start(wds: &Client, its: &Client, wds_name: &str, inputs: &UnboundedSender<Input>) -> Stores {
-        let ours = watcher::Config::default().labels(&format!("{ORIGIN_WDS_LABEL}={wds_name}"));
-        let all = watcher::Config::default;
-        Stores {
-            work_statuses: watch(
-                Api::all(its.clone()),
-                ours,
-                inputs.clone(),
-                |w| Input::WorkStatus(cached_name(w)),
-                || Input::WorkStatusesListed,
-            ),
-            bindings: watch(
-                Api::all(wds.clone()),
-                all(),
-                inputs.clone(),
-                |b| Input::Binding(b.name_any()),
-                || Input::BindingsListed,
-            ),
-            collectors: watch(
-                Api::all(wds.clone()),
-                all(),
-                inputs.clone(),
-                |c| Input::Collector(c.name_any()),
-                || Input::CollectorsListed,
-            ),
-            combined: watch(
-                Api::all(wds.clone()),
-                all(),
-                inputs.clone(),
-                |c| Input::CombinedStatus(cached_name(c)),
-                || Input::CombinedStatusesListed,
-            ),
-        }
-    }
-
-    async fn filled(&self) {
-        let _ = futures::join!(
-            self.work_statuses.wait_until_ready(),
-            self.bindings.wait_until_ready(),
-            self.collectors.wait_until_ready(),
-            self.combined.wait_until_ready(),
-        );
-    }
 }
 
 /// What is waiting to be reconciled.

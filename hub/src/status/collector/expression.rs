@@ -1,0 +1,339 @@
+//! CEL expressions as collectors use them: user input for a third-party parser and evaluator, so
+//! each is compiled within limits (length, depth, comprehension nesting) and run within a budget
+//! shared by one object's evaluations, and a panic in either is an error, not a crash.
+
+use std::collections::{BTreeSet, HashMap};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, LazyLock};
+
+use cel::common::ast::{EntryExpr, Expr};
+use cel::objects::{Key, Map as CelMap};
+use cel::{Context, Env, IdedExpr, Program, Value as Cel};
+use serde_json::Value as Json;
+
+/// The standard CEL environment; no Kubernetes libraries, as upstream.
+pub(super) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
+
+/// The variables an expression may use (docs/upstream-behaviour.md#combinedstatus).
+const VARIABLES: [&str; 4] = ["inventory", "obj", "propagation", "returned"];
+/// CEL's type names, which are identifiers too (`type(x) == int`).
+const TYPE_NAMES: [&str; 13] = [
+    "bool",
+    "bytes",
+    "double",
+    "duration",
+    "dyn",
+    "int",
+    "list",
+    "map",
+    "null_type",
+    "string",
+    "timestamp",
+    "type",
+    "uint",
+];
+
+/// The longest expression accepted, in bytes.
+const MAX_EXPRESSION_LENGTH: usize = 4096;
+/// How deep an expression's syntax tree may be: the evaluator recurses once per level, with
+/// large frames, so depth (`1+1+…+1`), not length, decides the stack it needs.
+const MAX_EXPRESSION_DEPTH: usize = 64;
+/// How deeply comprehensions (`all`, `exists`, `exists_one`, `map`, `filter`) may nest: each
+/// level multiplies the work by the length of a list.
+const MAX_COMPREHENSION_NESTING: usize = 2;
+/// The most work the evaluations for one object (every collector, row and cell) may take, in
+/// syntax-tree nodes visited, estimated before each evaluation: the expression's nodes times
+/// the longest list (or map) in its inputs once per level of comprehension nesting. A step takes
+/// 0.1–0.2 µs in a debug build, so an object's status takes at most about 2 s: a `map` over
+/// 100,000 items fits, two nested over 1,000 do not.
+pub(super) const MAX_EVALUATION_COST: u64 = 10_000_000;
+/// The stack the CEL parser and evaluator need. The parser recurses up to 96 levels (its own
+/// limit) and, in a debug build, a level takes about 100 KiB; 20 nested parentheses overflowed a
+/// 2 MiB thread stack and aborted the process. Parsing runs on a thread of this size, and the
+/// hub's runtime threads, where expressions are evaluated, get it too.
+pub const CEL_STACK: usize = 64 << 20;
+
+/// Parses `expression` and checks that it uses no undeclared variable, with the error prefixes
+/// upstream uses, and that it is within the limits above. The parser is third-party code fed
+/// user input: a panic in it is an error here, not a crash of the controller.
+pub(super) fn compile(expression: &str) -> Result<Expression, String> {
+    if expression.len() > MAX_EXPRESSION_LENGTH {
+        return Err(format!(
+            "failed to parse expression: longer than {MAX_EXPRESSION_LENGTH} bytes"
+        ));
+    }
+    let parsed = std::thread::scope(|scope| {
+        let parse = || catch_unwind(AssertUnwindSafe(|| ENV.compile(expression)));
+        std::thread::Builder::new()
+            .name("cel-parser".into())
+            .stack_size(CEL_STACK)
+            .spawn_scoped(scope, parse)
+            .map_err(|e| format!("failed to parse expression: no thread for the CEL parser: {e}"))?
+            .join()
+            .map_err(|_| "failed to parse expression: the CEL parser failed".to_string())?
+            .map_err(|_| "failed to parse expression: the CEL parser failed".to_string())
+    })?;
+    let program = parsed.map_err(|e| format!("failed to parse expression: {e}"))?;
+    let Shape { depth, nesting, nodes } = shape(program.expression());
+    if depth > MAX_EXPRESSION_DEPTH {
+        return Err(format!(
+            "failed to check expression: nested {depth} deep, more than {MAX_EXPRESSION_DEPTH}"
+        ));
+    }
+    if nesting > MAX_COMPREHENSION_NESTING {
+        return Err(format!(
+            "failed to check expression: comprehensions (all, exists, exists_one, map, filter) nested {nesting} deep, more than {MAX_COMPREHENSION_NESTING}"
+        ));
+    }
+    let mut undeclared = BTreeSet::new();
+    collect_undeclared(program.expression(), &mut Vec::new(), &mut undeclared);
+    if undeclared.is_empty() {
+        return Ok(Expression {
+            program,
+            nodes,
+            nesting,
+        });
+    }
+    let names: Vec<String> = undeclared.iter().map(|n| format!("'{n}'")).collect();
+    Err(format!(
+        "failed to check expression: undeclared reference to {}",
+        names.join(", ")
+    ))
+}
+
+/// The identifiers `expr` uses that are neither variables, type names, nor bound by an enclosing
+/// comprehension (`x` in `list.map(x, …)`).
+fn collect_undeclared<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, out: &mut BTreeSet<&'e str>) {
+    match &expr.expr {
+        Expr::Ident(name) => {
+            let known = VARIABLES.contains(&name.as_str()) || TYPE_NAMES.contains(&name.as_str());
+            if !known && !bound.contains(&name.as_str()) && !name.starts_with('@') {
+                out.insert(name);
+            }
+        }
+        Expr::Select(select) => collect_undeclared(&select.operand, bound, out),
+        Expr::Call(call) => {
+            call.target.iter().for_each(|t| collect_undeclared(t, bound, out));
+            call.args.iter().for_each(|a| collect_undeclared(a, bound, out));
+        }
+        Expr::List(list) => list.elements.iter().for_each(|e| collect_undeclared(e, bound, out)),
+        Expr::Map(map) => map.entries.iter().for_each(|e| collect_entry(&e.expr, bound, out)),
+        Expr::Struct(st) => st.entries.iter().for_each(|e| collect_entry(&e.expr, bound, out)),
+        Expr::Comprehension(c) => {
+            collect_undeclared(&c.iter_range, bound, out);
+            collect_undeclared(&c.accu_init, bound, out);
+            let before = bound.len();
+            bound.extend([c.iter_var.as_str(), c.accu_var.as_str()]);
+            bound.extend(c.iter_var2.as_deref());
+            for inner in [&c.loop_cond, &c.loop_step, &c.result] {
+                collect_undeclared(inner, bound, out);
+            }
+            bound.truncate(before);
+        }
+        Expr::Literal(_) | Expr::Unspecified => {}
+    }
+}
+
+/// A compiled expression, with what bounds the work of evaluating it.
+#[derive(Debug)]
+pub(super) struct Expression {
+    program: Program,
+    nodes: usize,
+    nesting: usize,
+}
+
+impl Expression {
+    /// Runs it over `scope`, whose longest list or map has `widest` items, unless that would
+    /// cost more than the budget `left`, which it then spends. A panic in the third-party
+    /// evaluator becomes an error for this row only.
+    pub(super) fn run(&self, scope: &Context, widest: usize, left: &Budget) -> Result<Cel, String> {
+        let cost = evaluation_cost(self.nodes, self.nesting, widest);
+        if cost > left.get() {
+            return Err(format!(
+                "evaluation would take up to {cost} steps ({} nodes, comprehensions nested {} deep over up to {widest} items), more than the {} left of the {MAX_EVALUATION_COST} one object's evaluations may take",
+                self.nodes,
+                self.nesting,
+                left.get()
+            ));
+        }
+        left.set(left.get() - cost);
+        match catch_unwind(AssertUnwindSafe(|| self.program.execute(scope))) {
+            Ok(result) => result.map_err(|e| e.to_string()),
+            Err(_) => Err("the CEL evaluator failed".to_string()),
+        }
+    }
+}
+
+/// What is left of the evaluation budget of one object, spent by its expressions in turn.
+pub(super) type Budget = std::cell::Cell<u64>;
+
+/// The estimated work of evaluating an expression of `nodes` nodes with comprehensions nested
+/// `nesting` deep over inputs whose longest list or map has `widest` items.
+fn evaluation_cost(nodes: usize, nesting: usize, widest: usize) -> u64 {
+    let per_level = widest.max(1) as u64;
+    (0..nesting).fold(nodes as u64, |cost, _| cost.saturating_mul(per_level))
+}
+
+/// The length of the longest list or map in `json`, at any depth.
+pub(super) fn widest(json: &Json) -> usize {
+    match json {
+        Json::Array(items) => items.iter().map(widest).fold(items.len(), usize::max),
+        Json::Object(map) => map.values().map(widest).fold(map.len(), usize::max),
+        _ => 0,
+    }
+}
+
+/// How big an expression's syntax tree is.
+#[derive(Clone, Copy, Default)]
+struct Shape {
+    depth: usize,
+    /// How deeply comprehensions nest.
+    nesting: usize,
+    nodes: usize,
+}
+
+/// The shape of `expr`'s syntax tree.
+fn shape(expr: &IdedExpr) -> Shape {
+    let deepest = |children: &mut dyn Iterator<Item = &IdedExpr>| {
+        children.map(shape).fold(Shape::default(), |a, b| Shape {
+            depth: a.depth.max(b.depth),
+            nesting: a.nesting.max(b.nesting),
+            nodes: a.nodes + b.nodes,
+        })
+    };
+    let children = match &expr.expr {
+        Expr::Select(select) => deepest(&mut std::iter::once(&*select.operand)),
+        Expr::Call(call) => deepest(&mut call.target.iter().map(|t| &**t).chain(call.args.iter())),
+        Expr::List(list) => deepest(&mut list.elements.iter()),
+        Expr::Map(map) => deepest(&mut map.entries.iter().flat_map(|e| entry_values(&e.expr))),
+        Expr::Struct(st) => deepest(&mut st.entries.iter().flat_map(|e| entry_values(&e.expr))),
+        Expr::Comprehension(c) => {
+            let outer = deepest(&mut [&c.iter_range, &c.accu_init].into_iter());
+            let inner = deepest(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
+            Shape {
+                depth: outer.depth.max(inner.depth),
+                nesting: outer.nesting.max(inner.nesting + 1),
+                nodes: outer.nodes + inner.nodes,
+            }
+        }
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Shape::default(),
+    };
+    Shape {
+        depth: children.depth + 1,
+        nesting: children.nesting,
+        nodes: children.nodes + 1,
+    }
+}
+
+/// The expressions of a map entry (key and value) or struct field (value).
+fn entry_values(entry: &EntryExpr) -> Vec<&IdedExpr> {
+    match entry {
+        EntryExpr::StructField(field) => vec![&field.value],
+        EntryExpr::MapEntry(entry) => vec![&entry.key, &entry.value],
+    }
+}
+
+fn collect_entry<'e>(entry: &'e EntryExpr, bound: &mut Vec<&'e str>, out: &mut BTreeSet<&'e str>) {
+    for value in entry_values(entry) {
+        collect_undeclared(value, bound, out);
+    }
+}
+
+/// JSON as CEL sees it: integers are `int` when they fit (as Kubernetes' unstructured objects
+/// give them to cel-go), so `returned.status.readyReplicas + 1` works.
+pub(super) fn to_cel(json: &Json) -> Cel {
+    match json {
+        Json::Null => Cel::Null,
+        Json::Bool(b) => Cel::Bool(*b),
+        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Cel::Int(i),
+            (None, Some(u)) => Cel::UInt(u),
+            _ => Cel::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        Json::String(s) => Cel::String(Arc::new(s.clone())),
+        Json::Array(items) => Cel::List(Arc::new(items.iter().map(to_cel).collect())),
+        Json::Object(map) => {
+            let entries: HashMap<Key, Cel> = map.iter().map(|(k, v)| (Key::from(k.as_str()), to_cel(v))).collect();
+            Cel::Map(CelMap::from(entries))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// Runs `f` on a thread with the stack of the hub's runtime threads.
+    fn on_hub_stack<T: Send>(f: impl FnOnce() -> T + Send) -> T {
+        std::thread::scope(|scope| {
+            let thread = std::thread::Builder::new().stack_size(CEL_STACK);
+            thread.spawn_scoped(scope, f).unwrap().join().unwrap()
+        })
+    }
+
+    #[test]
+    fn hostile_expressions_are_errors_not_crashes() {
+        // 20 nested parentheses overflowed a 2 MiB stack in the parser (abort, not a panic), and
+        // a chain of 64 additions overflowed it in the evaluator.
+        for (expression, error) in [
+            (format!("{}1{}", "(".repeat(200), ")".repeat(200)), "Recursion limit"),
+            (format!("1{}", "+1".repeat(100)), "nested 101 deep, more than 64"),
+            (
+                "[1, 2].map(a, [1, 2].map(b, [1, 2].map(c, c)))".to_string(),
+                "comprehensions (all, exists, exists_one, map, filter) nested 3 deep, more than 2",
+            ),
+            ("x".repeat(5000), "longer than 4096 bytes"),
+        ] {
+            let got = compile(&expression).map(|_| ()).unwrap_err();
+            assert!(got.contains(error), "{got}");
+        }
+    }
+
+    #[test]
+    fn expressions_at_the_limits_run_on_the_hubs_stack() {
+        let program = compile(&format!("1{}", "+1".repeat(60))).unwrap();
+        let budget = || Budget::new(MAX_EVALUATION_COST);
+        let sum = on_hub_stack(|| program.run(&Context::default(), 0, &budget()));
+        assert_eq!(sum, Ok(Cel::Int(61)));
+        let program = compile("[1, 2].map(a, [1, 2].map(b, a * b))").unwrap();
+        assert!(on_hub_stack(|| program.run(&Context::default(), 0, &budget())).is_ok());
+    }
+
+    #[test]
+    fn work_beyond_the_budget_is_an_error_not_a_stall() {
+        let nested = compile("obj.l.map(x, obj.l.map(y, y)).size()").unwrap();
+        let single = compile("obj.l.map(x, x).size()").unwrap();
+        let big = |n: usize| json!({"l": (0..n).collect::<Vec<_>>()});
+        let subject = |n: usize| {
+            let mut scope = Context::with_env(ENV.clone());
+            scope.add_variable_from_value("obj", to_cel(&big(n)));
+            scope
+        };
+        // 100 items nested twice, 100,000 once: within the budget, which they spend.
+        let left = Budget::new(MAX_EVALUATION_COST);
+        assert_eq!(nested.run(&subject(100), widest(&big(100)), &left), Ok(Cel::Int(100)));
+        assert_eq!(
+            single.run(&subject(100_000), widest(&big(100_000)), &left),
+            Ok(Cel::Int(100_000))
+        );
+        assert!(left.get() < MAX_EVALUATION_COST - 1_000_000);
+        // 100,000 items nested twice would take hours: refused before it starts.
+        let refused = nested
+            .run(
+                &subject(100_000),
+                widest(&big(100_000)),
+                &Budget::new(MAX_EVALUATION_COST),
+            )
+            .unwrap_err();
+        assert!(refused.starts_with("evaluation would take up to"), "{refused}");
+        assert!(
+            refused.ends_with("over up to 100000 items), more than the 10000000 left of the 10000000 one object's evaluations may take"),
+            "{refused}"
+        );
+        // What one object's evaluations spent is not there for the next expression of that object.
+        let spent = Budget::new(10);
+        assert!(single.run(&subject(100), widest(&big(100)), &spent).is_err());
+    }
+}
