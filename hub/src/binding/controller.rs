@@ -9,14 +9,14 @@ use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::{Binding, BindingPolicy, StatusCollector};
 use ks_shared::names::BINDING_POLICY_FINALIZER;
 use ks_shared::ocm::ManagedCluster;
-use ks_shared::runtime::{Backoff, Failure, Seen, failure, watch_into_store};
+use ks_shared::runtime::{Backoff, Failure, failure, watch_into_inputs};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use tokio::sync::mpsc::{self, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -47,27 +47,6 @@ enum Input {
     /// The Bindings were (re-)listed, or a StatusCollector changed (the policies' errors may
     /// change): re-check each policy's Binding and status.
     Recheck,
-}
-
-/// A cache of `api` whose changes become inputs: `changed` for one object, `listed` for a
-/// (re-)list.
-fn cache<K>(
-    api: Api<K>,
-    inputs: &UnboundedSender<Input>,
-    stop: &CancellationToken,
-    changed: fn(&K) -> Input,
-    listed: fn() -> Input,
-) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let inputs = inputs.clone();
-    watch_into_store(api, watcher::Config::default(), stop.clone(), move |seen| {
-        let _ = inputs.send(match seen {
-            Seen::Changed(object) | Seen::Deleted(object) => changed(object),
-            Seen::Listed => listed(),
-        });
-    })
 }
 
 /// The caches the loop reads.
@@ -147,40 +126,45 @@ pub async fn run(
 ) {
     let (inputs, mut received) = mpsc::unbounded_channel();
     let caches = Caches {
-        policies: cache(
+        policies: watch_into_inputs(
             Api::all(wds.clone()),
-            &inputs,
+            watcher::Config::default(),
             &shutdown,
-            |p| Input::Policy(p.name_any()),
+            &inputs,
+            |p| Some(Input::Policy(p.name_any())),
             || Input::Policies,
         ),
         // Only the Binding's content matters, which its policy's check compares.
-        bindings: cache(
+        bindings: watch_into_inputs(
             Api::all(wds.clone()),
-            &inputs,
+            watcher::Config::default(),
             &shutdown,
-            |b| Input::Binding(b.name_any()),
+            &inputs,
+            |b| Some(Input::Binding(b.name_any())),
             || Input::Recheck,
         ),
-        namespaces: cache(
+        namespaces: watch_into_inputs(
             Api::all(wds.clone()),
-            &inputs,
+            watcher::Config::default(),
             &shutdown,
-            |n| Input::Namespace(n.name_any()),
+            &inputs,
+            |n| Some(Input::Namespace(n.name_any())),
             || Input::Namespaces,
         ),
-        clusters: cache(
+        clusters: watch_into_inputs(
             Api::all(its.clone()),
-            &inputs,
+            watcher::Config::default(),
             &shutdown,
-            |_| Input::Wecs,
+            &inputs,
+            |_| Some(Input::Wecs),
             || Input::Wecs,
         ),
-        collectors: cache(
+        collectors: watch_into_inputs(
             Api::all(wds.clone()),
-            &inputs,
+            watcher::Config::default(),
             &shutdown,
-            |_| Input::Recheck,
+            &inputs,
+            |_| Some(Input::Recheck),
             || Input::Recheck,
         ),
         informers,

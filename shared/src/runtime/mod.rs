@@ -1,4 +1,5 @@
-//! How every controller of ours runs: caches fed by watches ([`watch_into_store`], [`drive`]),
+//! How every controller of ours runs: caches fed by watches ([`watch_into_inputs`],
+//! [`watch_into_store`], [`drive`]),
 //! a keyed queue that coalesces ([`WorkQueue`]), retries with capped exponential back-off
 //! ([`Backoff`], and [`failure`] for whether a failed write is worth one), and the same metrics
 //! under one naming scheme ([`ControllerMetrics`]).
@@ -11,4 +12,4 @@ mod watch;
 pub use backoff::{Backoff, Failure, RETRY_MAX, RETRY_MIN, failure};
 pub use metrics::{ControllerMetrics, Help};
 pub use queue::WorkQueue;
-pub use watch::{Seen, drive, watch_into_store};
+pub use watch::{Seen, drive, watch_into_inputs, watch_into_store};

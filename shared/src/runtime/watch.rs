@@ -10,6 +10,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde::de::DeserializeOwned;
+use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
 /// What a watch saw.
@@ -59,4 +60,33 @@ where
     let stream = watcher(api, config).default_backoff().reflect(writer);
     tokio::spawn(drive(K::kind(&()).into_owned(), stream, stop, on));
     store
+}
+
+/// A cache of `api` (filtered by `config`) whose changes become a controller's inputs: `changed`
+/// for an object (`None` for one it ignores), `listed` for each (re-)list. Kept until `stop`, or
+/// until the controller drops its receiver.
+pub fn watch_into_inputs<K, I>(
+    api: Api<K>,
+    config: watcher::Config,
+    stop: &CancellationToken,
+    inputs: &UnboundedSender<I>,
+    changed: fn(&K) -> Option<I>,
+    listed: fn() -> I,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    I: Send + 'static,
+{
+    let (stop, inputs) = (stop.child_token(), inputs.clone());
+    watch_into_store(api, config, stop.clone(), move |seen| {
+        let input = match seen {
+            Seen::Changed(object) | Seen::Deleted(object) => changed(object),
+            Seen::Listed => Some(listed()),
+        };
+        if let Some(input) = input
+            && inputs.send(input).is_err()
+        {
+            stop.cancel();
+        }
+    })
 }

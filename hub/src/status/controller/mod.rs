@@ -87,7 +87,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let (inputs, mut received) = mpsc::unbounded_channel();
-    let stores = Stores::start(&wds, &its, &settings.wds_name, &inputs);
+    let stores = Stores::start(&wds, &its, &settings.wds_name, &inputs, &shutdown);
     tokio::select! {
         _ = shutdown.cancelled() => return,
         _ = stores.filled() => {}

@@ -2,14 +2,15 @@
 //! change and re-list reported as an [`Input`], so the controller reconciles from caches and
 //! never fetches.
 
-use futures::StreamExt;
 use ks_shared::api::{Binding, CombinedStatus, StatusCollector, WorkStatus};
 use ks_shared::names::ORIGIN_WDS_LABEL;
+use ks_shared::runtime::watch_into_inputs;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
+use tokio_util::sync::CancellationToken;
 
 use crate::status::state::CachedName;
 
@@ -30,37 +31,6 @@ pub(super) fn cached_name<K: ResourceExt>(object: &K) -> CachedName {
     (object.namespace().unwrap_or_default(), object.name_any())
 }
 
-/// A cache of `api`, reporting each change and each completed (re-)list as an input. A re-list
-/// is reported because deletions missed while the watch was down show only as absences.
-fn watch<K>(
-    api: Api<K>,
-    config: watcher::Config,
-    inputs: UnboundedSender<Input>,
-    changed: fn(&K) -> Input,
-    listed: fn() -> Input,
-) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + Sync + 'static,
-{
-    let (store, writer) = reflector::store();
-    let events = watcher(api, config).default_backoff().reflect(writer);
-    tokio::spawn(async move {
-        tokio::pin!(events);
-        while let Some(event) = events.next().await {
-            let input = match event {
-                Ok(watcher::Event::Apply(object) | watcher::Event::Delete(object)) => changed(&object),
-                Ok(watcher::Event::InitDone) => listed(),
-                _ => continue,
-            };
-            // The controller has stopped.
-            if inputs.send(input).is_err() {
-                break;
-            }
-        }
-    });
-    store
-}
-
 /// The caches of our own watches.
 pub(super) struct Stores {
     pub(super) work_statuses: Store<WorkStatus>,
@@ -70,36 +40,46 @@ pub(super) struct Stores {
 }
 
 impl Stores {
-    pub(super) fn start(wds: &Client, its: &Client, wds_name: &str, inputs: &UnboundedSender<Input>) -> Stores {
+    pub(super) fn start(
+        wds: &Client,
+        its: &Client,
+        wds_name: &str,
+        inputs: &UnboundedSender<Input>,
+        stop: &CancellationToken,
+    ) -> Stores {
         let ours = watcher::Config::default().labels(&format!("{ORIGIN_WDS_LABEL}={wds_name}"));
         let all = watcher::Config::default;
         Stores {
-            work_statuses: watch(
+            work_statuses: watch_into_inputs(
                 Api::all(its.clone()),
                 ours,
-                inputs.clone(),
-                |w| Input::WorkStatus(cached_name(w)),
+                stop,
+                inputs,
+                |w| Some(Input::WorkStatus(cached_name(w))),
                 || Input::WorkStatusesListed,
             ),
-            bindings: watch(
+            bindings: watch_into_inputs(
                 Api::all(wds.clone()),
                 all(),
-                inputs.clone(),
-                |b| Input::Binding(b.name_any()),
+                stop,
+                inputs,
+                |b| Some(Input::Binding(b.name_any())),
                 || Input::BindingsListed,
             ),
-            collectors: watch(
+            collectors: watch_into_inputs(
                 Api::all(wds.clone()),
                 all(),
-                inputs.clone(),
-                |c| Input::Collector(c.name_any()),
+                stop,
+                inputs,
+                |c| Some(Input::Collector(c.name_any())),
                 || Input::CollectorsListed,
             ),
-            combined: watch(
+            combined: watch_into_inputs(
                 Api::all(wds.clone()),
                 all(),
-                inputs.clone(),
-                |c| Input::CombinedStatus(cached_name(c)),
+                stop,
+                inputs,
+                |c| Some(Input::CombinedStatus(cached_name(c))),
                 || Input::CombinedStatusesListed,
             ),
         }
