@@ -140,7 +140,7 @@ async fn run() -> anyhow::Result<()> {
     let binding_metrics = ks_hub::binding::Metrics::default();
     ks_hub::binding::register_metrics(&binding_metrics, &mut process.registry);
     let status_metrics = ks_hub::status::Metrics::default();
-    status_metrics.register(&mut process.registry);
+    ks_hub::status::register_metrics(&status_metrics, &mut process.registry);
     let transport_metrics = ks_hub::transport::metrics::Metrics::default();
     transport_metrics.register(&mut process.registry);
     let informer_metrics = InformerMetrics::default();

@@ -12,19 +12,20 @@
 mod watches;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ks_shared::api::{CombinedStatus, condition_type};
 use ks_shared::names::{REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
-use ks_shared::runtime::{Failure, failure};
+use ks_shared::runtime::{Backoff, Failure, failure};
 use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
 use serde_json::{Value as Json, json};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::Collector;
@@ -73,12 +74,7 @@ impl Work {
     }
 }
 
-/// Back-off of failed reconciles.
-const RETRY_MIN: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(60);
-
-/// Runs the status controller until `shutdown`. `informers` are the binding controller's,
-/// already filled. Failures are logged and retried; it never stops on its own.
+/// Runs the status controller until `shutdown`. `informers` are the hub's, already filled. Failures are logged and retried; it never stops on its own.
 pub async fn run(
     wds: Client,
     its: Client,
@@ -109,17 +105,21 @@ pub async fn run(
     let mut work = controller.everything();
     tracing::info!(objects = work.objects.len(), "status controller started");
     let mut failed = Work::default();
-    let mut retry_due: Option<tokio::time::Instant> = None;
-    let mut retry_pause = RETRY_MIN;
+    // One pause for all failed work, which is retried together.
+    let mut retries = Backoff::for_writes();
     loop {
         controller.process(&mut work, &mut failed).await;
         if failed.len() == 0 {
-            retry_pause = RETRY_MIN;
-        } else if retry_due.is_none() {
-            retry_due = Some(tokio::time::Instant::now() + retry_pause);
-            retry_pause = (retry_pause * 2).min(RETRY_MAX);
+            retries.succeeded(&());
+        } else if !retries.is_waiting(&()) {
+            retries.failed((), Instant::now());
         }
-        controller.metrics.queue_depth.set((work.len() + failed.len()) as i64);
+        let retry_due = retries.next_due();
+        controller
+            .metrics
+            .common
+            .queue_depth
+            .set((work.len() + failed.len()) as i64);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             input = received.recv() => {
@@ -128,9 +128,10 @@ pub async fn run(
                     controller.handle(input, &mut work);
                 }
             }
-            _ = tokio::time::sleep_until(retry_due.unwrap_or_else(tokio::time::Instant::now)), if retry_due.is_some() => {
-                retry_due = None;
-                work.append(&mut failed);
+            _ = tokio::time::sleep_until(retry_due.unwrap_or_else(Instant::now)), if retry_due.is_some() => {
+                if !retries.take_due(Instant::now()).is_empty() {
+                    work.append(&mut failed);
+                }
             }
         }
     }
@@ -293,7 +294,7 @@ impl StatusController {
     /// Reconciles what is waiting; what fails and may succeed later goes to `failed`.
     async fn process(&mut self, work: &mut Work, failed: &mut Work) {
         for key in std::mem::take(&mut work.objects) {
-            self.metrics.reconciles.inc();
+            self.metrics.common.reconciles.inc();
             match self.reconcile_object(&key).await {
                 Ok(collectors) => work.collectors.extend(collectors),
                 Err(err) => {
@@ -321,7 +322,7 @@ impl StatusController {
 
     /// Counts and logs a failure; true if trying again may help.
     fn failed(&self, err: &kube::Error, what: &str) -> bool {
-        self.metrics.errors.inc();
+        self.metrics.common.errors.inc();
         let retry = failure(err) == Failure::Transient;
         tracing::warn!(%what, error = %err, retry, "status write failed");
         retry
@@ -426,7 +427,7 @@ impl StatusController {
         }
         match writes::apply_object_status(&self.wds, resource, key, &status).await {
             Ok(stored) => {
-                self.metrics.status_writes.inc();
+                self.metrics.common.writes.inc();
                 tracing::debug!(object = %key, "status written");
                 self.applied.insert(key.clone(), (status, stored));
                 Ok(true)
