@@ -26,22 +26,13 @@ use prometheus_client::registry::Registry;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-/// A group and plural resource name, e.g. `apps`/`deployments`.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct GroupResource {
-    pub group: String,
-    pub resource: String,
-}
+pub use ks_shared::workload::{GroupResource, WorkloadRef};
 
 /// A change seen by an informer.
 #[derive(Clone, Debug)]
 pub enum WorkloadEvent {
     /// The object was added, changed or deleted; look it up in the cache.
-    Changed {
-        resource: GroupResource,
-        namespace: Option<String>,
-        name: String,
-    },
+    Changed(WorkloadRef),
     /// The cache was (re)filled from a full list: anything not in it is gone.
     Listed(GroupResource),
     /// The informer was stopped (its CRD went away): everything of this resource is gone.
@@ -256,12 +247,12 @@ impl WorkloadInformers {
         filling.chain(&informers.undiscovered).cloned().collect()
     }
 
-    /// The cached object, with the version it is served at and its scope.
-    pub fn get(&self, resource: &GroupResource, namespace: Option<&str>, name: &str) -> Option<Arc<DynamicObject>> {
+    /// The cached object.
+    pub fn get(&self, object: &WorkloadRef) -> Option<Arc<DynamicObject>> {
         let informers = self.lock();
-        let informer = informers.serving.get(resource)?;
-        let key = ObjectRef::new_with(name, informer.resource.clone());
-        let key = match namespace {
+        let informer = informers.serving.get(&object.resource)?;
+        let key = ObjectRef::new_with(&object.name, informer.resource.clone());
+        let key = match object.namespace() {
             Some(namespace) if informer.namespaced => key.within(namespace),
             _ => key,
         };
@@ -429,10 +420,12 @@ impl WorkloadInformers {
                     }
                 };
                 writer.apply_watcher_event(&event);
-                let change = |o: &DynamicObject| WorkloadEvent::Changed {
-                    resource: gr.clone(),
-                    namespace: o.namespace(),
-                    name: o.name_any(),
+                let change = |o: &DynamicObject| {
+                    WorkloadEvent::Changed(WorkloadRef {
+                        resource: gr.clone(),
+                        namespace: o.namespace(),
+                        name: o.name_any(),
+                    })
                 };
                 let sent = match &event {
                     watcher::Event::Apply(o) => {

@@ -20,3 +20,4 @@ pub mod selector;
 pub mod serve;
 pub mod shutdown;
 pub mod telemetry;
+pub mod workload;

@@ -3,6 +3,7 @@
 //! policy's resolution current from those caches, and writes a policy's Binding and status only
 //! when they change, coalescing bursts.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -24,7 +25,7 @@ use super::metrics::Metrics;
 use super::state::{Resolutions, StatusRequest};
 use super::writes;
 use super::{Labels, ObjectIdentity, Wec, WorkloadObject};
-use crate::informers::{GroupResource, WorkloadEvent, WorkloadInformers};
+use crate::informers::{WorkloadEvent, WorkloadInformers, WorkloadRef};
 
 /// Settings of the binding controller.
 #[derive(Clone, Debug)]
@@ -282,26 +283,24 @@ struct Loop<'a> {
 impl Loop<'_> {
     fn workload_event(&mut self, event: WorkloadEvent) {
         match event {
-            WorkloadEvent::Changed {
-                resource,
-                namespace,
-                name,
-            } => self.object_changed(&resource, namespace, &name),
+            WorkloadEvent::Changed(object) => self.object_changed(&object),
             WorkloadEvent::Listed(resource) => {
                 // After a re-list, objects deleted while the watch was down are simply absent.
-                let present: Vec<ObjectIdentity> = self
+                let present: BTreeSet<WorkloadRef> = self
                     .caches
                     .informers
                     .objects_of(&resource)
                     .iter()
-                    .filter_map(|o| Some(workload_object(&self.caches.informers.api_resource(&resource)?, o).identity))
+                    .map(|o| WorkloadRef {
+                        resource: resource.clone(),
+                        namespace: o.namespace(),
+                        name: o.name_any(),
+                    })
                     .collect();
-                self.resolutions.retain_objects(|id| {
-                    !(id.group == resource.group && id.resource == resource.resource)
-                        || present.iter().any(|p| p.namespace == id.namespace && p.name == id.name)
-                });
-                for id in present {
-                    self.object_changed(&resource, Some(id.namespace).filter(|n| !n.is_empty()), &id.name);
+                self.resolutions
+                    .retain_objects(|key| key.resource != resource || present.contains(key));
+                for object in &present {
+                    self.object_changed(object);
                 }
                 // Bindings kept this resource's objects as they were while its cache filled.
                 for name in self.resolutions.policy_names() {
@@ -309,32 +308,21 @@ impl Loop<'_> {
                 }
             }
             WorkloadEvent::Stopped(resource) => {
-                self.resolutions
-                    .retain_objects(|id| !(id.group == resource.group && id.resource == resource.resource));
+                self.resolutions.retain_objects(|key| key.resource != resource);
             }
         }
     }
 
-    fn object_changed(&mut self, resource: &GroupResource, namespace: Option<String>, name: &str) {
-        let cached = self.caches.informers.get(resource, namespace.as_deref(), name);
-        let ar = self.caches.informers.api_resource(resource);
+    fn object_changed(&mut self, key: &WorkloadRef) {
+        let cached = self.caches.informers.get(key);
+        let ar = self.caches.informers.api_resource(&key.resource);
         match (cached, ar) {
             (Some(object), Some(ar)) => {
                 let object = workload_object(&ar, &object);
                 let labels = self.caches.namespace_labels(&object.identity.namespace);
-                self.resolutions
-                    .set_object(&object.identity.clone(), Some((&object, labels.as_ref())));
+                self.resolutions.set_object(key, Some((&object, labels.as_ref())));
             }
-            _ => {
-                let identity = ObjectIdentity {
-                    group: resource.group.clone(),
-                    resource: resource.resource.clone(),
-                    namespace: namespace.unwrap_or_default(),
-                    name: name.to_string(),
-                    ..Default::default()
-                };
-                self.resolutions.set_object(&identity, None);
-            }
+            _ => self.resolutions.set_object(key, None),
         }
     }
 
@@ -363,7 +351,7 @@ impl Loop<'_> {
             .filter(|(o, _)| o.identity.namespace == namespace)
         {
             self.resolutions
-                .set_object(&object.identity.clone(), Some((&object, labels.as_ref())));
+                .set_object(&object.identity.workload_ref(), Some((&object, labels.as_ref())));
         }
     }
 

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use ks_shared::api::{BindingPolicySpec, BindingSpec, DownsyncModulation};
+use ks_shared::workload::WorkloadRef;
 
 use crate::binding::{
     CompiledPolicy, Labels, ObjectIdentity, Wec, WorkloadObject, desired_binding_spec, fold_modulations,
@@ -42,29 +43,9 @@ pub struct PolicyState {
     /// The policy's generation this resolves: what its status may say it observed.
     pub generation: i64,
     pub compiled: CompiledPolicy,
-    pub selected: BTreeMap<ObjectKey, Selection>,
+    /// By object, whatever version it is served at: events for a deleted object may not know it.
+    pub selected: BTreeMap<WorkloadRef, Selection>,
     pub wecs: BTreeSet<String>,
-}
-
-/// An object's identity regardless of the version it is served at: events for a deleted object
-/// may not know the version, and lookups must not scan.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct ObjectKey {
-    group: String,
-    resource: String,
-    namespace: String,
-    name: String,
-}
-
-impl From<&ObjectIdentity> for ObjectKey {
-    fn from(id: &ObjectIdentity) -> Self {
-        ObjectKey {
-            group: id.group.clone(),
-            resource: id.resource.clone(),
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-        }
-    }
 }
 
 /// Every policy's resolution, and which Bindings need writing.
@@ -109,7 +90,7 @@ impl Resolutions {
         let compiled = CompiledPolicy::new(spec);
         let selected = objects
             .into_iter()
-            .filter_map(|(o, ns)| Some((ObjectKey::from(&o.identity), select(&compiled, o, ns)?)))
+            .filter_map(|(o, ns)| Some((o.identity.workload_ref(), select(&compiled, o, ns)?)))
             .collect();
         let wecs = wecs
             .iter()
@@ -135,25 +116,24 @@ impl Resolutions {
     }
 
     /// Re-evaluates one object (present, or gone when `object` is `None`) against every policy.
-    pub fn set_object(&mut self, identity: &ObjectIdentity, object: Option<(&WorkloadObject, Option<&Labels>)>) {
+    pub fn set_object(&mut self, key: &WorkloadRef, object: Option<(&WorkloadObject, Option<&Labels>)>) {
         for (name, policy) in &mut self.policies {
-            let key = ObjectKey::from(identity);
             let after = object.and_then(|(o, ns)| select(&policy.compiled, o, ns));
-            if policy.selected.get(&key) != after.as_ref() {
+            if policy.selected.get(key) != after.as_ref() {
                 match after {
-                    Some(new) => policy.selected.insert(key, new),
-                    None => policy.selected.remove(&key),
+                    Some(new) => policy.selected.insert(key.clone(), new),
+                    None => policy.selected.remove(key),
                 };
                 self.dirty.insert(name.clone());
             }
         }
     }
 
-    /// Drops every selected object of a group/resource that `keep` says is gone.
-    pub fn retain_objects(&mut self, mut keep: impl FnMut(&ObjectIdentity) -> bool) {
+    /// Drops every selected object that `keep` says is gone.
+    pub fn retain_objects(&mut self, mut keep: impl FnMut(&WorkloadRef) -> bool) {
         for (name, policy) in &mut self.policies {
             let before = policy.selected.len();
-            policy.selected.retain(|_, s| keep(&s.object.identity));
+            policy.selected.retain(|key, _| keep(key));
             if policy.selected.len() != before {
                 self.dirty.insert(name.clone());
             }
@@ -305,15 +285,15 @@ pub(crate) mod tests {
         assert_eq!(r.desired_spec("p").unwrap().workload.namespace_scope.len(), 1);
 
         let relabelled = object("a", &[("app", "db")]);
-        r.set_object(&relabelled.identity, Some((&relabelled, None)));
+        r.set_object(&relabelled.identity.workload_ref(), Some((&relabelled, None)));
         assert!(r.has_dirty());
         assert!(r.desired_spec("p").unwrap().workload.namespace_scope.is_empty());
 
         r.take_dirty();
-        r.set_object(&relabelled.identity, Some((&relabelled, None)));
+        r.set_object(&relabelled.identity.workload_ref(), Some((&relabelled, None)));
         assert!(!r.has_dirty(), "no change, no write");
-        r.set_object(&a.identity, Some((&a, None)));
-        r.set_object(&a.identity, None);
+        r.set_object(&a.identity.workload_ref(), Some((&a, None)));
+        r.set_object(&a.identity.workload_ref(), None);
         assert!(r.desired_spec("p").unwrap().workload.namespace_scope.is_empty());
     }
 
@@ -325,7 +305,7 @@ pub(crate) mod tests {
         r.take_dirty();
         let mut newer = a.clone();
         newer.resource_version = "2".into();
-        r.set_object(&newer.identity, Some((&newer, None)));
+        r.set_object(&newer.identity.workload_ref(), Some((&newer, None)));
         assert!(r.has_dirty());
         let spec = r.desired_spec("p").unwrap();
         assert_eq!(spec.workload.namespace_scope[0].object.resource_version, "2");
@@ -356,7 +336,7 @@ pub(crate) mod tests {
             ]
         );
         let a = object("a", &[("app", "web")]);
-        r.set_object(&a.identity, Some((&a, None)));
+        r.set_object(&a.identity.workload_ref(), Some((&a, None)));
         assert!(r.errors("p", |c| c == "replicas").is_empty());
     }
 

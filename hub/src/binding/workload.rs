@@ -2,10 +2,13 @@
 
 use std::collections::BTreeMap;
 
+use ks_shared::workload::WorkloadRef;
+
 /// Label keys and values, as on any Kubernetes object.
 pub type Labels = BTreeMap<String, String>;
 
-/// Which workload object this is, as served by one resource of the WDS.
+/// A workload object as served by one resource of the WDS: its [`WorkloadRef`] with the version
+/// and kind it is served at, which a Binding lists.
 ///
 /// The derived order (group, version, resource, then namespace and name) is the order objects
 /// are listed in a Binding; `kind` comes last because the resource already determines it.
@@ -26,6 +29,11 @@ impl ObjectIdentity {
     /// Cluster-scoped objects are the ones without a namespace.
     pub fn is_cluster_scoped(&self) -> bool {
         self.namespace.is_empty()
+    }
+
+    /// Which object this is, whatever version it is served at.
+    pub fn workload_ref(&self) -> WorkloadRef {
+        WorkloadRef::new(&self.group, &self.resource, &self.namespace, &self.name)
     }
 }
 

@@ -16,7 +16,7 @@ use serde_json::Value as Json;
 use super::aggregate::aggregate_status;
 use super::collector::{Collector, WecReport, combine, combined_status_metadata, evaluation_errors};
 use super::singleton::{Report, Returned, Selecting, decide, status_never_returned};
-use super::state::{BindingCollector, BindingView, Entry, ObjectKey};
+use super::state::{BindingCollector, BindingView, Entry, WorkloadRef};
 use crate::binding::ObjectIdentity;
 
 /// What one WEC reported on the object through its one WorkStatus.
@@ -47,17 +47,17 @@ impl WecStatus {
 }
 
 /// The workload object a WorkStatus reports on; `None` when its `sourceRef` does not say.
-pub fn reported_object(work_status: &WorkStatus) -> Option<ObjectKey> {
+pub fn reported_object(work_status: &WorkStatus) -> Option<WorkloadRef> {
     let source = &work_status.spec.spec.source_ref;
     let named = !source.resource.is_empty() && !source.name.is_empty();
-    named.then(|| ObjectKey::new(&source.group, &source.resource, &source.namespace, &source.name))
+    named.then(|| WorkloadRef::new(&source.group, &source.resource, &source.namespace, &source.name))
 }
 
 /// The workload object a CombinedStatus summarises, from its labels.
-pub fn summarised_object(combined: &CombinedStatus) -> Option<ObjectKey> {
+pub fn summarised_object(combined: &CombinedStatus) -> Option<WorkloadRef> {
     let labels = combined.metadata.labels.as_ref()?;
     let label = |key: &str| labels.get(key).map(String::as_str);
-    Some(ObjectKey::new(
+    Some(WorkloadRef::new(
         label(combined_status_label::API_GROUP)?,
         label(combined_status_label::RESOURCE)?,
         label(combined_status_label::NAMESPACE)?,
@@ -163,7 +163,7 @@ pub fn combined_statuses<'c>(
 ) -> (Vec<CombinedStatus>, BTreeMap<BindingCollector, Vec<String>>) {
     let mut combined = Vec::new();
     let mut errors = BTreeMap::new();
-    let key = ObjectKey::new(
+    let key = WorkloadRef::new(
         &subject.identity.group,
         &subject.identity.resource,
         &subject.identity.namespace,
@@ -443,7 +443,7 @@ mod tests {
     #[test]
     fn collectors_condition_uses_upstream_strings() {
         let mut v = view(&["cluster1"]);
-        let key = |n: &str| ObjectKey::new("", "configmaps", "ns", n);
+        let key = |n: &str| WorkloadRef::new("", "configmaps", "ns", n);
         v.entries.insert(key("a"), entry(false, false, &["b", "a"]));
         v.entries.insert(key("b"), entry(false, false, &["c"]));
         let now = Time("2025-01-01T00:00:00Z".parse().unwrap());

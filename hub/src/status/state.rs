@@ -8,46 +8,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use ks_shared::api::{Binding, BindingPolicy, Destination, DownsyncModulation};
 use kube::{Resource, ResourceExt};
 
-use crate::informers::GroupResource;
-
-/// A workload object, whatever version it is served at: WorkStatuses, Bindings and
-/// CombinedStatuses name it by group, resource, namespace and name.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ObjectKey {
-    pub resource: GroupResource,
-    /// `""` for cluster-scoped objects.
-    pub namespace: String,
-    pub name: String,
-}
-
-impl ObjectKey {
-    pub fn new(group: &str, resource: &str, namespace: &str, name: &str) -> ObjectKey {
-        ObjectKey {
-            resource: GroupResource {
-                group: group.to_string(),
-                resource: resource.to_string(),
-            },
-            namespace: namespace.to_string(),
-            name: name.to_string(),
-        }
-    }
-
-    /// The namespace, `None` for a cluster-scoped object (as the caches take it).
-    pub fn namespace(&self) -> Option<&str> {
-        Some(self.namespace.as_str()).filter(|n| !n.is_empty())
-    }
-}
-
-impl std::fmt::Display for ObjectKey {
-    /// `apps/deployments ns1/web`, `/namespaces ns1`: how errors name the object.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let GroupResource { group, resource } = &self.resource;
-        match self.namespace() {
-            Some(namespace) => write!(f, "{group}/{resource} {namespace}/{}", self.name),
-            None => write!(f, "{group}/{resource} {}", self.name),
-        }
-    }
-}
+pub use ks_shared::workload::WorkloadRef;
 
 /// One object as a Binding lists it.
 #[derive(Clone, Debug, PartialEq)]
@@ -63,7 +24,7 @@ pub struct BindingView {
     /// carry it); `None` for a Binding without one.
     pub policy_uid: Option<String>,
     pub destinations: Vec<Destination>,
-    pub entries: BTreeMap<ObjectKey, Entry>,
+    pub entries: BTreeMap<WorkloadRef, Entry>,
 }
 
 impl BindingView {
@@ -77,14 +38,14 @@ impl BindingView {
         let cluster_scoped = workload.cluster_scope.iter().map(|c| {
             let o = &c.object;
             (
-                ObjectKey::new(&o.group, &o.resource, "", &o.name),
+                WorkloadRef::new(&o.group, &o.resource, "", &o.name),
                 &o.resource_version,
                 &c.modulation,
             )
         });
         let namespaced = workload.namespace_scope.iter().map(|n| {
             let o = &n.object;
-            let key = ObjectKey::new(&o.group, &o.resource, &o.namespace, &o.name);
+            let key = WorkloadRef::new(&o.group, &o.resource, &o.namespace, &o.name);
             (key, &o.resource_version, &n.modulation)
         });
         let entries = cluster_scoped
@@ -116,7 +77,7 @@ impl BindingView {
 #[cfg(test)]
 impl BindingView {
     /// A view of a policy's Binding sending `entries` to `wecs`.
-    pub fn sending(wecs: &[&str], entries: BTreeMap<ObjectKey, Entry>) -> BindingView {
+    pub fn sending(wecs: &[&str], entries: BTreeMap<WorkloadRef, Entry>) -> BindingView {
         let destinations = wecs.iter().map(|w| Destination {
             cluster_id: w.to_string(),
         });
@@ -132,14 +93,14 @@ impl BindingView {
 #[derive(Default)]
 pub struct Bindings {
     views: BTreeMap<String, BindingView>,
-    by_object: BTreeMap<ObjectKey, BTreeSet<String>>,
+    by_object: BTreeMap<WorkloadRef, BTreeSet<String>>,
 }
 
 impl Bindings {
     /// Records a Binding's current view (`None`: gone) and returns the objects whose outcome may
     /// have changed: all of them when the WECs or the policy changed, else those added, removed
     /// or listed differently (a new resourceVersion means the object changed).
-    pub fn set(&mut self, name: &str, view: Option<BindingView>) -> BTreeSet<ObjectKey> {
+    pub fn set(&mut self, name: &str, view: Option<BindingView>) -> BTreeSet<WorkloadRef> {
         let old = match view {
             Some(view) => self.views.insert(name.to_string(), view),
             None => self.views.remove(name),
@@ -176,7 +137,7 @@ impl Bindings {
     }
 
     /// The Bindings listing the object, each with its entry for it.
-    pub fn selecting(&self, key: &ObjectKey) -> Vec<(&str, &BindingView, &Entry)> {
+    pub fn selecting(&self, key: &WorkloadRef) -> Vec<(&str, &BindingView, &Entry)> {
         self.by_object
             .get(key)
             .into_iter()
@@ -189,7 +150,7 @@ impl Bindings {
     }
 
     /// The Bindings using a StatusCollector, and the objects they apply it to.
-    pub fn using_collector(&self, collector: &str) -> (BTreeSet<String>, BTreeSet<ObjectKey>) {
+    pub fn using_collector(&self, collector: &str) -> (BTreeSet<String>, BTreeSet<WorkloadRef>) {
         let mut bindings = BTreeSet::new();
         let mut objects = BTreeSet::new();
         for (name, view) in &self.views {
@@ -279,13 +240,13 @@ pub type BindingCollector = (String, String);
 /// The evaluation errors of each StatusCollector, by the (object, Binding) pair they came from.
 #[derive(Default)]
 pub struct EvaluationErrors {
-    by_collector: BTreeMap<String, BTreeMap<(ObjectKey, String), Vec<String>>>,
+    by_collector: BTreeMap<String, BTreeMap<(WorkloadRef, String), Vec<String>>>,
 }
 
 impl EvaluationErrors {
     /// Sets the errors that evaluating collectors for one object found, per (Binding, collector)
     /// pair (pairs without errors may be left out); returns the collectors whose errors changed.
-    pub fn set(&mut self, key: &ObjectKey, found: BTreeMap<BindingCollector, Vec<String>>) -> BTreeSet<String> {
+    pub fn set(&mut self, key: &WorkloadRef, found: BTreeMap<BindingCollector, Vec<String>>) -> BTreeSet<String> {
         let mut changed = BTreeSet::new();
         for (collector, errors) in &mut self.by_collector {
             let before = errors.len();
@@ -332,8 +293,8 @@ mod tests {
 
     use super::*;
 
-    fn key(name: &str) -> ObjectKey {
-        ObjectKey::new("apps", "deployments", "ns", name)
+    fn key(name: &str) -> WorkloadRef {
+        WorkloadRef::new("apps", "deployments", "ns", name)
     }
 
     fn view(wecs: &[&str], objects: &[(&str, &str)]) -> BindingView {
@@ -350,7 +311,7 @@ mod tests {
         BindingView::sending(wecs, entries)
     }
 
-    fn keys(names: &[&str]) -> BTreeSet<ObjectKey> {
+    fn keys(names: &[&str]) -> BTreeSet<WorkloadRef> {
         names.iter().map(|n| key(n)).collect()
     }
 
@@ -428,7 +389,7 @@ mod tests {
 
     #[test]
     fn index_follows_moves_and_relists() {
-        let mut index: Index<ObjectKey> = Index::default();
+        let mut index: Index<WorkloadRef> = Index::default();
         let ws = |n: &str| ("cluster1".to_string(), n.to_string());
         assert_eq!(index.set(ws("w1"), Some(key("a"))), [key("a")]);
         assert!(index.set(ws("w1"), Some(key("a"))).is_empty());
@@ -469,6 +430,9 @@ mod tests {
     #[test]
     fn keys_read_as_the_object() {
         assert_eq!(key("web").to_string(), "apps/deployments ns/web");
-        assert_eq!(ObjectKey::new("", "namespaces", "", "ns").to_string(), "/namespaces ns");
+        assert_eq!(
+            WorkloadRef::new("", "namespaces", "", "ns").to_string(),
+            "/namespaces ns"
+        );
     }
 }

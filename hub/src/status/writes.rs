@@ -11,7 +11,7 @@ use kube::discovery::ApiResource;
 use kube::{Client, Resource, ResourceExt};
 use serde_json::{Value as Json, json};
 
-use super::state::ObjectKey;
+use super::state::WorkloadRef;
 
 fn apply_params() -> PatchParams {
     PatchParams::apply(field_manager::STATUS).force()
@@ -32,7 +32,7 @@ where
 pub async fn apply_object_status(
     wds: &Client,
     resource: &ApiResource,
-    key: &ObjectKey,
+    key: &WorkloadRef,
     status: &Json,
 ) -> kube::Result<Option<Json>> {
     let mut metadata = json!({"name": key.name});

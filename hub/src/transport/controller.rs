@@ -31,7 +31,7 @@ use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
 use super::wrap::{Delivery, Origin, work_name};
 use super::{jsonpath, moves, propagation, template, trace, wrap};
-use crate::informers::{GroupResource, WorkloadInformers};
+use crate::informers::{GroupResource, WorkloadInformers, WorkloadRef};
 
 /// Settings of the transport controller.
 #[derive(Clone, Debug)]
@@ -485,7 +485,8 @@ impl<P: Plugin> Transport<P> {
             };
             // Deleted from the WDS (every cache it could be in is filled): the Binding follows.
             let (Some(object), Some(served_as)) = (
-                self.informers.get(&gr, namespace, name),
+                self.informers
+                    .get(&WorkloadRef::new(group, resource, namespace.unwrap_or_default(), name)),
                 self.informers.api_resource(&gr),
             ) else {
                 continue;

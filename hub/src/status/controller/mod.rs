@@ -31,7 +31,7 @@ use tokio_util::sync::CancellationToken;
 use super::collector::Collector;
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
-use super::state::{BindingView, Bindings, CachedName, EvaluationErrors, Index, ObjectKey};
+use super::state::{BindingView, Bindings, CachedName, EvaluationErrors, Index, WorkloadRef};
 use super::writes;
 use crate::binding::ObjectIdentity;
 use crate::informers::WorkloadInformers;
@@ -57,7 +57,7 @@ fn summarised_uid(name: &str) -> Option<String> {
 /// What is waiting to be reconciled.
 #[derive(Default)]
 struct Work {
-    objects: BTreeSet<ObjectKey>,
+    objects: BTreeSet<WorkloadRef>,
     bindings: BTreeSet<String>,
     collectors: BTreeSet<String>,
 }
@@ -151,7 +151,7 @@ struct StatusController {
     after_transport: bool,
     bindings: Bindings,
     /// WorkStatuses by the object they report on.
-    reports: Index<ObjectKey>,
+    reports: Index<WorkloadRef>,
     /// CombinedStatuses by the UID of the object they summarise (the first part of their name):
     /// their labels cannot always name it, as label values are shorter than object names.
     combined: Index<String>,
@@ -160,7 +160,7 @@ struct StatusController {
     /// The status last applied to each object, with what the apiserver stored (or, when it
     /// refused it, what the object had): the same status is not applied again and again when the
     /// apiserver stores something else (pruning, defaults) or refuses it.
-    applied: BTreeMap<ObjectKey, (Json, Option<Json>)>,
+    applied: BTreeMap<WorkloadRef, (Json, Option<Json>)>,
     report_namespace_exists: bool,
 }
 
@@ -181,7 +181,7 @@ impl StatusController {
         for (resource, _, object) in self.informers.all_objects() {
             if plan::owns_status(object.managed_fields()) {
                 let namespace = object.namespace().unwrap_or_default();
-                let key = ObjectKey::new(&resource.group, &resource.resource, &namespace, &object.name_any());
+                let key = WorkloadRef::new(&resource.group, &resource.resource, &namespace, &object.name_any());
                 work.objects.insert(key);
             }
         }
@@ -330,7 +330,7 @@ impl StatusController {
 
     /// What each WEC reported on the object, for the WECs with exactly one WorkStatus for it
     /// (more than one cannot be told apart, so none counts).
-    fn wec_statuses(&self, key: &ObjectKey) -> BTreeMap<String, WecStatus> {
+    fn wec_statuses(&self, key: &WorkloadRef) -> BTreeMap<String, WecStatus> {
         let mut by_wec: BTreeMap<&str, Vec<&CachedName>> = BTreeMap::new();
         for cached in self.reports.of(key) {
             by_wec.entry(&cached.0).or_default().push(cached);
@@ -349,8 +349,8 @@ impl StatusController {
 
     /// Brings one object's returned status and CombinedStatuses in line with the caches;
     /// returns the StatusCollectors whose evaluation errors changed.
-    async fn reconcile_object(&mut self, key: &ObjectKey) -> kube::Result<BTreeSet<String>> {
-        let object = self.informers.get(&key.resource, key.namespace(), &key.name);
+    async fn reconcile_object(&mut self, key: &WorkloadRef) -> kube::Result<BTreeSet<String>> {
+        let object = self.informers.get(key);
         let resource = self.informers.api_resource(&key.resource);
         let (Some(object), Some(resource)) = (object, resource) else {
             // Gone (or never here: a WorkStatus for an object this WDS does not have): nothing
@@ -377,7 +377,7 @@ impl StatusController {
             group: resource.group.clone(),
             version: resource.version.clone(),
             resource: key.resource.resource.clone(),
-            namespace: key.namespace.clone(),
+            namespace: key.namespace_or_empty().to_string(),
             name: key.name.clone(),
             kind: resource.kind.clone(),
         };
@@ -405,7 +405,7 @@ impl StatusController {
     /// wrote.
     async fn write_status(
         &mut self,
-        key: &ObjectKey,
+        key: &WorkloadRef,
         object: &DynamicObject,
         resource: &ApiResource,
         action: StatusAction,
@@ -522,7 +522,7 @@ impl StatusController {
 
 /// Continues the trace of each WEC's status report with the status propagation span (this
 /// write), and observes the status propagation and end-to-end latencies.
-fn trace_propagation(key: &ObjectKey, wecs: &BTreeMap<String, WecStatus>, started: SystemTime) {
+fn trace_propagation(key: &WorkloadRef, wecs: &BTreeMap<String, WecStatus>, started: SystemTime) {
     let now = SystemTime::now();
     for (wec, reported) in wecs {
         let report = ks_shared::telemetry::extract_context(&reported.trace);
@@ -532,7 +532,7 @@ fn trace_propagation(key: &ObjectKey, wecs: &BTreeMap<String, WecStatus>, starte
         let attributes = vec![
             KeyValue::new(attribute::GROUP, key.resource.group.clone()),
             KeyValue::new(attribute::RESOURCE, key.resource.resource.clone()),
-            KeyValue::new(attribute::NAMESPACE, key.namespace.clone()),
+            KeyValue::new(attribute::NAMESPACE, key.namespace_or_empty().to_string()),
             KeyValue::new(attribute::NAME, key.name.clone()),
             KeyValue::new(attribute::WEC, wec.clone()),
         ];
