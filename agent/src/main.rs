@@ -5,6 +5,7 @@ mod informers;
 mod kinds;
 mod metrics;
 mod naming;
+mod objects;
 mod own_writes;
 mod queue;
 mod report;

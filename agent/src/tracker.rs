@@ -17,114 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::naming::{self, NameParts};
-
-/// A resource type on the WEC: API group (`""` for core), version and plural resource name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Gvr {
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-}
-
-impl Gvr {
-    /// Whether this is Secrets: the agent may not read them on the WEC (it has no RBAC for them),
-    /// so it reports on delivered Secrets from what was delivered.
-    pub fn is_secrets(&self) -> bool {
-        self.group.is_empty() && self.resource == "secrets"
-    }
-
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-}
-
-impl std::fmt::Display for Gvr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.api_version(), self.resource)
-    }
-}
-
-/// A followed object with the delivery that reports it: one WorkStatus each.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    /// The reporting AppliedManifestWork's UID (the WorkStatus is named after it).
-    pub amw_uid: String,
-    /// Its ManifestWork on the hub (in the mailbox namespace): the WorkStatus's labels and owner.
-    pub manifest_work: String,
-    pub gvr: Gvr,
-    pub kind: String,
-    /// `""` for cluster-scoped objects.
-    pub namespace: String,
-    pub name: String,
-    /// The WorkStatus's name, fixed when the delivery starts reporting.
-    pub work_status: String,
-}
-
-impl ObjectKey {
-    fn new(id: &ObjectId, kind: &str, delivery: &Delivery) -> ObjectKey {
-        ObjectKey {
-            amw_uid: delivery.uid.clone(),
-            manifest_work: delivery.manifest_work.clone(),
-            gvr: id.gvr.clone(),
-            kind: kind.to_string(),
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-            work_status: String::new(),
-        }
-    }
-
-    fn name_parts(&self) -> NameParts<'_> {
-        NameParts {
-            amw_uid: &self.amw_uid,
-            group: &self.gvr.group,
-            version: &self.gvr.version,
-            kind: &self.kind,
-            namespace: &self.namespace,
-            name: &self.name,
-        }
-    }
-
-    /// The object on the WEC.
-    pub fn object(&self) -> ObjectId {
-        ObjectId {
-            gvr: self.gvr.clone(),
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
-    }
-}
-
-/// An object on the WEC.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectId {
-    pub gvr: Gvr,
-    pub namespace: String,
-    pub name: String,
-}
-
-/// An object an AppliedManifestWork lists, with its kind resolved.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct AppliedObject {
-    pub gvr: Gvr,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl AppliedObject {
-    pub fn id(&self) -> ObjectId {
-        ObjectId {
-            gvr: self.gvr.clone(),
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
-    }
-}
+use crate::naming;
+use crate::objects::{AppliedObject, Gvr, ObjectId, ObjectKey};
 
 /// What changed when an AppliedManifestWork was recorded or forgotten.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -157,6 +51,21 @@ struct Delivery {
     manifest_work: String,
     amw: String,
     uid: String,
+}
+
+impl Delivery {
+    /// The key of `id` (of `kind`) reported by this delivery; its WorkStatus name comes later.
+    fn key(&self, id: &ObjectId, kind: &str) -> ObjectKey {
+        ObjectKey {
+            amw_uid: self.uid.clone(),
+            manifest_work: self.manifest_work.clone(),
+            gvr: id.gvr.clone(),
+            kind: kind.to_string(),
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+            work_status: String::new(),
+        }
+    }
 }
 
 /// What one AppliedManifestWork delivered.
@@ -259,7 +168,7 @@ impl Tracker {
                 .iter()
                 .filter(|d| **d != followed.reporting)
                 .find_map(|d| {
-                    let key = ObjectKey::new(&id, &followed.kind, d);
+                    let key = d.key(&id, &followed.kind);
                     let parts = key.name_parts();
                     // Either form of the name (see `naming`), unless another key has it.
                     [naming::work_status_name(parts), naming::shortened_name(parts)]
@@ -300,7 +209,7 @@ impl Tracker {
         if *refs == 1 {
             changes.start.push(id.gvr.clone());
         }
-        let key = self.name(ObjectKey::new(id, kind, delivery));
+        let key = self.name(delivery.key(id, kind));
         changes.added.push(key.clone());
         let followed = Followed {
             kind: kind.to_string(),
@@ -325,7 +234,7 @@ impl Tracker {
                 self.release(&id.gvr, changes);
                 return;
             };
-            followed.key = self.name(ObjectKey::new(id, &followed.kind, &next));
+            followed.key = self.name(next.key(id, &followed.kind));
             followed.reporting = next;
             changes.added.push(followed.key.clone());
         }
@@ -443,14 +352,7 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    fn gvr(group: &str, resource: &str) -> Gvr {
-        Gvr {
-            group: group.into(),
-            version: "v1".into(),
-            resource: resource.into(),
-        }
-    }
+    use crate::objects::tests::gvr;
 
     fn deployment(namespace: &str, name: &str) -> AppliedObject {
         AppliedObject {
