@@ -9,6 +9,7 @@ mod objects;
 mod own_writes;
 mod queue;
 mod report;
+mod reporters;
 mod rollouts;
 mod tracker;
 mod watch;

@@ -113,6 +113,26 @@ pub mod tests {
         }
     }
 
+    /// A Deployment an AppliedManifestWork lists.
+    pub fn deployment(namespace: &str, name: &str) -> AppliedObject {
+        AppliedObject {
+            gvr: gvr("apps", "deployments"),
+            kind: "Deployment".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// A Namespace an AppliedManifestWork lists.
+    pub fn namespace(name: &str) -> AppliedObject {
+        AppliedObject {
+            gvr: gvr("", "namespaces"),
+            kind: "Namespace".into(),
+            namespace: String::new(),
+            name: name.into(),
+        }
+    }
+
     #[test]
     fn the_core_group_has_a_bare_api_version() {
         assert_eq!(gvr("", "pods").api_version(), "v1");
