@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::BindingPolicy;
+use ks_shared::ocm::ManifestWork;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
@@ -44,6 +45,29 @@ pub async fn apply_namespace(
         .patch(ns, &PatchParams::apply(MANAGER).force(), &Patch::Apply(namespace))
         .await?;
     Ok(namespaces)
+}
+
+/// Delivers `count` objects straight into a WEC's mailbox (`works`), past the hub: in
+/// ManifestWorks `<prefix>-<batch>` of 100 objects each, labelled `labels`, where `object(batch, i)`
+/// is the `i`th object of a batch. Returns the ManifestWorks' names, for deleting them.
+pub async fn deliver_in_batches(
+    works: &Api<ManifestWork>,
+    prefix: &str,
+    labels: &serde_json::Value,
+    count: usize,
+    object: impl Fn(usize, usize) -> serde_json::Value,
+) -> anyhow::Result<Vec<String>> {
+    let apply = PatchParams::apply(MANAGER).force();
+    let mut names = Vec::new();
+    for batch in 0..count.div_ceil(100) {
+        let manifests: Vec<_> = (0..100.min(count - batch * 100)).map(|i| object(batch, i)).collect();
+        let name = format!("{prefix}-{batch}");
+        let work = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+            "metadata": {"name": name, "labels": labels}, "spec": {"workload": {"manifests": manifests}}});
+        works.patch(&name, &apply, &Patch::Apply(work)).await?;
+        names.push(name);
+    }
+    Ok(names)
 }
 
 /// A name no other run or scenario of this process uses.

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::report::{Figures, Implementation, Unit};
 use super::{DEADLINE, Knobs};
-use crate::fixtures::{MANAGER, unique};
+use crate::fixtures::{MANAGER, deliver_in_batches, unique};
 use crate::measure::rss_kib;
 
 /// The agent under status churn (ours only: upstream's ocm-status-addon is not served by the
@@ -34,17 +34,11 @@ pub async fn agent_churn(stack: &Stack, knobs: &Knobs, figures: &mut Figures) ->
         "metadata": {"name": ns, "labels": labels},
         "spec": {"workload": {"manifests": [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}]}}});
     works.patch(&ns, &apply, &Patch::Apply(namespace_work)).await?;
-    let batches = count.div_ceil(100);
-    for batch in 0..batches {
-        let manifests: Vec<_> = (batch * 100..count.min(batch * 100 + 100))
-            .map(|n| json!({"apiVersion": "bench.kubestellar.io/v1", "kind": "Gauge", "metadata": {"name": format!("g-{n}"), "namespace": ns}, "spec": {}}))
-            .collect();
-        let work = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-            "metadata": {"name": format!("{ns}-{batch}"), "labels": labels}, "spec": {"workload": {"manifests": manifests}}});
-        works
-            .patch(&format!("{ns}-{batch}"), &apply, &Patch::Apply(work))
-            .await?;
-    }
+    let gauge = |batch: usize, i: usize| {
+        let n = batch * 100 + i;
+        json!({"apiVersion": "bench.kubestellar.io/v1", "kind": "Gauge", "metadata": {"name": format!("g-{n}"), "namespace": ns}, "spec": {}})
+    };
+    let batches = deliver_in_batches(&works, &ns, &labels, count, gauge).await?;
     let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), WEC);
     let showing = |value: Option<u64>| {
         let statuses = statuses.clone();
@@ -113,8 +107,8 @@ pub async fn agent_churn(stack: &Stack, knobs: &Knobs, figures: &mut Figures) ->
     figures.notes.push(format!(
         "ours, agent: RSS (MiB) before and after each of {rounds} churn rounds: {memory:?}"
     ));
-    for batch in 0..batches {
-        works.delete(&format!("{ns}-{batch}"), &DeleteParams::default()).await?;
+    for batch in &batches {
+        works.delete(batch, &DeleteParams::default()).await?;
     }
     works.delete(&ns, &DeleteParams::default()).await?;
     Ok(())

@@ -13,7 +13,7 @@ use kube::runtime::wait::conditions;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
-use crate::fixtures::MANAGER;
+use crate::fixtures::{MANAGER, deliver_in_batches};
 use crate::measure::{rss_kib as rss, summary};
 
 const WEC: &str = "cluster1";
@@ -152,20 +152,11 @@ pub async fn latency(stack: &Stack, changes: usize, objects: usize) -> anyhow::R
 
     // Memory with many tracked objects: ConfigMaps in ManifestWorks of 100.
     let idle = rss(pid);
-    let batches = objects.div_ceil(100);
-    for batch in 0..batches {
-        let manifests: Vec<_> = (0..100.min(objects - batch * 100))
-            .map(|i| {
-                json!({"apiVersion": "v1", "kind": "ConfigMap",
-                            "metadata": {"name": format!("cm-{batch}-{i}"), "namespace": ns}, "data": {"k": "v"}})
-            })
-            .collect();
-        let work = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-            "metadata": {"name": format!("{ns}-cms-{batch}"), "labels": labels}, "spec": {"workload": {"manifests": manifests}}});
-        works
-            .patch(&format!("{ns}-cms-{batch}"), &apply, &Patch::Apply(work))
-            .await?;
-    }
+    let config_map = |batch: usize, i: usize| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": format!("cm-{batch}-{i}"), "namespace": ns}, "data": {"k": "v"}})
+    };
+    let batches = deliver_in_batches(&works, &format!("{ns}-cms"), &labels, objects, config_map).await?;
     let started = Instant::now();
     ks_tests::stack::wait_for(
         "a WorkStatus for every delivered object",
@@ -188,10 +179,8 @@ pub async fn latency(stack: &Stack, changes: usize, objects: usize) -> anyhow::R
         objects + 2
     );
 
-    for batch in 0..batches {
-        works
-            .delete(&format!("{ns}-cms-{batch}"), &DeleteParams::default())
-            .await?;
+    for batch in &batches {
+        works.delete(batch, &DeleteParams::default()).await?;
     }
     works.delete(&ns, &DeleteParams::default()).await?;
     Ok(())
