@@ -32,11 +32,12 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use crate::informers::{InformerEvent, Informers, Lookup, OnEvent};
 use crate::kinds::Kinds;
 use crate::metrics::{Metrics, Verb};
+use crate::objects::{AppliedObject, Gvr, ObjectKey};
 use crate::own_writes::OwnWrites;
 use crate::queue::WorkQueue;
 use crate::report::{self, FIELD_MANAGER, Plan};
 use crate::rollouts::Rollouts;
-use crate::tracker::{AppliedObject, Changes, Gvr, ObjectKey, Tracker};
+use crate::tracker::{Changes, Tracker};
 use crate::watch::{Seen, drive};
 
 /// Workers reconciling objects concurrently (never two on one object).

@@ -13,7 +13,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio_util::sync::CancellationToken;
 
 use crate::kinds::Kind;
-use crate::tracker::{Gvr, ObjectId};
+use crate::objects::{Gvr, ObjectId};
 use crate::watch::{Seen, drive};
 
 /// What an informer reports.

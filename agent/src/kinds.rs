@@ -9,7 +9,7 @@ use kube::Client;
 use kube::core::GroupVersion;
 use kube::discovery::{ApiResource, Scope};
 
-use crate::tracker::Gvr;
+use crate::objects::Gvr;
 
 /// What discovery says about one GVR.
 #[derive(Clone, Debug)]

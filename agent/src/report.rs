@@ -18,7 +18,7 @@ use ks_shared::ocm::ManifestWork;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
-use crate::tracker::ObjectKey;
+use crate::objects::ObjectKey;
 
 /// The field manager of every write the agent makes.
 pub const FIELD_MANAGER: &str = "ks-agent";
@@ -235,7 +235,7 @@ mod tests {
     use ks_shared::api::{WorkStatusFields, WorkStatusSpec};
 
     use super::*;
-    use crate::tracker::Gvr;
+    use crate::objects::Gvr;
 
     fn key() -> ObjectKey {
         ObjectKey {

@@ -13,7 +13,7 @@ use ks_shared::names::TRACEPARENT_ANNOTATION;
 use ks_shared::rollout::{self, Context, KeyValue, stage};
 use ks_shared::telemetry::extract_context;
 
-use crate::tracker::ObjectKey;
+use crate::objects::ObjectKey;
 
 /// One object's current rollout.
 struct Rollout {

@@ -1,15 +1,7 @@
 //! Which delivered objects the agent follows, from the AppliedManifestWorks on the WEC, which
-//! one of the AppliedManifestWorks listing an object reports it, and how many followed objects
-//! each resource (GVR) has: the reference counts that start an informer for a GVR when its first
-//! object is followed and stop it after the last one goes.
-//!
-//! One WorkStatus per object on the WEC: two BindingPolicies sending one object to one WEC make
-//! two ManifestWorks, so two AppliedManifestWorks list it, but the hub reads a WEC's status of an
-//! object only from its one WorkStatus. So one delivery reports (names and owns the WorkStatus):
-//! the first one seen, kept while it lists the object, so another delivery coming or going never
-//! rewrites the WorkStatus; when it stops listing the object, the delivery with the smallest
-//! ManifestWork name left takes over. After a restart, when every AppliedManifestWork has been
-//! read back, [`Tracker::adopt`] takes back the choice the hub's WorkStatuses show.
+//! one of the AppliedManifestWorks listing an object reports it (see [`crate::reporters`]), and
+//! how many followed objects each resource (GVR) has: the reference counts that start an
+//! informer for a GVR when its first object is followed and stop it after the last one goes.
 //!
 //! Pure bookkeeping: the caller resolves kinds through discovery, feeds each AppliedManifestWork
 //! in, and acts on the [`Changes`] it gets back (start and stop informers, queue reports).
@@ -17,114 +9,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use crate::naming::{self, NameParts};
-
-/// A resource type on the WEC: API group (`""` for core), version and plural resource name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Gvr {
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-}
-
-impl Gvr {
-    /// Whether this is Secrets: the agent may not read them on the WEC (it has no RBAC for them),
-    /// so it reports on delivered Secrets from what was delivered.
-    pub fn is_secrets(&self) -> bool {
-        self.group.is_empty() && self.resource == "secrets"
-    }
-
-    pub fn api_version(&self) -> String {
-        if self.group.is_empty() {
-            self.version.clone()
-        } else {
-            format!("{}/{}", self.group, self.version)
-        }
-    }
-}
-
-impl std::fmt::Display for Gvr {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.api_version(), self.resource)
-    }
-}
-
-/// A followed object with the delivery that reports it: one WorkStatus each.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    /// The reporting AppliedManifestWork's UID (the WorkStatus is named after it).
-    pub amw_uid: String,
-    /// Its ManifestWork on the hub (in the mailbox namespace): the WorkStatus's labels and owner.
-    pub manifest_work: String,
-    pub gvr: Gvr,
-    pub kind: String,
-    /// `""` for cluster-scoped objects.
-    pub namespace: String,
-    pub name: String,
-    /// The WorkStatus's name, fixed when the delivery starts reporting.
-    pub work_status: String,
-}
-
-impl ObjectKey {
-    fn new(id: &ObjectId, kind: &str, delivery: &Delivery) -> ObjectKey {
-        ObjectKey {
-            amw_uid: delivery.uid.clone(),
-            manifest_work: delivery.manifest_work.clone(),
-            gvr: id.gvr.clone(),
-            kind: kind.to_string(),
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-            work_status: String::new(),
-        }
-    }
-
-    fn name_parts(&self) -> NameParts<'_> {
-        NameParts {
-            amw_uid: &self.amw_uid,
-            group: &self.gvr.group,
-            version: &self.gvr.version,
-            kind: &self.kind,
-            namespace: &self.namespace,
-            name: &self.name,
-        }
-    }
-
-    /// The object on the WEC.
-    pub fn object(&self) -> ObjectId {
-        ObjectId {
-            gvr: self.gvr.clone(),
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
-    }
-}
-
-/// An object on the WEC.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectId {
-    pub gvr: Gvr,
-    pub namespace: String,
-    pub name: String,
-}
-
-/// An object an AppliedManifestWork lists, with its kind resolved.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct AppliedObject {
-    pub gvr: Gvr,
-    pub kind: String,
-    pub namespace: String,
-    pub name: String,
-}
-
-impl AppliedObject {
-    pub fn id(&self) -> ObjectId {
-        ObjectId {
-            gvr: self.gvr.clone(),
-            namespace: self.namespace.clone(),
-            name: self.name.clone(),
-        }
-    }
-}
+use crate::objects::{AppliedObject, Gvr, ObjectId, ObjectKey};
+use crate::reporters::{Delivery, Reporters};
 
 /// What changed when an AppliedManifestWork was recorded or forgotten.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -150,15 +36,6 @@ impl Changes {
     }
 }
 
-/// One AppliedManifestWork as a delivery of objects. Ordered by ManifestWork name first: the
-/// smallest one left takes over reporting an object.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Delivery {
-    manifest_work: String,
-    amw: String,
-    uid: String,
-}
-
 /// What one AppliedManifestWork delivered.
 #[derive(Debug)]
 struct Work {
@@ -166,25 +43,15 @@ struct Work {
     objects: BTreeSet<ObjectId>,
 }
 
-/// A followed object: every delivery listing it, and the one reporting it.
-#[derive(Debug)]
-struct Followed {
-    kind: String,
-    deliveries: BTreeSet<Delivery>,
-    reporting: Delivery,
-    key: ObjectKey,
-}
-
 /// The followed objects and the indexes the controllers look them up by.
 #[derive(Debug, Default)]
 pub struct Tracker {
     /// By AppliedManifestWork name.
     works: HashMap<String, Work>,
-    by_object: HashMap<ObjectId, Followed>,
+    /// Which delivery reports each followed object.
+    reporters: Reporters,
     /// ManifestWork name → AppliedManifestWork names (normally one).
     by_manifest_work: HashMap<String, BTreeSet<String>>,
-    /// Reporting keys by WorkStatus name.
-    by_work_status: HashMap<String, ObjectKey>,
     /// Followed objects per GVR.
     gvr_refs: BTreeMap<Gvr, usize>,
 }
@@ -239,44 +106,10 @@ impl Tracker {
     }
 
     /// After a restart, once every AppliedManifestWork has been recorded (in whatever order):
-    /// an object whose reporting delivery has no WorkStatus on the hub (`on_hub` says which
-    /// names exist) while another delivery of it has one is reported by that one again, so a
-    /// restart rewrites nothing.
+    /// takes back which delivery reports each object from the hub's WorkStatuses (`on_hub` says
+    /// which names exist); see [`Reporters::adopt`].
     pub fn adopt(&mut self, on_hub: impl Fn(&str) -> bool) -> Changes {
-        let mut changes = Changes::default();
-        let unreported: Vec<ObjectId> = self
-            .by_object
-            .iter()
-            .filter(|(_, f)| f.deliveries.len() > 1 && !on_hub(&f.key.work_status))
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in unreported {
-            let Some(mut followed) = self.by_object.remove(&id) else {
-                continue;
-            };
-            let found = followed
-                .deliveries
-                .iter()
-                .filter(|d| **d != followed.reporting)
-                .find_map(|d| {
-                    let key = ObjectKey::new(&id, &followed.kind, d);
-                    let parts = key.name_parts();
-                    // Either form of the name (see `naming`), unless another key has it.
-                    [naming::work_status_name(parts), naming::shortened_name(parts)]
-                        .into_iter()
-                        .find(|n| on_hub(n) && !self.by_work_status.contains_key(n))
-                        .map(|work_status| (d.clone(), ObjectKey { work_status, ..key }))
-                });
-            if let Some((delivery, key)) = found {
-                self.unname(&followed.key);
-                self.by_work_status.insert(key.work_status.clone(), key.clone());
-                changes.removed.push(std::mem::replace(&mut followed.key, key.clone()));
-                changes.added.push(key);
-                followed.reporting = delivery;
-            }
-            self.by_object.insert(id, followed);
-        }
-        changes
+        self.reporters.adopt(on_hub)
     }
 
     fn unindex_work(&mut self, delivery: &Delivery) {
@@ -288,67 +121,21 @@ impl Tracker {
         }
     }
 
-    /// Notes that `delivery` lists `id`; the first delivery of an object reports it.
+    /// Notes that `delivery` lists `id`, counting the object for its GVR if it is newly followed.
     fn deliver(&mut self, id: &ObjectId, kind: &str, delivery: &Delivery, changes: &mut Changes) {
-        if let Some(followed) = self.by_object.get_mut(id) {
-            // The reporting delivery stays: another one never renames the WorkStatus.
-            followed.deliveries.insert(delivery.clone());
-            return;
+        if self.reporters.deliver(id, kind, delivery, changes) {
+            let refs = self.gvr_refs.entry(id.gvr.clone()).or_default();
+            *refs += 1;
+            if *refs == 1 {
+                changes.start.push(id.gvr.clone());
+            }
         }
-        let refs = self.gvr_refs.entry(id.gvr.clone()).or_default();
-        *refs += 1;
-        if *refs == 1 {
-            changes.start.push(id.gvr.clone());
-        }
-        let key = self.name(ObjectKey::new(id, kind, delivery));
-        changes.added.push(key.clone());
-        let followed = Followed {
-            kind: kind.to_string(),
-            deliveries: BTreeSet::from([delivery.clone()]),
-            reporting: delivery.clone(),
-            key,
-        };
-        self.by_object.insert(id.clone(), followed);
     }
 
-    /// Notes that `delivery` no longer lists `id`. If it reported it, the delivery with the
-    /// smallest ManifestWork name left takes over.
+    /// Notes that `delivery` no longer lists `id`, releasing the object if nothing lists it.
     fn withdraw(&mut self, id: &ObjectId, delivery: &Delivery, changes: &mut Changes) {
-        let Some(mut followed) = self.by_object.remove(id) else {
-            return;
-        };
-        followed.deliveries.remove(delivery);
-        if followed.reporting == *delivery {
-            self.unname(&followed.key);
-            changes.removed.push(followed.key.clone());
-            let Some(next) = followed.deliveries.first().cloned() else {
-                self.release(&id.gvr, changes);
-                return;
-            };
-            followed.key = self.name(ObjectKey::new(id, &followed.kind, &next));
-            followed.reporting = next;
-            changes.added.push(followed.key.clone());
-        }
-        self.by_object.insert(id.clone(), followed);
-    }
-
-    /// Gives `key` its WorkStatus name and indexes it by that.
-    fn name(&mut self, mut key: ObjectKey) -> ObjectKey {
-        // Upstream's format can give two objects one name (see `naming`); the later one then
-        // takes the shortened form.
-        let verbatim = naming::work_status_name(key.name_parts());
-        key.work_status = if self.by_work_status.contains_key(&verbatim) {
-            naming::shortened_name(key.name_parts())
-        } else {
-            verbatim
-        };
-        self.by_work_status.insert(key.work_status.clone(), key.clone());
-        key
-    }
-
-    fn unname(&mut self, key: &ObjectKey) {
-        if self.by_work_status.get(&key.work_status) == Some(key) {
-            self.by_work_status.remove(&key.work_status);
+        if self.reporters.withdraw(id, delivery, changes) {
+            self.release(&id.gvr, changes);
         }
     }
 
@@ -365,32 +152,32 @@ impl Tracker {
 
     /// True while `key` reports its object.
     pub fn contains(&self, key: &ObjectKey) -> bool {
-        self.by_work_status.get(&key.work_status) == Some(key)
+        self.reporters.contains(key)
     }
 
     /// The reporting key that owns a WorkStatus name.
     pub fn by_work_status(&self, name: &str) -> Option<&ObjectKey> {
-        self.by_work_status.get(name)
+        self.reporters.by_work_status(name)
     }
 
     /// True for a WorkStatus (by name) of a ManifestWork whose delivery is followed but that no
     /// reporting key owns: left over from an object removed while the agent was not running,
     /// or from a delivery that no longer reports.
     pub fn is_stale_work_status(&self, name: &str, manifest_work: &str) -> bool {
-        !self.by_work_status.contains_key(name) && self.by_manifest_work.contains_key(manifest_work)
+        !self.reporters.is_owned(name) && self.by_manifest_work.contains_key(manifest_work)
     }
 
     /// The reporting key of an object on the WEC.
     pub fn key_of_object(&self, id: &ObjectId) -> Option<ObjectKey> {
-        self.by_object.get(id).map(|f| f.key.clone())
+        self.reporters.key_of_object(id)
     }
 
     /// The reporting keys of a GVR's objects (e.g. when its informer has listed).
     pub fn keys_of_gvr(&self, gvr: &Gvr) -> Vec<ObjectKey> {
-        self.by_object
-            .iter()
+        self.reporters
+            .keys()
             .filter(|(id, _)| &id.gvr == gvr)
-            .map(|(_, f)| f.key.clone())
+            .map(|(_, key)| key.clone())
             .collect()
     }
 
@@ -404,9 +191,7 @@ impl Tracker {
             .flat_map(|w| {
                 w.objects
                     .iter()
-                    .filter_map(|id| self.by_object.get(id))
-                    .filter(|f| f.reporting == w.delivery)
-                    .map(|f| f.key.clone())
+                    .filter_map(|id| self.reporters.key_reported_by(id, &w.delivery))
             })
             .collect()
     }
@@ -418,7 +203,7 @@ impl Tracker {
 
     /// Every reporting key (one per followed object).
     pub fn all_keys(&self) -> Vec<ObjectKey> {
-        self.by_object.values().map(|f| f.key.clone()).collect()
+        self.reporters.keys().map(|(_, key)| key.clone()).collect()
     }
 
     /// How many GVRs have followed objects (= informers that should run).
@@ -431,9 +216,8 @@ impl Tracker {
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.works.is_empty()
-            && self.by_object.is_empty()
+            && self.reporters.is_empty()
             && self.by_manifest_work.is_empty()
-            && self.by_work_status.is_empty()
             && self.gvr_refs.is_empty()
     }
 }
@@ -443,32 +227,8 @@ mod tests {
     use proptest::prelude::*;
 
     use super::*;
-
-    fn gvr(group: &str, resource: &str) -> Gvr {
-        Gvr {
-            group: group.into(),
-            version: "v1".into(),
-            resource: resource.into(),
-        }
-    }
-
-    fn deployment(namespace: &str, name: &str) -> AppliedObject {
-        AppliedObject {
-            gvr: gvr("apps", "deployments"),
-            kind: "Deployment".into(),
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    fn namespace(name: &str) -> AppliedObject {
-        AppliedObject {
-            gvr: gvr("", "namespaces"),
-            kind: "Namespace".into(),
-            namespace: String::new(),
-            name: name.into(),
-        }
-    }
+    use crate::objects::tests::{deployment, gvr, namespace};
+    use crate::reporters::tests::Hub;
 
     #[test]
     fn informers_start_with_the_first_object_and_stop_after_the_last() {
@@ -530,169 +290,6 @@ mod tests {
             !tracker.is_stale_work_status("x", "other"),
             "another ManifestWork's are not ours to judge"
         );
-    }
-
-    #[test]
-    fn ambiguous_upstream_names_are_told_apart() {
-        let mut tracker = Tracker::default();
-        let changes = tracker.set_work("h-mw", "uid", "mw", &[deployment("a-b", "c"), deployment("a", "b-c")]);
-        assert_eq!(changes.added.len(), 2);
-        assert_ne!(changes.added[0].work_status, changes.added[1].work_status);
-    }
-
-    /// The hub as the controller's reconciles leave it after the tracker's changes: a reporting
-    /// key's WorkStatus is created, that of a key no longer reporting is deleted. Counts writes.
-    #[derive(Default)]
-    struct Hub {
-        /// WorkStatus name → the ManifestWork controlling it.
-        work_statuses: BTreeMap<String, String>,
-        writes: usize,
-    }
-
-    impl Hub {
-        fn reconcile(&mut self, tracker: &Tracker, changes: &Changes) -> usize {
-            let before = self.writes;
-            for key in &changes.removed {
-                let owned = tracker.by_work_status(&key.work_status).is_some();
-                if !owned && self.work_statuses.remove(&key.work_status).is_some() {
-                    self.writes += 1;
-                }
-            }
-            for key in &changes.added {
-                let name = &key.work_status;
-                if tracker.contains(key) && !self.work_statuses.contains_key(name) {
-                    self.work_statuses.insert(name.clone(), key.manifest_work.clone());
-                    self.writes += 1;
-                }
-            }
-            self.writes - before
-        }
-
-        /// The writes of an agent that (re)starts with `tracker` fed every AppliedManifestWork:
-        /// what it takes back from the hub, a reconcile of every key, and the leftover sweep.
-        fn settle(&mut self, tracker: &mut Tracker) -> usize {
-            let adopted = tracker.adopt(|name| self.work_statuses.contains_key(name));
-            let every = Changes {
-                added: tracker.all_keys(),
-                removed: adopted.removed,
-                ..Changes::default()
-            };
-            let mut writes = self.reconcile(tracker, &every);
-            let before = self.work_statuses.len();
-            self.work_statuses
-                .retain(|name, work| !tracker.is_stale_work_status(name, work));
-            writes += before - self.work_statuses.len();
-            self.writes += before - self.work_statuses.len();
-            writes
-        }
-    }
-
-    #[test]
-    fn one_work_status_per_object_however_many_works_list_it() {
-        let mut tracker = Tracker::default();
-        let mut hub = Hub::default();
-        let first = tracker.set_work("h-nginx", "uid1", "nginx", &[deployment("nginx", "nginx")]);
-        assert_eq!(hub.reconcile(&tracker, &first), 1);
-        let second = tracker.set_work("h-single", "uid2", "nginx-singleton", &[deployment("nginx", "nginx")]);
-        assert_eq!(second, Changes::default(), "a second delivery changes nothing");
-        assert_eq!(hub.reconcile(&tracker, &second), 0);
-        assert_eq!(tracker.all_keys(), first.added, "the first delivery keeps reporting");
-        assert_eq!(hub.work_statuses.len(), 1);
-    }
-
-    #[test]
-    fn removing_a_delivery_that_does_not_report_writes_nothing() {
-        let mut tracker = Tracker::default();
-        let mut hub = Hub::default();
-        let first = tracker.set_work("h-nginx", "uid1", "nginx", &[deployment("nginx", "nginx")]);
-        hub.reconcile(&tracker, &first);
-        let second = tracker.set_work("h-single", "uid2", "nginx-singleton", &[deployment("nginx", "nginx")]);
-        hub.reconcile(&tracker, &second);
-        let writes = hub.writes;
-        let gone = tracker.remove_work("h-single");
-        assert_eq!(gone, Changes::default());
-        assert_eq!(hub.reconcile(&tracker, &gone), 0);
-        // Nor when the object is only dropped from the second ManifestWork.
-        let second = tracker.set_work("h-single", "uid2", "nginx-singleton", &[deployment("nginx", "nginx")]);
-        let dropped = tracker.set_work("h-single", "uid2", "nginx-singleton", &[]);
-        assert_eq!(hub.reconcile(&tracker, &second) + hub.reconcile(&tracker, &dropped), 0);
-        assert_eq!(hub.writes, writes);
-        assert_eq!(tracker.all_keys(), first.added);
-    }
-
-    #[test]
-    fn when_the_reporting_delivery_goes_the_smallest_manifest_work_left_takes_over_once() {
-        let mut tracker = Tracker::default();
-        let mut hub = Hub::default();
-        let object = deployment("nginx", "nginx");
-        for (amw, uid, work) in [
-            ("h-z", "uid-z", "zeta"),
-            ("h-b", "uid-b", "beta"),
-            ("h-g", "uid-g", "gamma"),
-        ] {
-            let changes = tracker.set_work(amw, uid, work, std::slice::from_ref(&object));
-            hub.reconcile(&tracker, &changes);
-        }
-        let reporting = |t: &Tracker| t.all_keys().into_iter().map(|k| k.manifest_work).collect::<Vec<_>>();
-        assert_eq!(reporting(&tracker), ["zeta"], "the first delivery reports");
-
-        // Its ManifestWork deleted: one delete and one create, to the smallest name left.
-        let moved = tracker.remove_work("h-z");
-        assert_eq!((moved.removed.len(), moved.added.len()), (1, 1));
-        assert!(
-            moved.start.is_empty() && moved.stop.is_empty(),
-            "the informer keeps running"
-        );
-        assert_eq!(hub.reconcile(&tracker, &moved), 2);
-        assert_eq!(reporting(&tracker), ["beta"]);
-        assert_eq!(hub.work_statuses.values().collect::<Vec<_>>(), ["beta"]);
-
-        // The object dropped from the reporting ManifestWork: the same, to the one left.
-        let moved = tracker.set_work("h-b", "uid-b", "beta", &[]);
-        assert_eq!(hub.reconcile(&tracker, &moved), 2);
-        assert_eq!(reporting(&tracker), ["gamma"]);
-        assert_eq!(tracker.key_of_object(&object.id()), moved.added.first().cloned());
-        assert_eq!(hub.work_statuses.values().collect::<Vec<_>>(), ["gamma"]);
-    }
-
-    #[test]
-    fn a_restart_takes_the_reporting_delivery_back_from_the_hub() {
-        let object = deployment("nginx", "nginx");
-        let mut before = Tracker::default();
-        let mut hub = Hub::default();
-        // "beta" reports: it came first, and stays when "alpha" comes.
-        for (amw, uid, work) in [("h-b", "uid-b", "beta"), ("h-a", "uid-a", "alpha")] {
-            let changes = before.set_work(amw, uid, work, std::slice::from_ref(&object));
-            hub.reconcile(&before, &changes);
-        }
-        let reported = hub.work_statuses.clone();
-        assert_eq!(reported.values().collect::<Vec<_>>(), ["beta"]);
-
-        // After a restart the AppliedManifestWorks are read back in another order.
-        let mut after = Tracker::default();
-        for (amw, uid, work) in [("h-a", "uid-a", "alpha"), ("h-b", "uid-b", "beta")] {
-            after.set_work(amw, uid, work, std::slice::from_ref(&object));
-        }
-        assert_eq!(hub.settle(&mut after), 0, "a restart writes nothing");
-        assert_eq!(hub.work_statuses, reported);
-        assert_eq!(after.all_keys(), before.all_keys());
-
-        // Left by an agent that wrote one per delivery: the one of the delivery chosen stays.
-        let mut old = Hub::default();
-        for (amw, uid, work) in [("h-a", "uid-a", "alpha"), ("h-b", "uid-b", "beta")] {
-            let changes = Tracker::default().set_work(amw, uid, work, std::slice::from_ref(&object));
-            old.work_statuses.extend(
-                changes
-                    .added
-                    .iter()
-                    .map(|k| (k.work_status.clone(), k.manifest_work.clone())),
-            );
-        }
-        let mut fresh = Tracker::default();
-        fresh.set_work("h-b", "uid-b", "beta", std::slice::from_ref(&object));
-        fresh.set_work("h-a", "uid-a", "alpha", std::slice::from_ref(&object));
-        assert_eq!(old.settle(&mut fresh), 1, "one of the two is deleted");
-        assert_eq!(old.work_statuses.len(), 1);
     }
 
     #[derive(Clone, Debug)]

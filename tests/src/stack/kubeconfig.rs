@@ -1,13 +1,18 @@
-//! Kubeconfig files for the stack's spaces: one per space for the upstream processes, and a
-//! merged one with a context per space for users and tests.
+//! Kubeconfig files for the stack's spaces: one per space for the upstream processes, the
+//! bootstrap one OCM agents join with, and a merged one with a context per space for users, tests
+//! and the clients they make.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use kube::Client;
 use serde_json::json;
 
 use super::pki::{ClientIdentity, Pki};
+use super::{ADMIN, BOOTSTRAP, Stack};
 
 /// A kubeconfig (as YAML) with one context per `(name, port)`, all as `who`; the first is current.
 pub fn render(pki: &Pki, who: &ClientIdentity, spaces: &[(String, u16)]) -> anyhow::Result<String> {
@@ -39,4 +44,39 @@ pub fn render(pki: &Pki, who: &ClientIdentity, spaces: &[(String, u16)]) -> anyh
         "users": [user],
     });
     Ok(serde_saphyr::to_string(&config)?)
+}
+
+impl Stack {
+    /// The merged kubeconfig with a context per space.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.state.join("kubeconfig")
+    }
+
+    pub(super) fn space_kubeconfig(&self, space: &str) -> PathBuf {
+        self.state.join("kubeconfigs").join(format!("{space}.kubeconfig"))
+    }
+
+    pub(super) fn bootstrap_kubeconfig(&self) -> PathBuf {
+        self.state.join("kubeconfigs").join("its1-bootstrap.kubeconfig")
+    }
+
+    /// An admin client for a space's context.
+    pub async fn client(&self, context: &str) -> anyhow::Result<Client> {
+        Ok(ks_shared::client::client(Some(&self.kubeconfig()), Some(context)).await?)
+    }
+
+    pub(super) fn write_kubeconfigs(&self, pki: &Pki) -> anyhow::Result<()> {
+        std::fs::create_dir_all(self.state.join("kubeconfigs"))?;
+        let all: Vec<(String, u16)> = self.spaces().iter().map(|s| (s.name.clone(), s.port)).collect();
+        std::fs::write(self.kubeconfig(), render(pki, &ADMIN, &all)?)?;
+        for space in &all {
+            std::fs::write(
+                self.space_kubeconfig(&space.0),
+                render(pki, &ADMIN, std::slice::from_ref(space))?,
+            )?;
+        }
+        let its = all.iter().find(|s| s.0 == "its1").cloned().context("its1")?;
+        std::fs::write(self.bootstrap_kubeconfig(), render(pki, &BOOTSTRAP, &[its])?)?;
+        Ok(())
+    }
 }

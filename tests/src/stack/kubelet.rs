@@ -372,6 +372,25 @@ async fn report_ready(all: &Api<Deployment>, deployment: &Deployment, running: b
     Ok(())
 }
 
+impl Stack {
+    /// The stand-in kubelet that runs our images' Deployments on a WEC as local processes.
+    pub(super) fn start_kubelet(&self, space: &str) -> anyhow::Result<()> {
+        let repo = self.state.parent().context("state directory has a parent")?;
+        let args = [
+            "kubelet".to_string(),
+            format!("--repo={}", repo.display()),
+            format!("--space={space}"),
+        ];
+        self.procs.ensure(
+            &format!("kubelet-{space}"),
+            &self.our_binaries.join("ks-stack"),
+            &args,
+            &[],
+        )?;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

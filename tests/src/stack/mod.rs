@@ -10,13 +10,17 @@
 //! State lives in `.stack/` at the repository root: `kubeconfig` (a context per space), `env`
 //! (to source), `logs/`, `pids/`, `pki/`. `up` is idempotent; `down` stops what `up` started.
 
+mod hub;
+mod jaeger;
 mod kubeconfig;
 pub mod kubeflex;
 pub mod kubelet;
 mod ocm;
 mod pki;
 mod procs;
+mod spaces;
 pub mod status_addon;
+mod tools;
 mod upstream_hub;
 
 use std::net::TcpListener;
@@ -24,20 +28,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use ks_shared::ocm::ManagedCluster;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
-use kube::{Client, ResourceExt};
 
+pub use hub::{HUB_MAX_NUM_WRAPPED, HubOptions};
+pub use jaeger::{JAEGER_OTLP_GRPC, JAEGER_OTLP_HTTP, JAEGER_QUERY};
 pub use pki::{ADMIN, BOOTSTRAP, Pki};
 pub use procs::Procs;
-pub use status_addon::ADDON_PROCESS;
+pub use status_addon::{ADDON_PROCESS, MAX_WORK_STATUSES};
 
 /// The field manager of everything the stack writes.
 pub const FIELD_MANAGER: &str = "ks-stack";
-/// The stack's hub puts at most this many objects in one ManifestWork.
-pub const HUB_MAX_NUM_WRAPPED: usize = 20;
 const ETCD_PORT: u16 = 22379;
 const ETCD_PEER_PORT: u16 = 22380;
 /// The WDS for which no hub runs until one is installed (by the hub chart, through KubeFlex).
@@ -46,37 +45,12 @@ pub const SPARE_WDS: &str = "wds2";
 const APISERVER_BASE_PORT: u16 = 22443;
 /// Serving ports of OCM processes and kwok, one per process.
 const SIDE_BASE_PORT: u16 = 22543;
-/// Jaeger's standard ports, as users and tools expect them.
-pub const JAEGER_OTLP_GRPC: u16 = 4317;
-pub const JAEGER_OTLP_HTTP: u16 = 4318;
-pub const JAEGER_QUERY: u16 = 16686;
 
 /// Whether a process of ours exports traces to the stack's Jaeger.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Tracing {
     On,
     Off,
-}
-
-/// The add-on's `--max-work-statuses` in the stack: a quota in every mailbox, as a careful
-/// operator would set.
-pub const MAX_WORK_STATUSES: u32 = 100_000;
-
-/// How the stack runs our hub.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct HubOptions {
-    pub tracing: Tracing,
-    /// `--max-num-wrapped`; `None` is the shipped default. The stack's is
-    /// [`HUB_MAX_NUM_WRAPPED`], so tests see sharding by count.
-    pub max_num_wrapped: Option<usize>,
-}
-
-impl HubOptions {
-    /// As `make up` runs it.
-    pub const STACK: HubOptions = HubOptions {
-        tracing: Tracing::On,
-        max_num_wrapped: Some(HUB_MAX_NUM_WRAPPED),
-    };
 }
 
 /// What a space is for.
@@ -173,24 +147,6 @@ impl Stack {
         self.cache.join("bin").join(name)
     }
 
-    /// Runs `program` (kubectl, helm, a kubectl plugin) against the stack's kubeconfig; what it
-    /// printed, or an error with its standard error.
-    pub fn tool(&self, program: &Path, args: &[&str]) -> anyhow::Result<String> {
-        let output = std::process::Command::new(program)
-            .args(args)
-            .env("KUBECONFIG", self.kubeconfig())
-            .output()
-            .with_context(|| format!("running {}", program.display()))?;
-        anyhow::ensure!(
-            output.status.success(),
-            "{} {} failed: {}",
-            program.file_name().unwrap_or_default().to_string_lossy(),
-            args.first().copied().unwrap_or_default(),
-            String::from_utf8_lossy(&output.stderr)
-        );
-        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
-    }
-
     fn crds(&self, set: &str) -> PathBuf {
         self.cache.join("crds").join(set)
     }
@@ -199,24 +155,6 @@ impl Stack {
         Pki {
             dir: self.state.join("pki"),
         }
-    }
-
-    /// The merged kubeconfig with a context per space.
-    pub fn kubeconfig(&self) -> PathBuf {
-        self.state.join("kubeconfig")
-    }
-
-    fn space_kubeconfig(&self, space: &str) -> PathBuf {
-        self.state.join("kubeconfigs").join(format!("{space}.kubeconfig"))
-    }
-
-    fn bootstrap_kubeconfig(&self) -> PathBuf {
-        self.state.join("kubeconfigs").join("its1-bootstrap.kubeconfig")
-    }
-
-    /// An admin client for a space's context.
-    pub async fn client(&self, context: &str) -> anyhow::Result<Client> {
-        Ok(ks_shared::client::client(Some(&self.kubeconfig()), Some(context)).await?)
     }
 
     /// Brings every component up, or the ones not yet running.
@@ -267,62 +205,6 @@ impl Stack {
         self.write_env()?;
         println!("stack up in {:.1}s", started.elapsed().as_secs_f64());
         Ok(())
-    }
-
-    /// Takes a WEC out of the stack: its ManagedCluster is deleted while its OCM agent still
-    /// runs (so OCM can clean up what it delivered), then its processes stop. Its data stays in
-    /// etcd; bringing it up again joins it anew.
-    pub async fn remove_wec(&self, wec: &str) -> anyhow::Result<()> {
-        let clusters: Api<ManagedCluster> = Api::all(self.client("its1").await?);
-        if let Some(cluster) = clusters.get_opt(wec).await? {
-            clusters.delete(wec, &DeleteParams::default()).await?;
-            let uid = cluster.uid().unwrap_or_default();
-            wait_for(
-                &format!("ManagedCluster {wec} to be deleted"),
-                Duration::from_secs(120),
-                || async {
-                    Ok(clusters
-                        .get_opt(wec)
-                        .await?
-                        .is_none_or(|c| c.uid() != Some(uid.clone())))
-                },
-            )
-            .await?;
-        }
-        let pods = kubelet::pod_process(wec, "", "");
-        let suffix = format!("-{wec}");
-        let processes: Vec<String> = self
-            .procs
-            .started()
-            .into_iter()
-            .filter(|n| n.ends_with(&suffix) || n.starts_with(&pods))
-            .collect();
-        self.procs.stop_all(&processes, Duration::from_secs(10))
-    }
-
-    /// A WEC's hub credential for a ManagedCluster that is gone (the WEC was removed) would
-    /// keep its OCM agent from joining again: before the agent starts, it is forgotten.
-    async fn forget_stale_hub_credential(&self, wec: &str) -> anyhow::Result<()> {
-        let clusters: Api<ManagedCluster> = Api::all(self.client("its1").await?);
-        if self.procs.running(&format!("ocm-agent-{wec}")).is_some() || clusters.get_opt(wec).await?.is_some() {
-            return Ok(());
-        }
-        let secrets: Api<Secret> = Api::namespaced(self.client(wec).await?, ocm::AGENT_NAMESPACE);
-        if secrets.get_opt(ocm::HUB_CREDENTIAL_SECRET).await?.is_some() {
-            secrets
-                .delete(ocm::HUB_CREDENTIAL_SECRET, &DeleteParams::default())
-                .await?;
-        }
-        let files = self.klusterlet_hub_dir(wec);
-        if files.exists() {
-            std::fs::remove_dir_all(&files)?;
-        }
-        Ok(())
-    }
-
-    /// Where a WEC's OCM agent keeps its hub credential.
-    fn klusterlet_hub_dir(&self, wec: &str) -> PathBuf {
-        self.state.join("ocm").join(wec).join("hub-kubeconfig")
     }
 
     /// Stops every process `up` started: everything else first, etcd last.
@@ -408,162 +290,6 @@ impl Stack {
         Ok(())
     }
 
-    fn write_kubeconfigs(&self, pki: &Pki) -> anyhow::Result<()> {
-        std::fs::create_dir_all(self.state.join("kubeconfigs"))?;
-        let all: Vec<(String, u16)> = self.spaces().iter().map(|s| (s.name.clone(), s.port)).collect();
-        std::fs::write(self.kubeconfig(), kubeconfig::render(pki, &ADMIN, &all)?)?;
-        for space in &all {
-            std::fs::write(
-                self.space_kubeconfig(&space.0),
-                kubeconfig::render(pki, &ADMIN, std::slice::from_ref(space))?,
-            )?;
-        }
-        let its = all.iter().find(|s| s.0 == "its1").cloned().context("its1")?;
-        std::fs::write(
-            self.bootstrap_kubeconfig(),
-            kubeconfig::render(pki, &BOOTSTRAP, &[its])?,
-        )?;
-        Ok(())
-    }
-
-    fn start_etcd(&self, pki: &Pki) -> anyhow::Result<()> {
-        let client_url = format!("https://127.0.0.1:{ETCD_PORT}");
-        let peer_url = format!("http://127.0.0.1:{ETCD_PEER_PORT}");
-        let args = [
-            format!("--data-dir={}", self.state.join("etcd").display()),
-            format!("--listen-client-urls={client_url}"),
-            format!("--advertise-client-urls={client_url}"),
-            format!("--listen-peer-urls={peer_url}"),
-            format!("--initial-advertise-peer-urls={peer_url}"),
-            format!("--initial-cluster=default={peer_url}"),
-            format!("--cert-file={}", pki.serving_cert().display()),
-            format!("--key-file={}", pki.serving_key().display()),
-            format!("--trusted-ca-file={}", pki.ca_cert().display()),
-            "--client-cert-auth=true".into(),
-            // A throwaway store: durability is not worth the fsync cost here.
-            "--unsafe-no-fsync=true".into(),
-            "--quota-backend-bytes=8589934592".into(),
-            "--log-level=warn".into(),
-        ];
-        self.procs.ensure("etcd", &self.bin("etcd"), &args, &[])?;
-        Ok(())
-    }
-
-    fn start_apiserver(&self, pki: &Pki, space: &Space) -> anyhow::Result<()> {
-        let p = |path: PathBuf| path.display().to_string();
-        let args = [
-            format!("--etcd-servers=https://127.0.0.1:{ETCD_PORT}"),
-            format!("--etcd-prefix=/registry-{}", space.name),
-            format!("--etcd-cafile={}", p(pki.ca_cert())),
-            format!("--etcd-certfile={}", p(pki.client_cert(&ADMIN))),
-            format!("--etcd-keyfile={}", p(pki.client_key(&ADMIN))),
-            format!("--secure-port={}", space.port),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
-            format!("--tls-cert-file={}", p(pki.serving_cert())),
-            format!("--tls-private-key-file={}", p(pki.serving_key())),
-            format!("--client-ca-file={}", p(pki.ca_cert())),
-            format!("--service-account-issuer=https://127.0.0.1:{}", space.port),
-            format!("--service-account-key-file={}", p(pki.service_account_public_key())),
-            format!("--service-account-signing-key-file={}", p(pki.service_account_key())),
-            "--service-cluster-ip-range=10.96.0.0/16".into(),
-            "--authorization-mode=RBAC".into(),
-            "--allow-privileged=true".into(),
-            // One apiserver per space on one machine: no need for fairness queues or endpoints.
-            "--enable-priority-and-fairness=false".into(),
-            "--endpoint-reconciler-type=none".into(),
-            // No node lifecycle controller runs to lift the not-ready taint from kwok's Nodes.
-            "--disable-admission-plugins=TaintNodesByCondition".into(),
-            "--profiling=false".into(),
-            format!(
-                "--cert-dir={}",
-                self.state.join("apiserver").join(&space.name).display()
-            ),
-        ];
-        self.procs.ensure(
-            &format!("apiserver-{}", space.name),
-            &self.bin("kube-apiserver"),
-            &args,
-            &[],
-        )?;
-        Ok(())
-    }
-
-    async fn wait_apiserver(&self, space: &Space) -> anyhow::Result<()> {
-        let name = format!("apiserver-{}", space.name);
-        let client = self.client(&space.name).await?;
-        wait_for(&format!("{name} to be ready"), Duration::from_secs(180), || async {
-            self.procs.check_alive(&name)?;
-            Ok(client.apiserver_version().await.is_ok())
-        })
-        .await
-    }
-
-    fn start_controllers(&self, pki: &Pki, space: &Space) -> anyhow::Result<()> {
-        let p = |path: PathBuf| path.display().to_string();
-        let kubeconfig = p(self.space_kubeconfig(&space.name));
-        let mut controllers = vec![
-            "namespace",
-            "garbagecollector",
-            "serviceaccount",
-            "serviceaccount-token",
-        ];
-        match space.role {
-            // resourcequota: counts the WorkStatuses under the add-on's quota in each mailbox.
-            Role::Its => controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation", "resourcequota"]),
-            Role::Wec => controllers.extend(["deployment", "replicaset", "daemonset", "statefulset", "job"]),
-            Role::Hosting | Role::Wds => {}
-        }
-        let args = [
-            format!("--kubeconfig={kubeconfig}"),
-            "--leader-elect=false".into(),
-            "--secure-port=0".into(),
-            "--use-service-account-credentials=false".into(),
-            // Recounts quotas often: a new quota counts WorkStatuses within seconds.
-            "--resource-quota-sync-period=10s".into(),
-            format!("--controllers={}", controllers.join(",")),
-            format!("--cluster-signing-cert-file={}", p(pki.ca_cert())),
-            format!("--cluster-signing-key-file={}", p(pki.ca_key())),
-            format!("--service-account-private-key-file={}", p(pki.service_account_key())),
-            format!("--root-ca-file={}", p(pki.ca_cert())),
-        ];
-        self.procs.ensure(
-            &format!("controller-manager-{}", space.name),
-            &self.bin("kube-controller-manager"),
-            &args,
-            &[],
-        )?;
-        if space.role == Role::Wec {
-            let args = [
-                format!("--kubeconfig={kubeconfig}"),
-                "--leader-elect=false".into(),
-                "--secure-port=0".into(),
-            ];
-            self.procs.ensure(
-                &format!("scheduler-{}", space.name),
-                &self.bin("kube-scheduler"),
-                &args,
-                &[],
-            )?;
-            let stages = self.crds("kwok-stages");
-            let mut args = vec![
-                format!("--kubeconfig={kubeconfig}"),
-                "--manage-all-nodes=false".into(),
-                format!(
-                    "--manage-nodes-with-annotation-selector={}=fake",
-                    ocm::KWOK_NODE_ANNOTATION
-                ),
-                format!("--server-address=127.0.0.1:{}", self.side_port("kwok", &space.name)),
-            ];
-            for stage in ["node-initialize", "pod-ready", "pod-complete", "pod-delete"] {
-                args.push(format!("--config={}", stages.join(format!("{stage}.yaml")).display()));
-            }
-            self.procs
-                .ensure(&format!("kwok-{}", space.name), &self.bin("kwok"), &args, &[])?;
-        }
-        Ok(())
-    }
-
     /// A distinct loopback port for a side process (OCM, kwok) of a space.
     fn side_port(&self, what: &str, space: &str) -> u16 {
         let index = self.spaces().iter().position(|s| s.name == space).unwrap_or(0) as u16;
@@ -583,316 +309,6 @@ impl Stack {
         };
         SIDE_BASE_PORT + offset + index
     }
-
-    async fn install_crds(&self) -> anyhow::Result<()> {
-        let sets: Vec<(String, PathBuf)> = std::iter::once(("kubeflex".to_string(), self.crds("kubeflex")))
-            .chain(std::iter::once(("its1".to_string(), self.crds("ocm-hub"))))
-            .chain(self.wec_names().into_iter().map(|w| (w, self.crds("ocm-spoke"))))
-            .collect();
-        for (space, dir) in sets {
-            let client = self.client(&space).await?;
-            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-                .with_context(|| format!("{} is missing: run `make deps`", dir.display()))?
-                .map(|e| e.map(|e| e.path()))
-                .collect::<Result<_, _>>()?;
-            files.sort();
-            for file in files {
-                apply_crd(&client, &file)
-                    .await
-                    .with_context(|| format!("applying {} to {space}", file.display()))?;
-            }
-        }
-        Ok(())
-    }
-
-    fn start_ocm_hub(&self) -> anyhow::Result<()> {
-        let kubeconfig = self.space_kubeconfig("its1").display().to_string();
-        let common = |port: u16| {
-            vec![
-                format!("--kubeconfig={kubeconfig}"),
-                format!("--listen=127.0.0.1:{port}"),
-                "--disable-leader-election".to_string(),
-                "--namespace=open-cluster-management-hub".to_string(),
-            ]
-        };
-        let mut args = vec!["controller".to_string()];
-        args.extend(common(self.side_port("ocm", "its1")));
-        self.procs
-            .ensure("ocm-registration-its1", &self.bin("registration"), &args, &[])?;
-        let mut args = vec!["manager".to_string()];
-        args.extend(common(self.side_port("addon", "its1")));
-        self.procs
-            .ensure("ocm-addon-manager-its1", &self.bin("addon"), &args, &[])?;
-        // Decides Placements, e.g. those of add-on install strategies (the status add-on chart's).
-        let mut args = vec!["controller".to_string()];
-        args.extend(common(self.side_port("placement", "its1")));
-        self.procs
-            .ensure("ocm-placement-its1", &self.bin("placement"), &args, &[])?;
-        Ok(())
-    }
-
-    fn start_klusterlet(&self, wec: &str) -> anyhow::Result<()> {
-        let hub_dir = self.klusterlet_hub_dir(wec);
-        std::fs::create_dir_all(&hub_dir)?;
-        let args = [
-            "agent".to_string(),
-            format!("--spoke-cluster-name={wec}"),
-            format!("--kubeconfig={}", self.space_kubeconfig(wec).display()),
-            format!("--bootstrap-kubeconfig={}", self.bootstrap_kubeconfig().display()),
-            format!("--hub-kubeconfig-dir={}", hub_dir.display()),
-            // The work agent reads the hub credential the registration agent writes here.
-            format!("--workload-source-config={}", hub_dir.join("kubeconfig").display()),
-            format!("--listen=127.0.0.1:{}", self.side_port("ocm", wec)),
-            format!("--namespace={}", ocm::AGENT_NAMESPACE),
-            format!("--agent-id={wec}-stack"),
-            "--disable-leader-election".to_string(),
-        ];
-        self.procs.ensure(
-            &format!("ocm-agent-{wec}"),
-            &self.bin("registration-operator"),
-            &args,
-            &[],
-        )?;
-        Ok(())
-    }
-
-    fn start_jaeger(&self) -> anyhow::Result<()> {
-        let config = self.state.join("jaeger.yaml");
-        std::fs::write(&config, JAEGER_CONFIG)?;
-        self.procs.ensure(
-            "jaeger",
-            &self.bin("jaeger"),
-            &[format!("--config={}", config.display())],
-            &[],
-        )?;
-        // Processes export to it and tests query it as soon as `up` returns.
-        for port in [JAEGER_OTLP_GRPC, JAEGER_QUERY] {
-            wait_tcp(port, Duration::from_secs(30)).with_context(|| self.procs.tail("jaeger", 20))?;
-        }
-        Ok(())
-    }
-
-    /// Our hub process for a WDS, exporting traces to the stack's Jaeger when tracing is on.
-    fn start_hub(&self, wds: &str, options: HubOptions) -> anyhow::Result<()> {
-        self.spawn_hub(&Self::hub_process(wds), wds, self.hub_port(wds), options, &[])
-    }
-
-    /// A further hub for a WDS, the process `hub-<wds>-<replica>` serving /readyz on `port`, with
-    /// `extra` flags (e.g. leader election); returns its process name. The test stops it.
-    pub fn start_hub_replica(&self, wds: &str, replica: &str, port: u16, extra: &[String]) -> anyhow::Result<String> {
-        let name = format!("{}-{replica}", Self::hub_process(wds));
-        self.spawn_hub(&name, wds, port, HubOptions::STACK, extra)?;
-        Ok(name)
-    }
-
-    fn spawn_hub(&self, name: &str, wds: &str, port: u16, options: HubOptions, extra: &[String]) -> anyhow::Result<()> {
-        let mut args = vec![
-            format!("--wds-kubeconfig={}", self.space_kubeconfig(wds).display()),
-            format!("--its-kubeconfig={}", self.space_kubeconfig("its1").display()),
-            format!("--wds-name={wds}"),
-            format!("--http-address=127.0.0.1:{port}"),
-        ];
-        if let Some(n) = options.max_num_wrapped {
-            args.push(format!("--max-num-wrapped={n}"));
-        }
-        args.extend_from_slice(extra);
-        let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
-        let mut env = vec![("OTEL_SERVICE_NAME", "ks-hub")];
-        if options.tracing == Tracing::On {
-            env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", otlp.as_str()));
-        }
-        self.procs
-            .ensure(name, &self.our_binaries.join("ks-hub"), &args, &env)?;
-        Ok(())
-    }
-
-    /// The process name of our hub for a WDS.
-    pub fn hub_process(wds: &str) -> String {
-        format!("hub-{wds}")
-    }
-
-    /// Restarts our hub for a WDS with other options, and waits until it is ready. A test or
-    /// benchmark that changes them restores [`HubOptions::STACK`] when done.
-    pub async fn restart_hub(&self, wds: &str, options: HubOptions) -> anyhow::Result<()> {
-        self.procs.stop(&Self::hub_process(wds), Duration::from_secs(10))?;
-        self.start_hub(wds, options)?;
-        self.wait_hub_ready(wds, Duration::from_secs(60)).await
-    }
-
-    /// Waits until our hub for a WDS answers /readyz with 200.
-    pub async fn wait_hub_ready(&self, wds: &str, deadline: Duration) -> anyhow::Result<()> {
-        let address = std::net::SocketAddr::from(([127, 0, 0, 1], self.hub_port(wds)));
-        let name = Self::hub_process(wds);
-        wait_for(&format!("{name} to be ready"), deadline, || {
-            let alive = self.procs.check_alive(&name);
-            let ready =
-                std::net::TcpStream::connect(address).is_ok() && crate::process::http_get(address, "/readyz").0 == 200;
-            std::future::ready(alive.map(|()| ready))
-        })
-        .await
-    }
-
-    /// Where the hub of a WDS serves /metrics, /healthz and /readyz.
-    pub fn hub_port(&self, wds: &str) -> u16 {
-        self.side_port("hub", wds)
-    }
-
-    /// Waits until the add-on's quota in every WEC's mailbox counts WorkStatuses: until then the
-    /// ITS refuses every WorkStatus there ("status unknown for quota"), which would hold status
-    /// back for the first tests.
-    async fn wait_mailbox_quotas(&self) -> anyhow::Result<()> {
-        let its = self.client("its1").await?;
-        for wec in self.wec_names() {
-            let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(its.clone(), &wec);
-            wait_for(
-                &format!("the WorkStatus quota in {wec}'s mailbox to count"),
-                Duration::from_secs(180),
-                || async {
-                    self.procs.check_alive("kubelet-its1")?;
-                    let quota = quotas.get_opt("addon-status-workstatuses").await?;
-                    let used = quota.and_then(|q| q.status).and_then(|s| s.used).unwrap_or_default();
-                    Ok(used.contains_key("count/workstatuses.control.kubestellar.io"))
-                },
-            )
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// Where the status add-on controller serves /metrics, /healthz and /readyz.
-    pub fn addon_port(&self) -> u16 {
-        self.side_port("ks-addon", "its1")
-    }
-
-    /// Waits until the status agent the stack runs for `wec` answers /readyz (it leads and has
-    /// listed the AppliedManifestWorks); returns its process id.
-    pub async fn wait_agent_ready(&self, wec: &str, deadline: Duration) -> anyhow::Result<u32> {
-        let name = Self::agent_process(wec);
-        let mut ready = None;
-        wait_for(&format!("the status agent on {wec} to be ready"), deadline, || {
-            ready = self.procs.running(&name).filter(|_| {
-                self.agent_address(wec).is_some_and(|address| {
-                    std::net::TcpStream::connect(address).is_ok()
-                        && crate::process::http_get(address, "/readyz").0 == 200
-                })
-            });
-            std::future::ready(Ok(ready.is_some()))
-        })
-        .await?;
-        ready.context("ready")
-    }
-
-    /// Where the status agent for `wec` serves /metrics, /healthz and /readyz, as it last said.
-    pub fn agent_address(&self, wec: &str) -> Option<std::net::SocketAddr> {
-        // The log keeps earlier runs: the last address announced is the current one.
-        let text = std::fs::read_to_string(self.procs.log_file(&Self::agent_process(wec))).ok()?;
-        let line = text.lines().rev().find(|l| l.contains("serving /metrics"))?;
-        Some(crate::process::address_in(line))
-    }
-
-    /// The stand-in kubelet that runs our images' Deployments on a WEC as local processes.
-    fn start_kubelet(&self, space: &str) -> anyhow::Result<()> {
-        let repo = self.state.parent().context("state directory has a parent")?;
-        let args = [
-            "kubelet".to_string(),
-            format!("--repo={}", repo.display()),
-            format!("--space={space}"),
-        ];
-        self.procs.ensure(
-            &format!("kubelet-{space}"),
-            &self.our_binaries.join("ks-stack"),
-            &args,
-            &[],
-        )?;
-        Ok(())
-    }
-
-    /// The process name of the status agent the stack runs for `wec`.
-    pub fn agent_process(wec: &str) -> String {
-        kubelet::pod_process(
-            wec,
-            ks_shared::names::AGENT_INSTALL_NAMESPACE,
-            ks_shared::names::STATUS_AGENT_DEPLOYMENT,
-        )
-    }
-
-    fn write_env(&self) -> anyhow::Result<()> {
-        let env = format!(
-            "# Source this file to use the stack: `source .stack/env`.\nexport KUBECONFIG={}\nexport PATH={}:{}:$PATH\n",
-            self.kubeconfig().display(),
-            self.cache.join("bin").display(),
-            // Our binaries, the kubectl plugin `kubectl-kubestellar` among them.
-            self.our_binaries.display()
-        );
-        std::fs::write(self.state.join("env"), env)?;
-        Ok(())
-    }
-}
-
-/// Jaeger v2 with in-memory storage: OTLP in, query API and UI on 16686, on loopback only.
-const JAEGER_CONFIG: &str = r#"service:
-  extensions: [jaeger_storage, jaeger_query, healthcheckv2]
-  pipelines:
-    traces:
-      receivers: [otlp]
-      processors: [batch]
-      exporters: [jaeger_storage_exporter]
-  telemetry:
-    metrics:
-      level: none
-extensions:
-  jaeger_query:
-    storage:
-      traces: memstore
-    http:
-      endpoint: 127.0.0.1:16686
-    grpc:
-      endpoint: 127.0.0.1:16685
-  jaeger_storage:
-    backends:
-      memstore:
-        memory:
-          max_traces: 100000
-  healthcheckv2:
-    use_v2: true
-    http:
-      endpoint: 127.0.0.1:13133
-receivers:
-  otlp:
-    protocols:
-      grpc:
-        endpoint: 127.0.0.1:4317
-      http:
-        endpoint: 127.0.0.1:4318
-processors:
-  batch: {}
-exporters:
-  jaeger_storage_exporter:
-    trace_storage: memstore
-"#;
-
-/// Server-side applies one CRD file and waits until the CRD is Established.
-async fn apply_crd(client: &Client, file: &Path) -> anyhow::Result<()> {
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(file)?)?;
-    let name = crd.metadata.name.clone().context("CRD without a name")?;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd))
-        .await?;
-    wait_for(
-        &format!("CRD {name} to be established"),
-        Duration::from_secs(30),
-        || async {
-            let Ok(crd) = api.get(&name).await else {
-                return Ok(false);
-            };
-            Ok(crd
-                .status
-                .iter()
-                .flat_map(|s| s.conditions.iter().flatten())
-                .any(|c| c.type_ == "Established" && c.status == "True"))
-        },
-    )
-    .await
 }
 
 /// Waits until a TCP port accepts connections.

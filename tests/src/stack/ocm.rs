@@ -1,21 +1,23 @@
-//! OCM on the stack: what the hub and each WEC need before the upstream processes start, and
-//! the hub's half of the double opt-in (approve the agent's CSR, accept the cluster).
+//! OCM on the stack: its hub processes on the ITS and an agent per WEC, what the hub and each
+//! WEC need before those start, the hub's half of the double opt-in (approve the agent's CSR,
+//! accept the cluster), and taking a WEC out again.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::certificates::v1::{CertificateSigningRequest, CertificateSigningRequestCondition};
-use k8s_openapi::api::core::v1::{Namespace, Node};
+use k8s_openapi::api::core::v1::{Namespace, Node, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use ks_shared::names;
 use ks_shared::ocm::{ManagedCluster, ManifestWork, managed_cluster_condition};
-use kube::api::{Api, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
 use super::procs::Procs;
-use super::{FIELD_MANAGER, wait_for};
+use super::{FIELD_MANAGER, Stack, kubelet, wait_for};
 
 /// Namespace of the klusterlet agent on each WEC.
 pub const AGENT_NAMESPACE: &str = "open-cluster-management-agent";
@@ -268,4 +270,111 @@ async fn approve(csrs: &Api<CertificateSigningRequest>, mut csr: CertificateSign
     )
     .await?;
     Ok(())
+}
+
+impl Stack {
+    /// Takes a WEC out of the stack: its ManagedCluster is deleted while its OCM agent still
+    /// runs (so OCM can clean up what it delivered), then its processes stop. Its data stays in
+    /// etcd; bringing it up again joins it anew.
+    pub async fn remove_wec(&self, wec: &str) -> anyhow::Result<()> {
+        let clusters: Api<ManagedCluster> = Api::all(self.client("its1").await?);
+        if let Some(cluster) = clusters.get_opt(wec).await? {
+            clusters.delete(wec, &DeleteParams::default()).await?;
+            let uid = cluster.uid().unwrap_or_default();
+            wait_for(
+                &format!("ManagedCluster {wec} to be deleted"),
+                Duration::from_secs(120),
+                || async {
+                    Ok(clusters
+                        .get_opt(wec)
+                        .await?
+                        .is_none_or(|c| c.uid() != Some(uid.clone())))
+                },
+            )
+            .await?;
+        }
+        let pods = kubelet::pod_process(wec, "", "");
+        let suffix = format!("-{wec}");
+        let processes: Vec<String> = self
+            .procs
+            .started()
+            .into_iter()
+            .filter(|n| n.ends_with(&suffix) || n.starts_with(&pods))
+            .collect();
+        self.procs.stop_all(&processes, Duration::from_secs(10))
+    }
+
+    /// A WEC's hub credential for a ManagedCluster that is gone (the WEC was removed) would
+    /// keep its OCM agent from joining again: before the agent starts, it is forgotten.
+    pub(super) async fn forget_stale_hub_credential(&self, wec: &str) -> anyhow::Result<()> {
+        let clusters: Api<ManagedCluster> = Api::all(self.client("its1").await?);
+        if self.procs.running(&format!("ocm-agent-{wec}")).is_some() || clusters.get_opt(wec).await?.is_some() {
+            return Ok(());
+        }
+        let secrets: Api<Secret> = Api::namespaced(self.client(wec).await?, AGENT_NAMESPACE);
+        if secrets.get_opt(HUB_CREDENTIAL_SECRET).await?.is_some() {
+            secrets.delete(HUB_CREDENTIAL_SECRET, &DeleteParams::default()).await?;
+        }
+        let files = self.klusterlet_hub_dir(wec);
+        if files.exists() {
+            std::fs::remove_dir_all(&files)?;
+        }
+        Ok(())
+    }
+
+    /// Where a WEC's OCM agent keeps its hub credential.
+    fn klusterlet_hub_dir(&self, wec: &str) -> PathBuf {
+        self.state.join("ocm").join(wec).join("hub-kubeconfig")
+    }
+
+    pub(super) fn start_ocm_hub(&self) -> anyhow::Result<()> {
+        let kubeconfig = self.space_kubeconfig("its1").display().to_string();
+        let common = |port: u16| {
+            vec![
+                format!("--kubeconfig={kubeconfig}"),
+                format!("--listen=127.0.0.1:{port}"),
+                "--disable-leader-election".to_string(),
+                "--namespace=open-cluster-management-hub".to_string(),
+            ]
+        };
+        let mut args = vec!["controller".to_string()];
+        args.extend(common(self.side_port("ocm", "its1")));
+        self.procs
+            .ensure("ocm-registration-its1", &self.bin("registration"), &args, &[])?;
+        let mut args = vec!["manager".to_string()];
+        args.extend(common(self.side_port("addon", "its1")));
+        self.procs
+            .ensure("ocm-addon-manager-its1", &self.bin("addon"), &args, &[])?;
+        // Decides Placements, e.g. those of add-on install strategies (the status add-on chart's).
+        let mut args = vec!["controller".to_string()];
+        args.extend(common(self.side_port("placement", "its1")));
+        self.procs
+            .ensure("ocm-placement-its1", &self.bin("placement"), &args, &[])?;
+        Ok(())
+    }
+
+    pub(super) fn start_klusterlet(&self, wec: &str) -> anyhow::Result<()> {
+        let hub_dir = self.klusterlet_hub_dir(wec);
+        std::fs::create_dir_all(&hub_dir)?;
+        let args = [
+            "agent".to_string(),
+            format!("--spoke-cluster-name={wec}"),
+            format!("--kubeconfig={}", self.space_kubeconfig(wec).display()),
+            format!("--bootstrap-kubeconfig={}", self.bootstrap_kubeconfig().display()),
+            format!("--hub-kubeconfig-dir={}", hub_dir.display()),
+            // The work agent reads the hub credential the registration agent writes here.
+            format!("--workload-source-config={}", hub_dir.join("kubeconfig").display()),
+            format!("--listen=127.0.0.1:{}", self.side_port("ocm", wec)),
+            format!("--namespace={}", AGENT_NAMESPACE),
+            format!("--agent-id={wec}-stack"),
+            "--disable-leader-election".to_string(),
+        ];
+        self.procs.ensure(
+            &format!("ocm-agent-{wec}"),
+            &self.bin("registration-operator"),
+            &args,
+            &[],
+        )?;
+        Ok(())
+    }
 }

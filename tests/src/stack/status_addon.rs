@@ -1,17 +1,22 @@
 //! The status add-on as users install it: `helm install` of `charts/ks-status-addon` into the
 //! ITS. The stand-in kubelet on its1 runs the chart's ks-addon; through OCM (the chart's
-//! Placement, OCM's addon-manager, then ks-addon's ManifestWork) every WEC gets its agent.
+//! Placement, OCM's addon-manager, then ks-addon's ManifestWork) every WEC gets its agent, which
+//! tests find by its local Pod's process and the address it logs.
 
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::path::Path;
+use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::Api;
 use serde_json::json;
 
-use super::{JAEGER_OTLP_GRPC, MAX_WORK_STATUSES, Stack};
+use super::{JAEGER_OTLP_GRPC, Stack, kubelet, wait_for};
 
+/// The add-on's `--max-work-statuses` in the stack: a quota in every mailbox, as a careful
+/// operator would set.
+pub const MAX_WORK_STATUSES: u32 = 100_000;
 /// The add-on chart's release on its1, and its namespace (as the chart's README suggests).
 pub const ADDON_RELEASE: &str = "ks-status-addon";
 pub const ADDON_NAMESPACE: &str = "open-cluster-management";
@@ -24,11 +29,6 @@ pub const ADDON_PROCESS: &str = "pod-its1-open-cluster-management-ks-status-addo
 const CONFIG_ANNOTATION: &str = "stack.kubestellar-rs.local/config";
 
 impl Stack {
-    /// `helm` from `make deps` against the stack's kubeconfig; what it printed.
-    pub fn helm(&self, args: &[&str]) -> anyhow::Result<String> {
-        self.tool(&self.bin("helm"), args)
-    }
-
     /// Installs (or upgrades) the status add-on chart on its1 with the stack's settings: its
     /// metrics port, a WorkStatus quota per mailbox, and traces from ks-addon and every agent
     /// to the stack's Jaeger.
@@ -73,6 +73,68 @@ impl Stack {
         .context(hint)?;
         Ok(())
     }
+
+    /// Waits until the add-on's quota in every WEC's mailbox counts WorkStatuses: until then the
+    /// ITS refuses every WorkStatus there ("status unknown for quota"), which would hold status
+    /// back for the first tests.
+    pub(super) async fn wait_mailbox_quotas(&self) -> anyhow::Result<()> {
+        let its = self.client("its1").await?;
+        for wec in self.wec_names() {
+            let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(its.clone(), &wec);
+            wait_for(
+                &format!("the WorkStatus quota in {wec}'s mailbox to count"),
+                Duration::from_secs(180),
+                || async {
+                    self.procs.check_alive("kubelet-its1")?;
+                    let quota = quotas.get_opt("addon-status-workstatuses").await?;
+                    let used = quota.and_then(|q| q.status).and_then(|s| s.used).unwrap_or_default();
+                    Ok(used.contains_key("count/workstatuses.control.kubestellar.io"))
+                },
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Where the status add-on controller serves /metrics, /healthz and /readyz.
+    pub fn addon_port(&self) -> u16 {
+        self.side_port("ks-addon", "its1")
+    }
+
+    /// Waits until the status agent the stack runs for `wec` answers /readyz (it leads and has
+    /// listed the AppliedManifestWorks); returns its process id.
+    pub async fn wait_agent_ready(&self, wec: &str, deadline: Duration) -> anyhow::Result<u32> {
+        let name = Self::agent_process(wec);
+        let mut ready = None;
+        wait_for(&format!("the status agent on {wec} to be ready"), deadline, || {
+            ready = self.procs.running(&name).filter(|_| {
+                self.agent_address(wec).is_some_and(|address| {
+                    std::net::TcpStream::connect(address).is_ok()
+                        && crate::process::http_get(address, "/readyz").0 == 200
+                })
+            });
+            std::future::ready(Ok(ready.is_some()))
+        })
+        .await?;
+        ready.context("ready")
+    }
+
+    /// Where the status agent for `wec` serves /metrics, /healthz and /readyz, as it last said.
+    pub fn agent_address(&self, wec: &str) -> Option<std::net::SocketAddr> {
+        // The log keeps earlier runs: the last address announced is the current one.
+        let text = std::fs::read_to_string(self.procs.log_file(&Self::agent_process(wec))).ok()?;
+        let line = text.lines().rev().find(|l| l.contains("serving /metrics"))?;
+        Some(crate::process::address_in(line))
+    }
+
+    /// The process name of the status agent the stack runs for `wec`.
+    pub fn agent_process(wec: &str) -> String {
+        kubelet::pod_process(
+            wec,
+            ks_shared::names::AGENT_INSTALL_NAMESPACE,
+            ks_shared::names::STATUS_AGENT_DEPLOYMENT,
+        )
+    }
 }
 
 /// A digest of the chart's files and the values: what the release was made from.
@@ -107,7 +169,7 @@ mod tests {
     fn the_addon_process_is_the_local_pod_of_the_chart_deployment() {
         assert_eq!(
             ADDON_PROCESS,
-            super::super::kubelet::pod_process("its1", ADDON_NAMESPACE, ADDON_RELEASE)
+            kubelet::pod_process("its1", ADDON_NAMESPACE, ADDON_RELEASE)
         );
     }
 

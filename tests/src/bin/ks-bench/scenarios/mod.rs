@@ -1,0 +1,7 @@
+//! The scenarios that measure one part of ours, one subcommand each (`compare` has its own).
+
+pub mod agent;
+pub mod binding;
+pub mod delivery;
+pub mod status;
+pub mod tracing_overhead;

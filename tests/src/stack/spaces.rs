@@ -1,0 +1,198 @@
+//! Each space's upstream Kubernetes: one etcd for all, a kube-apiserver per space, its
+//! kube-controller-manager (with the controllers the space's role needs), kube-scheduler and kwok
+//! on each WEC, and the CRDs every space starts with.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+
+use super::{ADMIN, ETCD_PEER_PORT, ETCD_PORT, FIELD_MANAGER, Pki, Role, Space, Stack, ocm, wait_for};
+
+impl Stack {
+    pub(super) fn start_etcd(&self, pki: &Pki) -> anyhow::Result<()> {
+        let client_url = format!("https://127.0.0.1:{ETCD_PORT}");
+        let peer_url = format!("http://127.0.0.1:{ETCD_PEER_PORT}");
+        let args = [
+            format!("--data-dir={}", self.state.join("etcd").display()),
+            format!("--listen-client-urls={client_url}"),
+            format!("--advertise-client-urls={client_url}"),
+            format!("--listen-peer-urls={peer_url}"),
+            format!("--initial-advertise-peer-urls={peer_url}"),
+            format!("--initial-cluster=default={peer_url}"),
+            format!("--cert-file={}", pki.serving_cert().display()),
+            format!("--key-file={}", pki.serving_key().display()),
+            format!("--trusted-ca-file={}", pki.ca_cert().display()),
+            "--client-cert-auth=true".into(),
+            // A throwaway store: durability is not worth the fsync cost here.
+            "--unsafe-no-fsync=true".into(),
+            "--quota-backend-bytes=8589934592".into(),
+            "--log-level=warn".into(),
+        ];
+        self.procs.ensure("etcd", &self.bin("etcd"), &args, &[])?;
+        Ok(())
+    }
+
+    pub(super) fn start_apiserver(&self, pki: &Pki, space: &Space) -> anyhow::Result<()> {
+        let p = |path: PathBuf| path.display().to_string();
+        let args = [
+            format!("--etcd-servers=https://127.0.0.1:{ETCD_PORT}"),
+            format!("--etcd-prefix=/registry-{}", space.name),
+            format!("--etcd-cafile={}", p(pki.ca_cert())),
+            format!("--etcd-certfile={}", p(pki.client_cert(&ADMIN))),
+            format!("--etcd-keyfile={}", p(pki.client_key(&ADMIN))),
+            format!("--secure-port={}", space.port),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--tls-cert-file={}", p(pki.serving_cert())),
+            format!("--tls-private-key-file={}", p(pki.serving_key())),
+            format!("--client-ca-file={}", p(pki.ca_cert())),
+            format!("--service-account-issuer=https://127.0.0.1:{}", space.port),
+            format!("--service-account-key-file={}", p(pki.service_account_public_key())),
+            format!("--service-account-signing-key-file={}", p(pki.service_account_key())),
+            "--service-cluster-ip-range=10.96.0.0/16".into(),
+            "--authorization-mode=RBAC".into(),
+            "--allow-privileged=true".into(),
+            // One apiserver per space on one machine: no need for fairness queues or endpoints.
+            "--enable-priority-and-fairness=false".into(),
+            "--endpoint-reconciler-type=none".into(),
+            // No node lifecycle controller runs to lift the not-ready taint from kwok's Nodes.
+            "--disable-admission-plugins=TaintNodesByCondition".into(),
+            "--profiling=false".into(),
+            format!(
+                "--cert-dir={}",
+                self.state.join("apiserver").join(&space.name).display()
+            ),
+        ];
+        self.procs.ensure(
+            &format!("apiserver-{}", space.name),
+            &self.bin("kube-apiserver"),
+            &args,
+            &[],
+        )?;
+        Ok(())
+    }
+
+    pub(super) async fn wait_apiserver(&self, space: &Space) -> anyhow::Result<()> {
+        let name = format!("apiserver-{}", space.name);
+        let client = self.client(&space.name).await?;
+        wait_for(&format!("{name} to be ready"), Duration::from_secs(180), || async {
+            self.procs.check_alive(&name)?;
+            Ok(client.apiserver_version().await.is_ok())
+        })
+        .await
+    }
+
+    pub(super) fn start_controllers(&self, pki: &Pki, space: &Space) -> anyhow::Result<()> {
+        let p = |path: PathBuf| path.display().to_string();
+        let kubeconfig = p(self.space_kubeconfig(&space.name));
+        let mut controllers = vec![
+            "namespace",
+            "garbagecollector",
+            "serviceaccount",
+            "serviceaccount-token",
+        ];
+        match space.role {
+            // resourcequota: counts the WorkStatuses under the add-on's quota in each mailbox.
+            Role::Its => controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation", "resourcequota"]),
+            Role::Wec => controllers.extend(["deployment", "replicaset", "daemonset", "statefulset", "job"]),
+            Role::Hosting | Role::Wds => {}
+        }
+        let args = [
+            format!("--kubeconfig={kubeconfig}"),
+            "--leader-elect=false".into(),
+            "--secure-port=0".into(),
+            "--use-service-account-credentials=false".into(),
+            // Recounts quotas often: a new quota counts WorkStatuses within seconds.
+            "--resource-quota-sync-period=10s".into(),
+            format!("--controllers={}", controllers.join(",")),
+            format!("--cluster-signing-cert-file={}", p(pki.ca_cert())),
+            format!("--cluster-signing-key-file={}", p(pki.ca_key())),
+            format!("--service-account-private-key-file={}", p(pki.service_account_key())),
+            format!("--root-ca-file={}", p(pki.ca_cert())),
+        ];
+        self.procs.ensure(
+            &format!("controller-manager-{}", space.name),
+            &self.bin("kube-controller-manager"),
+            &args,
+            &[],
+        )?;
+        if space.role == Role::Wec {
+            let args = [
+                format!("--kubeconfig={kubeconfig}"),
+                "--leader-elect=false".into(),
+                "--secure-port=0".into(),
+            ];
+            self.procs.ensure(
+                &format!("scheduler-{}", space.name),
+                &self.bin("kube-scheduler"),
+                &args,
+                &[],
+            )?;
+            let stages = self.crds("kwok-stages");
+            let mut args = vec![
+                format!("--kubeconfig={kubeconfig}"),
+                "--manage-all-nodes=false".into(),
+                format!(
+                    "--manage-nodes-with-annotation-selector={}=fake",
+                    ocm::KWOK_NODE_ANNOTATION
+                ),
+                format!("--server-address=127.0.0.1:{}", self.side_port("kwok", &space.name)),
+            ];
+            for stage in ["node-initialize", "pod-ready", "pod-complete", "pod-delete"] {
+                args.push(format!("--config={}", stages.join(format!("{stage}.yaml")).display()));
+            }
+            self.procs
+                .ensure(&format!("kwok-{}", space.name), &self.bin("kwok"), &args, &[])?;
+        }
+        Ok(())
+    }
+
+    pub(super) async fn install_crds(&self) -> anyhow::Result<()> {
+        let sets: Vec<(String, PathBuf)> = std::iter::once(("kubeflex".to_string(), self.crds("kubeflex")))
+            .chain(std::iter::once(("its1".to_string(), self.crds("ocm-hub"))))
+            .chain(self.wec_names().into_iter().map(|w| (w, self.crds("ocm-spoke"))))
+            .collect();
+        for (space, dir) in sets {
+            let client = self.client(&space).await?;
+            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+                .with_context(|| format!("{} is missing: run `make deps`", dir.display()))?
+                .map(|e| e.map(|e| e.path()))
+                .collect::<Result<_, _>>()?;
+            files.sort();
+            for file in files {
+                apply_crd(&client, &file)
+                    .await
+                    .with_context(|| format!("applying {} to {space}", file.display()))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Server-side applies one CRD file and waits until the CRD is Established.
+async fn apply_crd(client: &Client, file: &Path) -> anyhow::Result<()> {
+    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(file)?)?;
+    let name = crd.metadata.name.clone().context("CRD without a name")?;
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd))
+        .await?;
+    wait_for(
+        &format!("CRD {name} to be established"),
+        Duration::from_secs(30),
+        || async {
+            let Ok(crd) = api.get(&name).await else {
+                return Ok(false);
+            };
+            Ok(crd
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter().flatten())
+                .any(|c| c.type_ == "Established" && c.status == "True"))
+        },
+    )
+    .await
+}
