@@ -599,3 +599,6 @@ fn chain(err: &dyn std::error::Error) -> String {
     }
     text
 }
+
+#[cfg(test)]
+mod tests;
