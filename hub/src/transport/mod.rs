@@ -32,7 +32,8 @@ pub enum Error {
         .0.resource
     )]
     Unfilled(crate::informers::GroupResource),
-    /// An apiserver request (a write to the ITS or the WDS) failed in a way retrying may cure.
+    /// A write to the ITS or the WDS failed (one the ITS refuses is reported in the Binding's
+    /// status instead).
     #[error(transparent)]
     Api(#[from] kube::Error),
     /// A wrapped object did not serialise.

@@ -2,7 +2,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::CustomTransformSpec;
 use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
-use ks_shared::ocm::ManifestWork;
+use ks_shared::ocm::{ManifestCondition, ManifestResourceStatus, ManifestWork, ManifestWorkStatus};
 
 use super::*;
 use crate::transport::sharding::DEFAULT_LIMITS;
@@ -352,4 +352,40 @@ fn transform_status_has_errors_and_shared_group_resource_warnings() {
         ["multiple CustomTransform objects specify the same GroupResource; their names are a, b"]
     );
     assert!(transform_status(&c, &all).warnings.is_empty());
+}
+
+#[test]
+fn propagation_counts_what_each_wec_reports_landed() {
+    let listed = [("", "configmaps", "a", false), ("", "configmaps", "b", false)];
+    let case = Case::new(binding(&["c1", "c2"], &listed), vec![plain("a"), plain("b")]);
+    let mut works = case.works();
+    let reported = |types: &[&str]| ManifestCondition {
+        conditions: types
+            .iter()
+            .map(|t| {
+                let condition = json!({"type": t, "status": "True", "reason": "R", "message": "M",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"});
+                serde_json::from_value(condition).unwrap()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    works.get_mut(&key("c1", "b-wds1-0")).unwrap().status = Some(ManifestWorkStatus {
+        resource_status: ManifestResourceStatus {
+            manifests: vec![reported(&["Applied", "Available"]), reported(&["Applied"])],
+        },
+        ..Default::default()
+    });
+    let works: Vec<Arc<ManifestWork>> = works.into_values().map(Arc::new).collect();
+    let propagation = propagation(&Ocm, &case.binding, &works);
+    assert_eq!(
+        (propagation.wecs.as_str(), propagation.applied.as_str()),
+        ("0/2", "2/4")
+    );
+    let per_wec: Vec<_> = propagation
+        .per_wec
+        .iter()
+        .map(|w| (w.wec.as_str(), w.selected, w.delivered, w.applied, w.available))
+        .collect();
+    assert_eq!(per_wec, [("c1", 2, 2, 2, 1), ("c2", 2, 2, 0, 0)]);
 }
