@@ -141,8 +141,8 @@ async fn run() -> anyhow::Result<()> {
     ks_hub::binding::register_metrics(&binding_metrics, &mut process.registry);
     let status_metrics = ks_hub::status::Metrics::default();
     ks_hub::status::register_metrics(&status_metrics, &mut process.registry);
-    let transport_metrics = ks_hub::transport::metrics::Metrics::default();
-    transport_metrics.register(&mut process.registry);
+    let transport_metrics = ks_hub::transport::Metrics::default();
+    ks_hub::transport::register_metrics(&transport_metrics, &mut process.registry);
     let informer_metrics = InformerMetrics::default();
     informer_metrics.register(&mut process.registry);
     let ready = process.readiness.gate("hub-controllers");

@@ -11,14 +11,37 @@ use serde::de::DeserializeOwned;
 
 pub mod controller;
 pub mod jsonpath;
-pub mod metrics;
+mod metrics;
 pub mod moves;
+mod plan;
 pub mod propagation;
 pub mod sharding;
 pub mod template;
 pub mod trace;
 pub mod transforms;
 pub mod wrap;
+
+pub use metrics::{Metrics, register as register_metrics};
+
+/// Why the transport controller failed a Binding; it is tried again with back-off.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Binding lists objects of a resource whose cache is not filled: they are not known,
+    /// not gone, so nothing is written that would take them from the WECs.
+    #[error(
+        "the WDS cache of {}/{} is not filled; its ManifestWorks stay as they are",
+        .0.group,
+        .0.resource
+    )]
+    Unfilled(crate::informers::GroupResource),
+    /// A write to the ITS or the WDS failed (one the ITS refuses is reported in the Binding's
+    /// status instead).
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// A wrapped object did not serialise.
+    #[error(transparent)]
+    Encode(#[from] serde_json::Error),
+}
 
 /// What a transport provides to the transport controller
 /// (docs/upstream-behaviour.md#manifestworks): an inventory of destinations, a mailbox per

@@ -41,14 +41,14 @@ impl Fill {
 /// Assigns each `(key, size)` object a shard index. `previous` is the assignment the current
 /// wrapped objects show; objects keep their shard while it has room (in key order), the rest go
 /// to the lowest shard with room, opening new ones as needed.
-pub fn assign(
-    objects: &BTreeMap<String, usize>,
-    previous: &BTreeMap<String, usize>,
+pub fn assign<K: Ord + Clone + std::fmt::Display>(
+    objects: &BTreeMap<K, usize>,
+    previous: &BTreeMap<K, usize>,
     limits: Limits,
-) -> Result<BTreeMap<String, usize>, ShardError> {
+) -> Result<BTreeMap<K, usize>, ShardError> {
     if let Some((key, size)) = objects.iter().find(|(_, size)| **size >= limits.max_size) {
         return Err(ShardError::TooLarge {
-            key: key.clone(),
+            key: key.to_string(),
             size: *size,
             max_size: limits.max_size,
         });

@@ -1,0 +1,235 @@
+//! The controller's writes of a Binding's ManifestWorks, against a mocked ITS.
+
+use ks_shared::ocm::ManifestWork;
+
+use super::*;
+use kube::runtime::reflector;
+
+use crate::mock::{self, ApiServer};
+use crate::transport::sharding::DEFAULT_LIMITS;
+use crate::transport::wrap::{Delivery, Ocm, Origin};
+
+/// A transport of the WDS `wds1` whose caches hold `works` and nothing else.
+fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
+    let (events, _) = mpsc::unbounded_channel();
+    let (cached, mut writer) = reflector::store();
+    for work in works {
+        writer.apply_watcher_event(&watcher::Event::Apply(work.clone()));
+    }
+    let filter = Default::default();
+    let informers = WorkloadInformers::new(
+        client.clone(),
+        filter,
+        events,
+        Default::default(),
+        CancellationToken::new(),
+    );
+    let settings = Settings {
+        wds_name: "wds1".into(),
+        limits: DEFAULT_LIMITS,
+        metrics: Metrics::default(),
+    };
+    Transport {
+        plugin: Ocm,
+        packaging: Default::default(),
+        wds: client.clone(),
+        its: client.clone(),
+        informers,
+        settings,
+        bindings: reflector::store().0,
+        policies: reflector::store().0,
+        works: cached,
+        transforms: reflector::store().0,
+        clusters: reflector::store().0,
+        customizations: reflector::store().0,
+        holding: Default::default(),
+    }
+}
+
+/// Binding `b`'s ManifestWork `name` in the mailbox `c1`, holding the ConfigMaps `names`.
+fn work(name: &str, names: &[&str]) -> ManifestWork {
+    let origin = Origin {
+        binding: "b",
+        binding_uid: "b-uid",
+        binding_generation: 1,
+        wds: "wds1",
+    };
+    let deliveries: Vec<Delivery> = names
+        .iter()
+        .map(|n| Delivery {
+            manifest: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "ns"}}),
+            resource: "configmaps".into(),
+            create_only: false,
+        })
+        .collect();
+    wrap::wrap(&origin, "c1", name, &deliveries)
+}
+
+fn desired(works: &[ManifestWork]) -> BTreeMap<WorkKey, ManifestWork> {
+    let key = |w: &ManifestWork| (w.namespace().unwrap(), w.name_any());
+    works.iter().map(|w| (key(w), w.clone())).collect()
+}
+
+const WORKS: &str = "/apis/work.open-cluster-management.io/v1/namespaces/c1/manifestworks";
+
+/// Answers one request with `code` (the object itself when it succeeds), then refuses any other.
+async fn answer_once(mut server: ApiServer, code: u16, object: &ManifestWork) -> mock::Asked {
+    let body = if code < 300 {
+        serde_json::to_value(object).unwrap()
+    } else {
+        mock::failure(code)
+    };
+    server.answer(code, body).await
+}
+
+/// What writing a new ManifestWork does when the ITS answers `code`.
+async fn write_answered(code: u16) -> Result<Applied, Error> {
+    let (client, server) = mock::client();
+    let transport = with_works(&client, &[]);
+    let written = work("b-wds1-0", &["a"]);
+    let (applied, _) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&written))),
+        answer_once(server, code, &written)
+    );
+    applied
+}
+
+#[tokio::test]
+async fn an_unchanged_work_is_not_written() {
+    let (client, server) = mock::client();
+    drop(server);
+    let current = work("b-wds1-0", &["a"]);
+    let transport = with_works(&client, std::slice::from_ref(&current));
+    let applied = transport.apply_works("b", desired(&[current])).await.unwrap();
+    assert!(applied.rejections.is_empty() && !applied.holding);
+    assert_eq!(transport.settings.metrics.writes.get(), 0);
+}
+
+#[tokio::test]
+async fn a_changed_work_is_applied_server_side_as_the_transport() {
+    let (client, server) = mock::client();
+    let transport = with_works(&client, &[work("b-wds1-0", &["a"])]);
+    let changed = work("b-wds1-0", &["a", "b"]);
+    let (applied, asked) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&changed))),
+        answer_once(server, 200, &changed)
+    );
+    assert!(applied.unwrap().rejections.is_empty());
+    assert_eq!(asked.method, "PATCH");
+    let (path, query) = asked.uri.split_once('?').unwrap();
+    assert_eq!(path, format!("{WORKS}/b-wds1-0"));
+    assert_eq!(query, "&force=true&fieldManager=transport-controller");
+    assert_eq!(asked.content_type, "application/apply-patch+yaml");
+    assert_eq!(asked.body["apiVersion"], "work.open-cluster-management.io/v1");
+    assert_eq!(asked.body["kind"], "ManifestWork");
+    assert_eq!(asked.body["metadata"]["name"], "b-wds1-0");
+    let names: Vec<&serde_json::Value> = asked.body["spec"]["workload"]["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["metadata"]["name"])
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+    assert_eq!(transport.settings.metrics.writes.get(), 1);
+}
+
+#[tokio::test]
+async fn a_stale_work_is_deleted_and_one_already_gone_is_no_error() {
+    let kept = work("b-wds1-0", &["a"]);
+    let stale = work("b-wds1-1", &["b"]);
+    for code in [200, 404] {
+        let (client, server) = mock::client();
+        let transport = with_works(&client, &[kept.clone(), stale.clone()]);
+        let (applied, asked) = tokio::join!(
+            transport.apply_works("b", desired(std::slice::from_ref(&kept))),
+            answer_once(server, code, &stale)
+        );
+        assert!(applied.unwrap().rejections.is_empty(), "{code}");
+        assert_eq!(asked.method, "DELETE");
+        assert_eq!(
+            asked.uri.split_once('?').map_or(asked.uri.as_str(), |(p, _)| p),
+            format!("{WORKS}/b-wds1-1")
+        );
+    }
+}
+
+#[tokio::test]
+async fn failed_writes_and_deletes_are_errors_to_retry() {
+    let stale = work("b-wds1-1", &["b"]);
+    for code in [409, 500] {
+        let Err(Error::Api(kube::Error::Api(status))) = write_answered(code).await else {
+            panic!("a write answered {code} is not retried");
+        };
+        assert_eq!(status.code, code);
+
+        let (client, server) = mock::client();
+        let transport = with_works(&client, std::slice::from_ref(&stale));
+        let (applied, asked) = tokio::join!(
+            transport.apply_works("b", BTreeMap::new()),
+            answer_once(server, code, &stale)
+        );
+        assert_eq!(asked.method, "DELETE");
+        assert!(
+            matches!(applied, Err(Error::Api(_))),
+            "a delete answered {code} is retried"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refused_write_or_a_missing_mailbox_is_reported_not_retried() {
+    let expected = [
+        (422, "the ITS rejected ManifestWork c1/b-wds1-0: mocked 422"),
+        (
+            404,
+            "the mailbox namespace c1 does not exist (is the WEC accepted into the ITS?): mocked 404",
+        ),
+    ];
+    for (code, rejection) in expected {
+        assert_eq!(write_answered(code).await.unwrap().rejections, [rejection]);
+    }
+}
+
+#[tokio::test]
+async fn a_work_losing_an_object_to_a_new_one_waits_until_that_one_is_applied() {
+    let (client, server) = mock::client();
+    let transport = with_works(&client, &[work("b-wds1-0", &["a", "b"])]);
+    let new = work("b-wds1-1", &["b"]);
+    let wanted = desired(&[work("b-wds1-0", &["a"]), new.clone()]);
+    let (applied, asked) = tokio::join!(transport.apply_works("b", wanted), answer_once(server, 201, &new));
+    // Only the new one is written; the server is gone, so any other request would fail.
+    assert!(applied.unwrap().holding);
+    assert_eq!(asked.uri.split_once('?').unwrap().0, format!("{WORKS}/b-wds1-1"));
+    assert!(transport.holding.lock().unwrap().contains("b"));
+}
+
+#[tokio::test]
+async fn the_binding_status_is_applied_and_a_binding_gone_meanwhile_is_done() {
+    let mut binding = Binding::new("b", Default::default());
+    binding.metadata.generation = Some(2);
+    binding.metadata.finalizers = Some(vec![TRANSPORT_FINALIZER.into()]);
+    for code in [200, 404, 500] {
+        let (client, mut server) = mock::client();
+        let mut transport = with_works(&client, &[]);
+        let (bindings, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(binding.clone()));
+        transport.bindings = bindings;
+        let answer = if code < 300 {
+            serde_json::to_value(&binding).unwrap()
+        } else {
+            mock::failure(code)
+        };
+        let (reconciled, asked) = tokio::join!(transport.reconcile("b"), server.answer(code, answer));
+        assert_eq!(asked.method, "PATCH");
+        let path =
+            "/apis/control.kubestellar.io/v1alpha1/bindings/b/status?&force=true&fieldManager=transport-controller";
+        assert_eq!(asked.uri, path);
+        assert_eq!(asked.content_type, "application/apply-patch+yaml");
+        assert_eq!(
+            asked.body,
+            json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "Binding",
+                   "status": {"observedGeneration": 2, "errors": []}})
+        );
+        assert_eq!(reconciled.is_ok(), code != 500, "{code}");
+    }
+}

@@ -1,0 +1,370 @@
+//! The transport's decisions for one Binding, as a plain function of what the caches hold: the
+//! wrapped objects (ManifestWorks) it calls for in each WEC's mailbox, and the errors (for its
+//! status) that keep objects or WECs out. Each object goes through the built-in transforms, the
+//! CustomTransforms' removals and, per WEC, template expansion; it keeps the trace annotations
+//! and the shard the existing wrapped objects show. The controller gathers the inputs and writes
+//! the differences.
+
+use std::borrow::Cow;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus, Propagation};
+use ks_shared::names::{EXPAND_TEMPLATES_ANNOTATION, WDS_GENERATION_ANNOTATION};
+use kube::ResourceExt;
+use kube::api::DynamicObject;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+use super::moves::WorkKey;
+use super::sharding::{self, Limits};
+use super::transforms::prepare_for_wec;
+use super::wrap::{self, Delivery, Origin, work_name};
+use super::{Error, Plugin, jsonpath, propagation, template, trace};
+use crate::informers::{FirstSeen, GroupResource, WorkloadRef};
+
+/// An object a Binding lists.
+pub(super) struct Entry {
+    pub object: WorkloadRef,
+    pub create_only: bool,
+}
+
+/// The objects a Binding lists, cluster-scoped ones first.
+pub(super) fn entries(binding: &Binding) -> impl Iterator<Item = Entry> {
+    let w = &binding.spec.workload;
+    let cluster_scoped = w.cluster_scope.iter().map(|c| {
+        let o = &c.object;
+        Entry {
+            object: WorkloadRef::new(&o.group, &o.resource, "", &o.name),
+            create_only: c.modulation.create_only,
+        }
+    });
+    let namespaced = w.namespace_scope.iter().map(|n| {
+        let o = &n.object;
+        Entry {
+            object: WorkloadRef::new(&o.group, &o.resource, &o.namespace, &o.name),
+            create_only: n.modulation.create_only,
+        }
+    });
+    cluster_scoped.chain(namespaced)
+}
+
+/// What the WDS caches hold of a listed object.
+pub(super) enum Cached {
+    /// The object, and the resource (version, kind) its cache serves it as.
+    Found(Arc<DynamicObject>, ApiResource),
+    /// Not in its filled cache: deleted from the WDS, so the Binding's WECs lose it too.
+    Gone,
+    /// Its cache is not filled: not known, not gone.
+    Unfilled,
+}
+
+/// The CustomTransforms' removals (compiled JSONPaths), by the group and resource they apply to.
+pub(super) type Removals = BTreeMap<GroupResource, Vec<Vec<String>>>;
+
+/// Every CustomTransform's removals that compile (the others are reported in its status); those
+/// of several CustomTransforms naming the same group and resource all apply.
+pub(super) fn removals(transforms: &[Arc<CustomTransform>]) -> Removals {
+    let mut removals = Removals::new();
+    for transform in transforms {
+        let (paths, _) = jsonpath::compile(&transform.spec.remove);
+        let gr = GroupResource {
+            group: transform.spec.api_group.clone(),
+            resource: transform.spec.resource.clone(),
+        };
+        removals.entry(gr).or_default().extend(paths);
+    }
+    removals
+}
+
+/// What a CustomTransform's status should say: path errors, and a warning when several
+/// CustomTransforms name the same group and resource (their removals are all applied).
+pub(super) fn transform_status(transform: &CustomTransform, all: &[Arc<CustomTransform>]) -> CustomTransformStatus {
+    let (_, errors) = jsonpath::compile(&transform.spec.remove);
+    let same: BTreeSet<String> = all
+        .iter()
+        .filter(|t| t.spec.api_group == transform.spec.api_group && t.spec.resource == transform.spec.resource)
+        .map(|t| t.name_any())
+        .collect();
+    let warnings = if same.len() > 1 {
+        let names: Vec<&str> = same.iter().map(String::as_str).collect();
+        vec![format!(
+            "multiple CustomTransform objects specify the same GroupResource; their names are {}",
+            names.join(", ")
+        )]
+    } else {
+        Vec::new()
+    };
+    CustomTransformStatus {
+        observed_generation: transform.metadata.generation.unwrap_or_default(),
+        errors,
+        warnings,
+    }
+}
+
+/// Everything a Binding's wrapped objects depend on.
+pub(super) struct Inputs<'a, P: Plugin> {
+    pub plugin: &'a P,
+    pub binding: &'a Binding,
+    /// Each object the Binding lists, with what the caches hold of it.
+    pub objects: Vec<(Entry, Cached)>,
+    pub removals: &'a Removals,
+    /// A WEC's template properties; asked only when an object has templates to expand.
+    pub properties: &'a dyn Fn(&str) -> BTreeMap<String, String>,
+    /// The Binding's wrapped objects now, in every mailbox: their shards and trace annotations
+    /// are kept.
+    pub current: &'a [Arc<P::Wrapped>],
+    /// Goes into the wrapped objects' names and labels.
+    pub wds_name: &'a str,
+    pub limits: Limits,
+    pub packaging: &'a trace::Packaging,
+    pub first_seen: &'a FirstSeen,
+}
+
+/// The wrapped objects a Binding calls for, by (mailbox, name), and the errors (for its status)
+/// that kept some out; the controller writes nothing while there are errors.
+pub(super) struct Desired<W> {
+    pub works: BTreeMap<WorkKey, W>,
+    pub errors: Vec<String>,
+}
+
+/// How far the Binding's objects got on each of its WECs, by its wrapped objects' status.
+pub(super) fn propagation<P: Plugin>(plugin: &P, binding: &Binding, works: &[Arc<P::Wrapped>]) -> Propagation {
+    let wecs = binding.spec.destinations.iter().map(|destination| {
+        let mailbox = plugin.mailbox(&destination.cluster_id);
+        let landed = works
+            .iter()
+            .filter(|w| w.namespace().as_deref() == Some(mailbox.as_str()))
+            .map(|w| plugin.landed(w))
+            .sum();
+        (destination.cluster_id.clone(), landed)
+    });
+    propagation::summarize(entries(binding).count(), wecs)
+}
+
+/// One object to deliver, with its WDS UID (which names its wrapped object when there is one
+/// object per wrapped object).
+#[derive(Clone)]
+struct Item {
+    delivery: Delivery,
+    uid: String,
+    /// Expanded per WEC (docs/upstream-behaviour.md#templates): it asks for it and has a template
+    /// somewhere.
+    templated: bool,
+    /// How template errors name it: `Kind.group(namespace/name)`, as upstream.
+    label: String,
+}
+
+/// The wrapped objects `inputs.binding` calls for in each of its WECs' mailboxes. An object
+/// whose cache is not filled is not known: the error says so, and the WECs keep what they have.
+pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapped>, Error> {
+    if let Some((entry, _)) = inputs.objects.iter().find(|(_, c)| matches!(c, Cached::Unfilled)) {
+        return Err(Error::Unfilled(entry.object.resource.clone()));
+    }
+    let binding = inputs.binding;
+    let binding_name = binding.name_any();
+    let (items, mut errors) = items(inputs, &binding_name);
+    let origin = Origin {
+        binding: &binding_name,
+        binding_uid: &binding.uid().unwrap_or_default(),
+        binding_generation: binding.metadata.generation.unwrap_or_default(),
+        wds: inputs.wds_name,
+    };
+    let mut works = BTreeMap::new();
+    for destination in &binding.spec.destinations {
+        let mailbox = &inputs.plugin.mailbox(&destination.cluster_id);
+        let items = match customized(&items, &destination.cluster_id, inputs.properties) {
+            Ok(items) => items,
+            Err(expansion_errors) => {
+                errors.extend(expansion_errors);
+                continue;
+            }
+        };
+        let sizes = items
+            .iter()
+            .map(|(k, item)| (k.clone(), item.delivery.manifest.to_string().len()))
+            .collect();
+        let previous = previous_shards(inputs.plugin, inputs.current, &origin, mailbox, &items);
+        let assigned = match sharding::assign(&sizes, &previous, inputs.limits) {
+            Ok(assigned) => assigned,
+            Err(err) => {
+                errors.push(err.to_string());
+                continue;
+            }
+        };
+        let mut shards: BTreeMap<usize, Vec<&Item>> = BTreeMap::new();
+        for (key, shard) in &assigned {
+            shards.entry(*shard).or_default().push(&items[key]);
+        }
+        for (shard, mut members) in shards {
+            members.sort_by_key(|item| apply_order(&item.delivery));
+            let only_uid = (inputs.limits.max_count == 1).then(|| members[0].uid.as_str());
+            let name = work_name(&origin, shard, only_uid);
+            let deliveries: Vec<Delivery> = members.iter().map(|item| item.delivery.clone()).collect();
+            works.insert(
+                (mailbox.clone(), name.clone()),
+                inputs.plugin.wrap(&origin, mailbox, &name, &deliveries),
+            );
+        }
+    }
+    errors.sort();
+    errors.dedup();
+    Ok(Desired { works, errors })
+}
+
+/// The objects found in the caches as every WEC gets them before templates are expanded, by a
+/// key that orders them for sharding; and the errors of those that cannot be delivered.
+fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<WorkloadRef, Item>, Vec<String>) {
+    let mut errors = Vec::new();
+    let mut items = BTreeMap::new();
+    let delivered = trace::delivered(inputs.current.iter().flat_map(|w| inputs.plugin.manifests(w)));
+    let wecs: Vec<&str> = inputs
+        .binding
+        .spec
+        .destinations
+        .iter()
+        .map(|d| d.cluster_id.as_str())
+        .collect();
+    let wecs = wecs.join(",");
+    for (entry, cached) in &inputs.objects {
+        // Deleted from the WDS (every cache it could be in is filled): the Binding follows.
+        let Cached::Found(object, served_as) = cached else {
+            continue;
+        };
+        let Entry {
+            object: key,
+            create_only,
+        } = entry;
+        let gr = &key.resource;
+        let mut manifest = serde_json::to_value(&**object).unwrap_or(Value::Null);
+        // Listed items need not carry their type; the informer knows it.
+        manifest["apiVersion"] = json!(served_as.api_version);
+        manifest["kind"] = json!(served_as.kind);
+        prepare_for_wec(&mut manifest);
+        // Tells the status agent which WDS generation the WEC object is (statusDetails), and
+        // carries the rollout's trace.
+        if let Some(generation) = object.metadata.generation {
+            let generation = generation.to_string();
+            manifest["metadata"]["annotations"][WDS_GENERATION_ANNOTATION] = json!(generation);
+            let already = delivered
+                .get(&wrap::identity(&manifest))
+                .filter(|(at, _)| *at == generation)
+                .map(|(_, trace)| trace);
+            let subject = trace::Subject {
+                group: &gr.group,
+                resource: &gr.resource,
+                binding,
+                wecs: &wecs,
+            };
+            let annotations = inputs
+                .packaging
+                .annotations(object, already, inputs.first_seen, &subject);
+            trace::set(&mut manifest, &annotations);
+        }
+        for path in inputs.removals.get(gr).into_iter().flatten() {
+            jsonpath::remove(&mut manifest, path);
+        }
+        let templated = object
+            .annotations()
+            .get(EXPAND_TEMPLATES_ANNOTATION)
+            .map(String::as_str)
+            == Some("true")
+            && template::contains_template(&manifest);
+        let kind = match gr.group.as_str() {
+            "" => served_as.kind.clone(),
+            group => format!("{}.{group}", served_as.kind),
+        };
+        let name = &key.name;
+        let label = match key.namespace() {
+            Some(namespace) => format!("{kind}({namespace}/{name})"),
+            None => format!("{kind}({name})"),
+        };
+        if let Some(error) = wrap::too_deep(&label, &manifest) {
+            errors.push(error);
+            continue;
+        }
+        let delivery = Delivery {
+            manifest,
+            resource: gr.resource.clone(),
+            create_only: *create_only,
+        };
+        let item = Item {
+            delivery,
+            uid: object.uid().unwrap_or_default(),
+            templated,
+            label,
+        };
+        items.insert(key.clone(), item);
+    }
+    (items, errors)
+}
+
+/// The objects as `wec` gets them: templates expanded with its properties, or the errors that
+/// prevent it (each naming the WEC, the object and the string's path).
+fn customized<'a>(
+    items: &'a BTreeMap<WorkloadRef, Item>,
+    wec: &str,
+    properties: &dyn Fn(&str) -> BTreeMap<String, String>,
+) -> Result<Cow<'a, BTreeMap<WorkloadRef, Item>>, Vec<String>> {
+    if !items.values().any(|item| item.templated) {
+        return Ok(Cow::Borrowed(items));
+    }
+    let properties = properties(wec);
+    let mut errors = Vec::new();
+    let mut customized = items.clone();
+    for item in customized.values_mut().filter(|item| item.templated) {
+        if let Err(err) = template::expand_object(&mut item.delivery.manifest, &properties) {
+            errors.push(format!("{wec}/{}.{err}", item.label));
+        }
+    }
+    if errors.is_empty() {
+        Ok(Cow::Owned(customized))
+    } else {
+        Err(errors)
+    }
+}
+
+/// Which shard each object is in now, read from the existing wrapped objects' contents.
+fn previous_shards<P: Plugin>(
+    plugin: &P,
+    current: &[Arc<P::Wrapped>],
+    origin: &Origin<'_>,
+    mailbox: &str,
+    items: &BTreeMap<WorkloadRef, Item>,
+) -> BTreeMap<WorkloadRef, usize> {
+    let mut previous = BTreeMap::new();
+    for work in current.iter().filter(|w| w.namespace().as_deref() == Some(mailbox)) {
+        let name = work.name_any();
+        let Some(shard) = wrap::shard_of(origin, &name) else {
+            continue;
+        };
+        let contents = plugin.gloss(work);
+        for (key, item) in items {
+            let wanted = plugin.gloss(&plugin.wrap(origin, mailbox, &name, std::slice::from_ref(&item.delivery)));
+            if contents.contains(&wanted[0]) {
+                previous.insert(key.clone(), shard);
+            }
+        }
+    }
+    previous
+}
+
+/// Where an object goes in its wrapped object, which OCM's work agent applies in order: what
+/// others live in or are made of comes first (CustomResourceDefinitions, then Namespaces, then
+/// other cluster-scoped objects), so nothing waits for a retry because its container is missing.
+fn apply_order(delivery: &Delivery) -> u8 {
+    let kind = delivery.manifest["kind"].as_str().unwrap_or_default();
+    let api_version = delivery.manifest["apiVersion"].as_str().unwrap_or_default();
+    let namespaced = delivery.manifest["metadata"]["namespace"]
+        .as_str()
+        .is_some_and(|n| !n.is_empty());
+    match (api_version, kind) {
+        ("apiextensions.k8s.io/v1", "CustomResourceDefinition") => 0,
+        ("v1", "Namespace") => 1,
+        _ if !namespaced => 2,
+        _ => 3,
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,391 @@
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use ks_shared::api::CustomTransformSpec;
+use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
+use ks_shared::ocm::{ManifestCondition, ManifestResourceStatus, ManifestWork, ManifestWorkStatus};
+
+use super::*;
+use crate::transport::sharding::DEFAULT_LIMITS;
+use crate::transport::wrap::Ocm;
+
+/// A Binding `b` (generation 4) of the `(group, resource, name, create-only)` objects in
+/// namespace `ns`, for `wecs`.
+fn binding(wecs: &[&str], listed: &[(&str, &str, &str, bool)]) -> Binding {
+    let listed: Vec<Value> = listed
+        .iter()
+        .map(|(group, resource, name, create_only)| {
+            json!({"group": group, "version": "v1", "resource": resource, "namespace": "ns", "name": name,
+                   "resourceVersion": "1", "createOnly": create_only})
+        })
+        .collect();
+    let destinations: Vec<Value> = wecs.iter().map(|wec| json!({"clusterId": wec})).collect();
+    serde_json::from_value(json!({
+        "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "Binding",
+        "metadata": {"name": "b", "uid": "b-uid", "generation": 4},
+        "spec": {"workload": {"namespaceScope": listed}, "destinations": destinations}
+    }))
+    .unwrap()
+}
+
+fn config_maps(names: &[&str]) -> Binding {
+    let listed: Vec<_> = names.iter().map(|name| ("", "configmaps", *name, false)).collect();
+    binding(&["c1"], &listed)
+}
+
+/// A cached ConfigMap `name` in `ns`, with server-set metadata.
+fn config_map(name: &str, annotations: Value, data: Value) -> (Arc<DynamicObject>, ApiResource) {
+    let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                                     "resourceVersion": "9", "annotations": annotations},
+                        "data": data});
+    (
+        Arc::new(serde_json::from_value(object).unwrap()),
+        ApiResource::erase::<ConfigMap>(&()),
+    )
+}
+
+fn plain(name: &str) -> (Arc<DynamicObject>, ApiResource) {
+    config_map(name, json!({}), json!({"k": "v"}))
+}
+
+/// A cached Deployment `web` in `ns` at `generation`.
+fn deployment(generation: i64) -> (Arc<DynamicObject>, ApiResource) {
+    let object = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": "web", "namespace": "ns", "uid": "uid-web", "generation": generation,
+                                     "annotations": {}},
+                        "spec": {"replicas": 1}});
+    (
+        Arc::new(serde_json::from_value(object).unwrap()),
+        ApiResource::erase::<Deployment>(&()),
+    )
+}
+
+/// The inputs of one plan, owned.
+struct Case {
+    binding: Binding,
+    /// Listed objects not here are gone from their cache.
+    cached: Vec<(Arc<DynamicObject>, ApiResource)>,
+    unfilled: BTreeSet<GroupResource>,
+    removals: Removals,
+    properties: BTreeMap<String, BTreeMap<String, String>>,
+    current: Vec<Arc<ManifestWork>>,
+    limits: Limits,
+}
+
+impl Case {
+    fn new(binding: Binding, cached: Vec<(Arc<DynamicObject>, ApiResource)>) -> Self {
+        Case {
+            binding,
+            cached,
+            unfilled: BTreeSet::new(),
+            removals: Removals::new(),
+            properties: BTreeMap::new(),
+            current: Vec::new(),
+            limits: DEFAULT_LIMITS,
+        }
+    }
+
+    fn plan(&self) -> Result<Desired<ManifestWork>, Error> {
+        let objects = entries(&self.binding)
+            .map(|entry| {
+                let found = self
+                    .cached
+                    .iter()
+                    .find(|(o, r)| o.name_any() == entry.object.name && r.plural == entry.object.resource.resource);
+                let cached = match found {
+                    _ if self.unfilled.contains(&entry.object.resource) => Cached::Unfilled,
+                    Some((object, served_as)) => Cached::Found(object.clone(), served_as.clone()),
+                    None => Cached::Gone,
+                };
+                (entry, cached)
+            })
+            .collect();
+        plan(&Inputs {
+            plugin: &Ocm,
+            binding: &self.binding,
+            objects,
+            removals: &self.removals,
+            properties: &|wec| self.properties.get(wec).cloned().unwrap_or_default(),
+            current: &self.current,
+            wds_name: "wds1",
+            limits: self.limits,
+            packaging: &trace::Packaging::default(),
+            first_seen: &FirstSeen::default(),
+        })
+    }
+
+    /// The plan, which must have no errors.
+    fn works(&self) -> BTreeMap<WorkKey, ManifestWork> {
+        let desired = self.plan().unwrap();
+        assert_eq!(desired.errors, Vec::<String>::new());
+        desired.works
+    }
+}
+
+fn key(mailbox: &str, name: &str) -> WorkKey {
+    (mailbox.into(), name.into())
+}
+
+/// The names of the objects a work holds, in order.
+fn names(work: &ManifestWork) -> Vec<&str> {
+    let manifests = &work.spec.workload.manifests;
+    manifests
+        .iter()
+        .map(|m| m["metadata"]["name"].as_str().unwrap())
+        .collect()
+}
+
+fn transform(name: &str, group: &str, resource: &str, remove: &[&str]) -> Arc<CustomTransform> {
+    let spec = CustomTransformSpec {
+        api_group: group.into(),
+        resource: resource.into(),
+        remove: remove.iter().map(|r| r.to_string()).collect(),
+    };
+    let mut t = CustomTransform::new(name, spec);
+    t.metadata.generation = Some(3);
+    Arc::new(t)
+}
+
+#[test]
+fn every_wec_gets_the_objects_transformed_in_its_mailbox() {
+    let listed = [("", "configmaps", "b", false), ("", "configmaps", "a", false)];
+    let case = Case::new(binding(&["c1", "c2"], &listed), vec![plain("a"), plain("b")]);
+    let works = case.works();
+    assert_eq!(
+        works.keys().cloned().collect::<Vec<_>>(),
+        [key("c1", "b-wds1-0"), key("c2", "b-wds1-0")]
+    );
+    let work = &works[&key("c2", "b-wds1-0")];
+    assert_eq!(names(work), ["a", "b"], "in key order");
+    assert_eq!(work.metadata.labels.as_ref().unwrap()[ORIGIN_BINDING_LABEL], "b");
+    // The built-in transforms dropped the server-set metadata.
+    assert_eq!(
+        work.spec.workload.manifests[0],
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns", "annotations": {}},
+               "data": {"k": "v"}})
+    );
+}
+
+#[test]
+fn a_custom_transform_removes_fields_of_its_resource_only() {
+    let mut case = Case::new(
+        binding(
+            &["c1"],
+            &[("", "configmaps", "a", false), ("apps", "deployments", "web", false)],
+        ),
+        vec![
+            config_map("a", json!({}), json!({"secret": "s", "keep": "k"})),
+            deployment(1),
+        ],
+    );
+    case.removals = removals(&[
+        transform("t1", "", "configmaps", &["$.data.secret", "not a path"]),
+        transform("t2", "apps", "statefulsets", &["$.spec.replicas"]),
+    ]);
+    let works = case.works();
+    let manifests = &works[&key("c1", "b-wds1-0")].spec.workload.manifests;
+    let of = |kind: &str| manifests.iter().find(|m| m["kind"] == kind).unwrap();
+    assert_eq!(of("ConfigMap")["data"], json!({"keep": "k"}));
+    assert_eq!(of("Deployment")["spec"], json!({"replicas": 1}));
+}
+
+#[test]
+fn templates_are_expanded_per_wec_and_a_failing_one_keeps_its_wec_out() {
+    let listed = [("", "configmaps", "a", false), ("", "configmaps", "plain", false)];
+    let expand = json!({EXPAND_TEMPLATES_ANNOTATION: "true"});
+    let mut case = Case::new(
+        binding(&["c1", "c2", "c3"], &listed),
+        vec![
+            config_map("a", expand, json!({"zone": "{{.zone}}"})),
+            config_map("plain", json!({}), json!({"zone": "{{.zone}}"})),
+        ],
+    );
+    let zone = |z: &str| BTreeMap::from([("zone".to_string(), z.to_string())]);
+    case.properties = BTreeMap::from([("c1".into(), zone("east")), ("c2".into(), zone("west"))]);
+    let desired = case.plan().unwrap();
+    let zones = |wec: &str| {
+        let manifests = &desired.works[&key(wec, "b-wds1-0")].spec.workload.manifests;
+        manifests.iter().map(|m| m["data"]["zone"].clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(zones("c1"), ["east", "{{.zone}}"]);
+    assert_eq!(zones("c2"), ["west", "{{.zone}}"]);
+    assert!(!desired.works.contains_key(&key("c3", "b-wds1-0")));
+    assert_eq!(desired.errors.len(), 1);
+    let error = &desired.errors[0];
+    assert!(error.starts_with("c3/ConfigMap(ns/a).data.zone: "), "{error}");
+    assert!(error.contains(r#"map has no entry for key "zone""#), "{error}");
+}
+
+#[test]
+fn create_only_objects_are_marked_so_in_their_work() {
+    let listed = [("", "configmaps", "a", true), ("", "configmaps", "b", false)];
+    let case = Case::new(binding(&["c1"], &listed), vec![plain("a"), plain("b")]);
+    let works = case.works();
+    let configs = serde_json::to_value(&works[&key("c1", "b-wds1-0")].spec.manifest_configs).unwrap();
+    assert_eq!(
+        configs,
+        json!([{"resourceIdentifier": {"group": "", "resource": "configmaps", "name": "a", "namespace": "ns"},
+                "updateStrategy": {"type": "CreateOnly"}}])
+    );
+}
+
+#[test]
+fn an_object_gone_from_its_cache_is_dropped_but_an_unknown_one_keeps_the_works() {
+    let mut case = Case::new(config_maps(&["a", "b"]), vec![plain("a")]);
+    assert_eq!(names(&case.works()[&key("c1", "b-wds1-0")]), ["a"]);
+    case.unfilled.insert(GroupResource {
+        group: String::new(),
+        resource: "configmaps".into(),
+    });
+    let Err(err) = case.plan() else {
+        panic!("planned while the ConfigMaps are not known");
+    };
+    assert_eq!(
+        err.to_string(),
+        "the WDS cache of /configmaps is not filled; its ManifestWorks stay as they are"
+    );
+}
+
+#[test]
+fn objects_keep_their_shard_when_one_sorting_first_comes() {
+    let mut case = Case::new(config_maps(&["b", "c", "d"]), ["a", "b", "c", "d"].map(plain).into());
+    case.limits.max_count = 2;
+    let before = case.works();
+    assert_eq!(names(&before[&key("c1", "b-wds1-0")]), ["b", "c"]);
+    assert_eq!(names(&before[&key("c1", "b-wds1-1")]), ["d"]);
+    case.current = before.into_values().map(Arc::new).collect();
+    case.binding = config_maps(&["a", "b", "c", "d"]);
+    let after = case.works();
+    // Packing by position would put a and b together and move c and d.
+    assert_eq!(names(&after[&key("c1", "b-wds1-0")]), ["b", "c"]);
+    assert_eq!(names(&after[&key("c1", "b-wds1-1")]), ["a", "d"]);
+}
+
+#[test]
+fn one_object_per_work_names_the_work_after_the_object() {
+    let mut case = Case::new(config_maps(&["a"]), vec![plain("a")]);
+    case.limits.max_count = 1;
+    let works = case.works();
+    assert_eq!(works.keys().collect::<Vec<_>>(), [&key("c1", "b-uid-wds1-uid-a")]);
+}
+
+#[test]
+fn a_delivered_trace_is_kept_for_the_same_generation_only() {
+    let listed = [("apps", "deployments", "web", false)];
+    let mut case = Case::new(binding(&["c1"], &listed), vec![deployment(2)]);
+    let mut delivered = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
+    let annotations = |work: &ManifestWork| work.spec.workload.manifests[0]["metadata"]["annotations"].clone();
+    assert_eq!(annotations(&delivered), json!({WDS_GENERATION_ANNOTATION: "2"}));
+    delivered.spec.workload.manifests[0]["metadata"]["annotations"][TRACEPARENT_ANNOTATION] = json!("00-a-b-01");
+    case.current = vec![Arc::new(delivered)];
+    let again = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
+    assert_eq!(
+        annotations(&again),
+        json!({WDS_GENERATION_ANNOTATION: "2", TRACEPARENT_ANNOTATION: "00-a-b-01"})
+    );
+    case.cached = vec![deployment(3)];
+    let next = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
+    assert_eq!(annotations(&next), json!({WDS_GENERATION_ANNOTATION: "3"}));
+}
+
+#[test]
+fn an_object_too_large_for_a_work_keeps_its_wec_out() {
+    let mut case = Case::new(config_maps(&["a"]), vec![plain("a")]);
+    case.limits.max_size = 50;
+    let desired = case.plan().unwrap();
+    assert!(desired.works.is_empty());
+    let [error] = desired.errors.as_slice() else {
+        panic!("{:?}", desired.errors);
+    };
+    assert!(
+        error.starts_with("failed to wrap object that is larger than max size: /configmaps ns/a is "),
+        "{error}"
+    );
+}
+
+#[test]
+fn containers_are_applied_before_what_they_contain() {
+    let delivery = |api_version: &str, kind: &str, namespace: Option<&str>| Delivery {
+        manifest: json!({"apiVersion": api_version, "kind": kind,
+                         "metadata": {"name": "x", "namespace": namespace}}),
+        resource: String::new(),
+        create_only: false,
+    };
+    let mut deliveries = [
+        delivery("v1", "ConfigMap", Some("a")),
+        delivery("example.com/v1", "Gauge", None),
+        delivery("apps/v1", "Deployment", Some("a")),
+        delivery("v1", "Namespace", None),
+        delivery("apiextensions.k8s.io/v1", "CustomResourceDefinition", None),
+    ];
+    deliveries.sort_by_key(apply_order);
+    let kinds: Vec<&str> = deliveries
+        .iter()
+        .map(|d| d.manifest["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "CustomResourceDefinition",
+            "Namespace",
+            "Gauge",
+            "ConfigMap",
+            "Deployment"
+        ]
+    );
+}
+
+#[test]
+fn transform_status_has_errors_and_shared_group_resource_warnings() {
+    let a = transform("a", "apps", "deployments", &["$.spec.paused", "spec"]);
+    let b = transform("b", "apps", "deployments", &[]);
+    let c = transform("c", "apps", "statefulsets", &[]);
+    let all = [a.clone(), b, c.clone()];
+    let status = transform_status(&a, &all);
+    assert_eq!(status.observed_generation, 3);
+    assert_eq!(
+        status.errors,
+        ["Error in spec.remove[1]: syntax error at 0: the path must start with $"]
+    );
+    assert_eq!(
+        status.warnings,
+        ["multiple CustomTransform objects specify the same GroupResource; their names are a, b"]
+    );
+    assert!(transform_status(&c, &all).warnings.is_empty());
+}
+
+#[test]
+fn propagation_counts_what_each_wec_reports_landed() {
+    let listed = [("", "configmaps", "a", false), ("", "configmaps", "b", false)];
+    let case = Case::new(binding(&["c1", "c2"], &listed), vec![plain("a"), plain("b")]);
+    let mut works = case.works();
+    let reported = |types: &[&str]| ManifestCondition {
+        conditions: types
+            .iter()
+            .map(|t| {
+                let condition = json!({"type": t, "status": "True", "reason": "R", "message": "M",
+                                       "lastTransitionTime": "2026-01-01T00:00:00Z"});
+                serde_json::from_value(condition).unwrap()
+            })
+            .collect(),
+        ..Default::default()
+    };
+    works.get_mut(&key("c1", "b-wds1-0")).unwrap().status = Some(ManifestWorkStatus {
+        resource_status: ManifestResourceStatus {
+            manifests: vec![reported(&["Applied", "Available"]), reported(&["Applied"])],
+        },
+        ..Default::default()
+    });
+    let works: Vec<Arc<ManifestWork>> = works.into_values().map(Arc::new).collect();
+    let propagation = propagation(&Ocm, &case.binding, &works);
+    assert_eq!(
+        (propagation.wecs.as_str(), propagation.applied.as_str()),
+        ("0/2", "2/4")
+    );
+    let per_wec: Vec<_> = propagation
+        .per_wec
+        .iter()
+        .map(|w| (w.wec.as_str(), w.selected, w.delivered, w.applied, w.available))
+        .collect();
+    assert_eq!(per_wec, [("c1", 2, 2, 2, 1), ("c2", 2, 2, 0, 0)]);
+}
