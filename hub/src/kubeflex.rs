@@ -57,7 +57,7 @@ impl SecretRef {
     }
 }
 
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, thiserror::Error)]
 pub enum KubeflexError {
     #[error("more than one ControlPlane of type {cp_type} ({names}); choose one with --{cp_type}-name")]
     Ambiguous { cp_type: String, names: String },
@@ -73,6 +73,14 @@ pub enum KubeflexError {
         name: String,
         keys: String,
     },
+    #[error("reading the kubeconfig Secret {namespace}/{name}: {source}")]
+    Secret {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error("the kubeconfig in Secret {namespace}/{name} is not UTF-8")]
+    NotText { namespace: String, name: String },
 }
 
 /// The ControlPlane to use among those of a type: the named one, else the only one. `Ok(None)`
@@ -118,7 +126,7 @@ pub async fn kubeconfig(
     cp_type: &str,
     name: Option<&str>,
     shutdown: &CancellationToken,
-) -> anyhow::Result<Option<String>> {
+) -> Result<Option<String>, KubeflexError> {
     const POLL: Duration = Duration::from_secs(2);
     const PATIENCE: Duration = Duration::from_secs(300);
     let resource = ApiResource::from_gvk_with_plural(
@@ -138,12 +146,21 @@ pub async fn kubeconfig(
                 if let Some(secret) = choose(cp_type, &candidates, name)?.and_then(|cp| cp.secret.clone()) {
                     let data = Api::<Secret>::namespaced(hosting.clone(), &secret.namespace)
                         .get(&secret.name)
-                        .await?
+                        .await
+                        .map_err(|source| KubeflexError::Secret {
+                            namespace: secret.namespace.clone(),
+                            name: secret.name.clone(),
+                            source,
+                        })?
                         .data
                         .unwrap_or_default();
                     let bytes = secret.kubeconfig_in(&data, in_pod)?;
                     tracing::info!(cp_type, secret = %format!("{}/{}", secret.namespace, secret.name), "found the space through KubeFlex");
-                    return Ok(Some(String::from_utf8(bytes)?));
+                    let text = String::from_utf8(bytes).map_err(|_| KubeflexError::NotText {
+                        namespace: secret.namespace,
+                        name: secret.name,
+                    })?;
+                    return Ok(Some(text));
                 }
             }
             Err(err) => tracing::warn!(error = %err, "listing KubeFlex ControlPlanes"),
@@ -154,8 +171,7 @@ pub async fn kubeconfig(
                 cp_type: cp_type.into(),
                 named,
                 seconds: PATIENCE.as_secs(),
-            }
-            .into());
+            });
         }
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(None),
