@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use ks_shared::cli::retry_until_done;
 use ks_shared::names::{OCM_ADDON_NAME_LABEL, STATUS_ADDON_NAME, field_manager};
 use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
+use ks_shared::runtime::{Backoff, RETRY_MAX, RETRY_MIN};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -33,9 +34,11 @@ use crate::settings::{self, AgentSettings, Defaults};
 
 /// Health comes back through ManifestWork status events; this is only a safety net.
 const RESYNC: Duration = Duration::from_secs(300);
-const RETRY: Duration = Duration::from_secs(5);
+/// How often an add-on is looked at again while the ManifestWorks are not listed yet (their
+/// first list reconciles every add-on anyway).
+const UNLISTED: Duration = Duration::from_secs(5);
 
-/// A reconcile that failed; retried after [`RETRY`].
+/// A reconcile that failed; retried with back-off (see [`Retries`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ReconcileError {
     #[error("ManagedClusterAddOn without a namespace")]
@@ -59,6 +62,38 @@ struct Context {
     metrics: Metrics,
     /// What we last applied to each add-on's status; see [`status_is_current`].
     applied_status: Mutex<HashMap<String, AppliedStatus>>,
+    retries: Retries,
+}
+
+/// Per add-on capped exponential back-off: [`RETRY_MIN`] after a failure, doubling with each
+/// further one up to [`RETRY_MAX`], starting over after a success.
+struct Retries(Mutex<Backoff<(String, String)>>);
+
+impl Retries {
+    fn new() -> Retries {
+        Retries(Mutex::new(Backoff::new(RETRY_MIN, RETRY_MAX)))
+    }
+
+    fn key(addon: &ManagedClusterAddOn) -> (String, String) {
+        (addon.namespace().unwrap_or_default(), addon.name_any())
+    }
+
+    /// `addon` failed: the pause before it is tried again.
+    fn failed(&self, addon: &ManagedClusterAddOn) -> Duration {
+        let mut backoff = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        backoff.failed(Self::key(addon), tokio::time::Instant::now())
+    }
+
+    /// `addon` succeeded: its next failure waits the shortest pause again.
+    fn succeeded(&self, addon: &ManagedClusterAddOn) {
+        let mut backoff = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        backoff.succeeded(&Self::key(addon));
+    }
+
+    /// How many add-ons wait for a retry.
+    fn waiting(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).waiting()
+    }
 }
 
 /// Runs until `shutdown`; opens `ready` once the add-ons can be listed.
@@ -111,6 +146,7 @@ pub async fn run(
         defaults,
         metrics,
         applied_status: Mutex::new(HashMap::new()),
+        retries: Retries::new(),
     });
     controller
         .watches(configs, watcher::Config::default(), referencing)
@@ -123,13 +159,24 @@ pub async fn run(
 }
 
 fn error_policy(addon: Arc<ManagedClusterAddOn>, error: &ReconcileError, context: Arc<Context>) -> Action {
-    context.metrics.errors.inc();
-    tracing::warn!(cluster = addon.namespace().unwrap_or_default(), error = %error, "reconcile failed");
-    Action::requeue(RETRY)
+    context.metrics.common.errors.inc();
+    let pause = context.retries.failed(&addon);
+    context.metrics.common.queue_depth.set(context.retries.waiting() as i64);
+    tracing::warn!(cluster = addon.namespace().unwrap_or_default(), error = %error, retry_in = ?pause, "reconcile failed");
+    Action::requeue(pause)
 }
 
 async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Result<Action, ReconcileError> {
-    context.metrics.reconciles.inc();
+    context.metrics.common.reconciles.inc();
+    let result = reconcile_addon(&addon, &context).await;
+    if result.is_ok() {
+        context.retries.succeeded(&addon);
+        context.metrics.common.queue_depth.set(context.retries.waiting() as i64);
+    }
+    result
+}
+
+async fn reconcile_addon(addon: &ManagedClusterAddOn, context: &Context) -> Result<Action, ReconcileError> {
     if addon.metadata.deletion_timestamp.is_some() {
         // The garbage collector removes what we wrote once the add-on is gone.
         return Ok(Action::await_change());
@@ -137,11 +184,11 @@ async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Re
     if !context.grants.listed() {
         // Never rendered from an unlisted cache, which would take the agent's grants away until
         // it lists; the first list brings every add-on back.
-        return Ok(Action::requeue(RETRY));
+        return Ok(Action::requeue(UNLISTED));
     }
     let cluster = addon.namespace().ok_or(ReconcileError::NoNamespace)?;
-    let owner = owner_reference(&addon)?;
-    let settings = match agent_settings(&context, &addon).await? {
+    let owner = owner_reference(addon)?;
+    let settings = match agent_settings(context, addon).await? {
         Ok(settings) => settings,
         Err(message) => {
             let health = Health {
@@ -149,14 +196,14 @@ async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Re
                 reason: REASON_INVALID_CONFIG,
                 message,
             };
-            write_status(&context, &addon, &cluster, None, health).await?;
+            write_status(context, addon, &cluster, None, health).await?;
             return Ok(Action::requeue(RESYNC));
         }
     };
-    let work = apply_manifest_work(&context, &cluster, &settings, owner.clone()).await?;
-    apply_mailbox_objects(&context, &cluster, owner).await?;
+    let work = apply_manifest_work(context, &cluster, &settings, owner.clone()).await?;
+    apply_mailbox_objects(context, &cluster, owner).await?;
     let health = health::health(work.status.as_ref(), &settings.install_namespace);
-    write_status(&context, &addon, &cluster, Some(&settings.install_namespace), health).await?;
+    write_status(context, addon, &cluster, Some(&settings.install_namespace), health).await?;
     Ok(Action::requeue(RESYNC))
 }
 
@@ -350,6 +397,27 @@ fn condition_content(c: &Condition) -> (&str, &str, &str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn addon(cluster: &str) -> ManagedClusterAddOn {
+        let mut addon = ManagedClusterAddOn::new(STATUS_ADDON_NAME, Default::default());
+        addon.metadata.namespace = Some(cluster.into());
+        addon
+    }
+
+    #[test]
+    fn retries_of_an_addon_back_off_and_start_over_after_a_success() {
+        let retries = Retries::new();
+        let (a, b) = (addon("cluster-a"), addon("cluster-b"));
+        let pauses: Vec<Duration> = (0..8).map(|_| retries.failed(&a)).collect();
+        let s = Duration::from_secs;
+        assert_eq!(pauses, [s(1), s(2), s(4), s(8), s(16), s(32), s(60), s(60)]);
+        assert_eq!(retries.failed(&b), RETRY_MIN, "another add-on waits on its own");
+        assert_eq!(retries.waiting(), 2);
+        retries.succeeded(&a);
+        assert_eq!(retries.waiting(), 1);
+        assert_eq!(retries.failed(&a), RETRY_MIN);
+        assert_eq!(retries.failed(&a), 2 * RETRY_MIN);
+    }
 
     #[test]
     fn status_is_written_once_per_content_and_not_for_a_stale_cache() {

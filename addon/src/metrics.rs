@@ -1,5 +1,6 @@
-//! The add-on controller's Prometheus metrics, served on /metrics.
+//! The add-on controller's Prometheus metrics, served on /metrics: `kubestellar_addon_*`.
 
+use ks_shared::runtime::{ControllerMetrics, Help};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -22,19 +23,20 @@ pub struct ObjectLabels {
     pub object: Object,
 }
 
-/// Counters the controllers update; clones share them.
+/// Counters and gauges the controllers update; clones share them.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
-    pub writes: Family<ObjectLabels, Counter>,
-    pub reconciles: Counter,
-    pub errors: Counter,
+    /// Its `writes` are writes to the hub, by object; its `queue_depth` the add-ons waiting for a
+    /// retry after a failure (the rest of the queue is kube-runtime's, which does not say).
+    pub common: ControllerMetrics<Family<ObjectLabels, Counter>>,
     pub csrs_approved: Counter,
 }
 
 impl Metrics {
-    /// Registers the metrics under the `ks_addon_` prefix.
+    /// Registers the metrics under the `kubestellar_addon_` prefix.
     pub fn register(registry: &mut Registry) -> Metrics {
         let metrics = Metrics::default();
+        // Every object from the start at 0, so that rates are defined before the first write.
         for object in [
             Object::ManifestWork,
             Object::HubRole,
@@ -43,21 +45,15 @@ impl Metrics {
             Object::ManagedClusterAddOn,
             Object::ClusterManagementAddOn,
         ] {
-            metrics.writes.get_or_create(&ObjectLabels { object }).inc_by(0);
+            metrics.common.writes.get_or_create(&ObjectLabels { object }).inc_by(0);
         }
-        let registry = registry.sub_registry_with_prefix("ks_addon");
-        registry.register("writes", "Writes to the hub, by object", metrics.writes.clone());
-        registry.register(
-            "reconciles",
-            "Reconciles of a ManagedClusterAddOn",
-            metrics.reconciles.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Reconciles that failed and will be retried",
-            metrics.errors.clone(),
-        );
-        registry.register(
+        let help = Help {
+            reconciles: "Reconciles of a ManagedClusterAddOn",
+            errors: "Reconciles that failed and will be retried",
+            writes: "Writes to the hub, by object",
+            queue_depth: "ManagedClusterAddOns waiting for a retry after a failed reconcile",
+        };
+        metrics.common.register(registry, "addon", help).register(
             "csrs_approved",
             "Agent certificate requests approved",
             metrics.csrs_approved.clone(),
@@ -66,6 +62,32 @@ impl Metrics {
     }
 
     pub fn wrote(&self, object: Object) {
-        self.writes.get_or_create(&ObjectLabels { object }).inc();
+        self.common.writes.get_or_create(&ObjectLabels { object }).inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ks_shared::runtime::assert_exports;
+
+    use super::*;
+
+    #[test]
+    fn metrics_are_exported_with_their_names() {
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        metrics.wrote(Object::AddOnStatus);
+        metrics.csrs_approved.inc();
+        assert_exports(
+            &registry,
+            &[
+                "kubestellar_addon_writes_total{object=\"AddOnStatus\"} 1",
+                "kubestellar_addon_writes_total{object=\"ManifestWork\"} 0",
+                "kubestellar_addon_reconciles_total 0",
+                "kubestellar_addon_errors_total 0",
+                "kubestellar_addon_queue_depth 0",
+                "kubestellar_addon_csrs_approved_total 1",
+            ],
+        );
     }
 }

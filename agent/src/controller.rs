@@ -13,13 +13,14 @@
 use std::collections::{BTreeMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use ks_shared::api::WorkStatus;
 use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
+use ks_shared::runtime::{RETRY_MAX, Seen, WorkQueue, drive};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -34,14 +35,16 @@ use crate::kinds::Kinds;
 use crate::metrics::{Metrics, Verb};
 use crate::objects::{AppliedObject, Gvr, ObjectKey};
 use crate::own_writes::OwnWrites;
-use crate::queue::WorkQueue;
 use crate::report::{self, FIELD_MANAGER, Plan};
 use crate::rollouts::Rollouts;
 use crate::tracker::{Changes, Tracker};
-use crate::watch::{Seen, drive};
 
 /// Workers reconciling objects concurrently (never two on one object).
 const OBJECT_WORKERS: usize = 4;
+
+/// A failed key's first retry delay, doubling up to [`RETRY_MAX`]: short, because the agent's
+/// failures are mostly conflicts on its own WorkStatus writes, which clear at once.
+const RETRY_FIRST: Duration = Duration::from_millis(10);
 
 /// Why a reconcile failed; it is retried with backoff.
 #[derive(Debug, thiserror::Error)]
@@ -105,9 +108,9 @@ pub async fn run(
         tracker: Mutex::new(Tracker::default()),
         kinds: Kinds::new(wec.clone()),
         informers: Mutex::new(Informers::new(wec.clone())),
-        works: WorkQueue::default(),
-        objects: WorkQueue::default(),
-        leftovers: WorkQueue::default(),
+        works: WorkQueue::new(RETRY_FIRST, RETRY_MAX),
+        objects: WorkQueue::new(RETRY_FIRST, RETRY_MAX),
+        leftovers: WorkQueue::new(RETRY_FIRST, RETRY_MAX),
         settled: AtomicBool::new(false),
         applied_listed: Arc::default(),
         applied,
@@ -172,11 +175,11 @@ pub async fn run(
         let a = agent.clone();
         workers.push(tokio::spawn(async move {
             while let Some(key) = a.objects.next(&a.shutdown).await {
-                a.metrics.queue_depth.set(a.objects.len() as i64);
+                a.metrics.common.queue_depth.set(a.objects.len() as i64);
                 let span = tracing::info_span!("report", work_status = %key.work_status, kind = %key.kind,
                                                namespace = %key.namespace, name = %key.name);
                 let result = a.reconcile_object(&key, &span).instrument(span.clone()).await;
-                a.metrics.reconciles.inc();
+                a.metrics.common.reconciles.inc();
                 a.finish(&a.objects, key, result, "object");
             }
         }));
@@ -200,7 +203,11 @@ fn spawn_watch<K, S>(
 {
     let a = agent.clone();
     let shutdown = agent.shutdown.clone();
-    tokio::spawn(drive(what.to_string(), stream, listed, shutdown, move |seen| {
+    tokio::spawn(drive(what.to_string(), stream, shutdown, move |seen| {
+        if let Seen::Listed = seen {
+            // Before `on`, which may look at it.
+            listed.store(true, Ordering::Release);
+        }
         on(&a, seen)
     }));
 }
@@ -331,7 +338,7 @@ impl Agent {
         for key in keys {
             self.objects.add(key);
         }
-        self.metrics.queue_depth.set(self.objects.len() as i64);
+        self.metrics.common.queue_depth.set(self.objects.len() as i64);
     }
 
     /// What the agent's rollout spans say about an object.
@@ -350,7 +357,7 @@ impl Agent {
         K: Clone + Eq + std::hash::Hash + Send + std::fmt::Debug + 'static,
     {
         if let Err(err) = &result {
-            self.metrics.errors.inc();
+            self.metrics.common.errors.inc();
             tracing::warn!(?key, error = %err, "reconciling {what} failed, will retry");
         }
         queue.done(key, result.is_ok());

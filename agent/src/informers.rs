@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use ks_shared::runtime::{Seen, drive};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
@@ -14,7 +15,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::kinds::Kind;
 use crate::objects::{Gvr, ObjectId};
-use crate::watch::{Seen, drive};
 
 /// What an informer reports.
 #[derive(Debug)]
@@ -75,22 +75,21 @@ impl Informers {
             .modify(|object: &mut DynamicObject| object.metadata.managed_fields = None)
             .reflect(writer);
         let id = gvr.clone();
-        tokio::spawn(drive(
-            gvr.to_string(),
-            stream,
-            listed.clone(),
-            stop.clone(),
-            move |seen| {
-                on_event(match seen {
-                    Seen::Changed(object) | Seen::Deleted(object) => InformerEvent::Changed(ObjectId {
-                        gvr: id.clone(),
-                        namespace: object.metadata.namespace.clone().unwrap_or_default(),
-                        name: object.metadata.name.clone().unwrap_or_default(),
-                    }),
-                    Seen::Listed => InformerEvent::Listed(id.clone()),
-                })
-            },
-        ));
+        let has_listed = listed.clone();
+        tokio::spawn(drive(gvr.to_string(), stream, stop.clone(), move |seen| {
+            on_event(match seen {
+                Seen::Changed(object) | Seen::Deleted(object) => InformerEvent::Changed(ObjectId {
+                    gvr: id.clone(),
+                    namespace: object.metadata.namespace.clone().unwrap_or_default(),
+                    name: object.metadata.name.clone().unwrap_or_default(),
+                }),
+                Seen::Listed => {
+                    // Before the event, whose handler may look the cache up.
+                    has_listed.store(true, Ordering::Release);
+                    InformerEvent::Listed(id.clone())
+                }
+            })
+        }));
         tracing::info!(gvr = %gvr, kind = %kind.resource.kind, "started informer");
         self.running.insert(
             gvr.clone(),

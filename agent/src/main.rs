@@ -7,12 +7,10 @@ mod metrics;
 mod naming;
 mod objects;
 mod own_writes;
-mod queue;
 mod report;
 mod reporters;
 mod rollouts;
 mod tracker;
-mod watch;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

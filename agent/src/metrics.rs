@@ -1,5 +1,6 @@
-//! The agent's Prometheus metrics, served on /metrics.
+//! The agent's Prometheus metrics, served on /metrics: `kubestellar_agent_*`.
 
+use ks_shared::runtime::{ControllerMetrics, Help};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -24,43 +25,26 @@ pub struct VerbLabels {
 /// Counters and gauges the controllers update; clones share them.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
-    pub writes: Family<VerbLabels, Counter>,
-    pub reconciles: Counter,
-    pub errors: Counter,
-    pub queue_depth: Gauge,
+    /// Its `writes` are WorkStatus writes to the hub, by verb.
+    pub common: ControllerMetrics<Family<VerbLabels, Counter>>,
     pub informers: Gauge,
 }
 
 impl Metrics {
-    /// Registers the metrics under the `ks_agent_` prefix.
+    /// Registers the metrics under the `kubestellar_agent_` prefix.
     pub fn register(registry: &mut Registry) -> Metrics {
         let metrics = Metrics::default();
         // Every verb from the start at 0, so that rates are defined before the first write.
         for verb in [Verb::Apply, Verb::ApplyStatus, Verb::Delete] {
-            metrics.writes.get_or_create(&VerbLabels { verb }).inc_by(0);
+            metrics.common.writes.get_or_create(&VerbLabels { verb }).inc_by(0);
         }
-        let registry = registry.sub_registry_with_prefix("ks_agent");
-        registry.register(
-            "work_status_writes",
-            "WorkStatus writes to the hub, by verb",
-            metrics.writes.clone(),
-        );
-        registry.register(
-            "reconciles",
-            "Reconciles of one delivered object's WorkStatus",
-            metrics.reconciles.clone(),
-        );
-        registry.register(
-            "reconcile_errors",
-            "Reconciles (of AppliedManifestWorks or objects) that failed and will be retried",
-            metrics.errors.clone(),
-        );
-        registry.register(
-            "queue_depth",
-            "Delivered objects waiting to be reconciled",
-            metrics.queue_depth.clone(),
-        );
-        registry.register(
+        let help = Help {
+            reconciles: "Reconciles of one delivered object's WorkStatus",
+            errors: "Reconciles (of AppliedManifestWorks or objects) that failed and will be retried",
+            writes: "WorkStatus writes to the hub, by verb",
+            queue_depth: "Delivered objects waiting to be reconciled",
+        };
+        metrics.common.register(registry, "agent", help).register(
             "informers",
             "Informers running on the WEC for delivered resources (one per GVR)",
             metrics.informers.clone(),
@@ -69,12 +53,14 @@ impl Metrics {
     }
 
     pub fn wrote(&self, verb: Verb) {
-        self.writes.get_or_create(&VerbLabels { verb }).inc();
+        self.common.writes.get_or_create(&VerbLabels { verb }).inc();
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use ks_shared::runtime::assert_exports;
+
     use super::*;
 
     #[test]
@@ -83,17 +69,17 @@ mod tests {
         let metrics = Metrics::register(&mut registry);
         metrics.wrote(Verb::ApplyStatus);
         metrics.informers.set(2);
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        assert!(
-            text.contains("ks_agent_work_status_writes_total{verb=\"ApplyStatus\"} 1"),
-            "{text}"
+        assert_exports(
+            &registry,
+            &[
+                "kubestellar_agent_writes_total{verb=\"ApplyStatus\"} 1",
+                "kubestellar_agent_writes_total{verb=\"Apply\"} 0",
+                "kubestellar_agent_writes_total{verb=\"Delete\"} 0",
+                "kubestellar_agent_reconciles_total 0",
+                "kubestellar_agent_errors_total 0",
+                "kubestellar_agent_queue_depth 0",
+                "kubestellar_agent_informers 2",
+            ],
         );
-        assert!(text.contains("ks_agent_informers 2"), "{text}");
-        assert!(
-            text.contains("ks_agent_work_status_writes_total{verb=\"Delete\"} 0"),
-            "{text}"
-        );
-        assert!(text.contains("ks_agent_reconciles_total 0"), "{text}");
     }
 }

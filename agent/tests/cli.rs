@@ -74,11 +74,11 @@ fn serves_its_metrics_and_names_what_readiness_waits_for() {
     );
     let (_, metrics) = http_get(address, "/metrics");
     for name in [
-        "ks_agent_work_status_writes",
-        "ks_agent_reconciles_total",
-        "ks_agent_reconcile_errors_total",
-        "ks_agent_queue_depth",
-        "ks_agent_informers",
+        "kubestellar_agent_writes_total",
+        "kubestellar_agent_reconciles_total",
+        "kubestellar_agent_errors_total",
+        "kubestellar_agent_queue_depth",
+        "kubestellar_agent_informers",
     ] {
         assert!(metrics.contains(name), "{name} in {metrics}");
     }

@@ -42,7 +42,7 @@ const HUB_WRITES: [&str; 4] = [
     "kubestellar_status_writes_total",
     "kubestellar_status_combined_status_writes_total",
 ];
-const AGENT_WRITES: [&str; 1] = ["ks_agent_work_status_writes_total"];
+const AGENT_WRITES: [&str; 1] = ["kubestellar_agent_writes_total"];
 
 /// Writes seen, and WEC objects recreated, since the watches started.
 #[derive(Default)]

@@ -132,8 +132,8 @@ apiserver_request_total{code="200",component="apiserver",dry_run="",group="work.
 apiserver_request_total{code="409",component="apiserver",dry_run="",group="work.open-cluster-management.io",resource="manifestworks",scope="resource",subresource="",verb="APPLY",version="v1"} 1
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="work.open-cluster-management.io",resource="manifestworks",scope="resource",subresource="status",verb="PATCH",version="v1"} 4
 apiserver_request_total{code="200",component="apiserver",dry_run="",group="work.open-cluster-management.io",resource="manifestworks",scope="cluster",subresource="",verb="LIST",version="v1"} 9
-ks_agent_queue_depth 0
-ks_agent_queue_depth_other{a="b"} 5
+kubestellar_agent_queue_depth 0
+kubestellar_agent_queue_depth_other{a="b"} 5
 "#;
 
     #[test]
@@ -167,14 +167,14 @@ ks_agent_queue_depth_other{a="b"} 5
 
     #[test]
     fn sums_over_label_sets() {
-        assert_eq!(sum(TEXT, "ks_agent_queue_depth"), 0.0);
-        assert_eq!(sum(TEXT, "ks_agent_queue_depth_other"), 5.0);
-        assert_eq!(sum(TEXT, "ks_agent_missing"), 0.0);
+        assert_eq!(sum(TEXT, "kubestellar_agent_queue_depth"), 0.0);
+        assert_eq!(sum(TEXT, "kubestellar_agent_queue_depth_other"), 5.0);
+        assert_eq!(sum(TEXT, "kubestellar_agent_missing"), 0.0);
     }
 
     #[test]
     fn samples_by_exact_name() {
-        assert_eq!(sample(TEXT, "ks_agent_queue_depth"), Some(0.0));
-        assert_eq!(sample(TEXT, "ks_agent_queue"), None);
+        assert_eq!(sample(TEXT, "kubestellar_agent_queue_depth"), Some(0.0));
+        assert_eq!(sample(TEXT, "kubestellar_agent_queue"), None);
     }
 }

@@ -293,8 +293,8 @@ async fn agent_restart_writes_nothing(ctx: &Ctx, policy: &str) -> anyhow::Result
                 .find_map(|l| l.strip_prefix(&format!("{name} ")))
                 .and_then(|v| v.trim().parse::<f64>().ok())
         };
-        let done = value("ks_agent_reconciles_total").is_some_and(|n| n >= before.len() as f64)
-            && value("ks_agent_queue_depth") == Some(0.0);
+        let done = value("kubestellar_agent_reconciles_total").is_some_and(|n| n >= before.len() as f64)
+            && value("kubestellar_agent_queue_depth") == Some(0.0);
         std::future::ready(Ok(done))
     })
     .await?;

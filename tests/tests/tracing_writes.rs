@@ -171,7 +171,7 @@ async fn settled(ctx: &Ctx) -> anyhow::Result<()> {
         let done = idle(
             hub,
             &["kubestellar_binding_queue_depth", "kubestellar_status_queue_depth"],
-        ) && agents.iter().all(|a| idle(*a, &["ks_agent_queue_depth"]));
+        ) && agents.iter().all(|a| idle(*a, &["kubestellar_agent_queue_depth"]));
         std::future::ready(Ok(done))
     })
     .await

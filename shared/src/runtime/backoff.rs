@@ -48,11 +48,13 @@ impl<K: Ord + Clone> Backoff<K> {
         }
     }
 
-    /// `key` failed at `now`: it is due again after its pause, which then doubles.
-    pub fn failed(&mut self, key: K, now: Instant) {
+    /// `key` failed at `now`: it is due again after its pause (returned), which then doubles.
+    pub fn failed(&mut self, key: K, now: Instant) -> Duration {
         let retry = self.keys.entry(key).or_insert(Retry { due: None, failures: 0 });
         retry.failures = retry.failures.saturating_add(1);
-        retry.due = Some(now + pause(self.min, self.max, retry.failures));
+        let pause = pause(self.min, self.max, retry.failures);
+        retry.due = Some(now + pause);
+        pause
     }
 
     /// `key` succeeded (or no longer needs doing): its pause starts over.

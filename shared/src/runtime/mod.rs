@@ -10,6 +10,6 @@ mod queue;
 mod watch;
 
 pub use backoff::{Backoff, Failure, RETRY_MAX, RETRY_MIN, failure};
-pub use metrics::{ControllerMetrics, Help};
+pub use metrics::{ControllerMetrics, Help, assert_exports};
 pub use queue::WorkQueue;
 pub use watch::{Seen, drive, watch_into_inputs, watch_into_store};
