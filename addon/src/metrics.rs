@@ -48,12 +48,13 @@ impl Metrics {
             metrics.common.writes.get_or_create(&ObjectLabels { object }).inc_by(0);
         }
         let help = Help {
+            controller: "addon",
             reconciles: "Reconciles of a ManagedClusterAddOn",
             errors: "Reconciles that failed and will be retried",
             writes: "Writes to the hub, by object",
             queue_depth: "ManagedClusterAddOns waiting for a retry after a failed reconcile",
         };
-        metrics.common.register(registry, "addon", help).register(
+        metrics.common.register(registry, &help).register(
             "csrs_approved",
             "Agent certificate requests approved",
             metrics.csrs_approved.clone(),

@@ -39,12 +39,13 @@ impl Metrics {
             metrics.common.writes.get_or_create(&VerbLabels { verb }).inc_by(0);
         }
         let help = Help {
+            controller: "agent",
             reconciles: "Reconciles of one delivered object's WorkStatus",
             errors: "Reconciles (of AppliedManifestWorks or objects) that failed and will be retried",
             writes: "WorkStatus writes to the hub, by verb",
             queue_depth: "Delivered objects waiting to be reconciled",
         };
-        metrics.common.register(registry, "agent", help).register(
+        metrics.common.register(registry, &help).register(
             "informers",
             "Informers running on the WEC for delivered resources (one per GVR)",
             metrics.informers.clone(),

@@ -138,11 +138,11 @@ async fn run() -> anyhow::Result<()> {
     let with = |name: &str| args.controllers.iter().any(|c| c == name);
     let mut process = Process::start("ks-hub", Some(&args.wds_name), &args.common)?;
     let binding_metrics = ks_hub::binding::Metrics::default();
-    ks_hub::binding::register_metrics(&binding_metrics, &mut process.registry);
+    binding_metrics.register(&mut process.registry, &ks_hub::binding::METRICS);
     let status_metrics = ks_hub::status::Metrics::default();
     ks_hub::status::register_metrics(&status_metrics, &mut process.registry);
     let transport_metrics = ks_hub::transport::Metrics::default();
-    ks_hub::transport::register_metrics(&transport_metrics, &mut process.registry);
+    transport_metrics.register(&mut process.registry, &ks_hub::transport::METRICS);
     let informer_metrics = InformerMetrics::default();
     informer_metrics.register(&mut process.registry);
     let ready = process.readiness.gate("hub-controllers");

@@ -21,7 +21,7 @@ use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
+use super::Metrics;
 use super::state::{Resolutions, StatusRequest};
 use super::writes;
 use super::{Labels, ObjectIdentity, Wec, WorkloadObject};

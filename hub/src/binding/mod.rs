@@ -10,7 +10,6 @@
 //! [`PolicyError`]s instead of being skipped silently.
 
 pub mod controller;
-mod metrics;
 mod policy;
 mod resolution;
 mod selection;
@@ -24,9 +23,20 @@ mod properties;
 #[cfg(test)]
 mod testing;
 
-pub use metrics::{Metrics, register as register_metrics};
 pub use policy::{CompiledClause, CompiledPolicy, PolicyError};
 pub use resolution::{binding_spec_differs, desired_binding_spec, keep_unknown};
 pub use selection::{clause_matches, clause_misses, fold_modulations, matching_clauses, policy_matches, wec_selected};
 pub use singleton::singleton_error;
 pub use workload::{Labels, ObjectIdentity, Wec, WorkloadObject};
+
+/// The binding controller's metrics: `kubestellar_binding_*`.
+pub type Metrics = ks_shared::runtime::ControllerMetrics;
+
+/// What they count.
+pub const METRICS: ks_shared::runtime::Help = ks_shared::runtime::Help {
+    controller: "binding",
+    reconciles: "Binding and status checks done for a policy",
+    errors: "Failed writes of Bindings, policy status or finalizers",
+    writes: "Binding writes (made only when the content changed)",
+    queue_depth: "Policies waiting for their Binding check",
+};

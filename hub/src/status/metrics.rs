@@ -16,12 +16,13 @@ pub struct Metrics {
 /// Registers the status controller's `metrics`.
 pub fn register(metrics: &Metrics, registry: &mut Registry) {
     let help = Help {
+        controller: "status",
         reconciles: "Workload objects whose returned status and CombinedStatuses were checked",
         errors: "Failed reconciles and writes",
         writes: "Writes of a workload object's .status (returning or clearing it)",
         queue_depth: "Workload objects, Bindings and StatusCollectors waiting to be checked",
     };
-    metrics.common.register(registry, "status", help).register(
+    metrics.common.register(registry, &help).register(
         "combined_status_writes",
         "CombinedStatus writes and deletions",
         metrics.combined_status_writes.clone(),

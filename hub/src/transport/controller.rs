@@ -24,7 +24,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::metrics::Metrics;
+use super::Metrics;
 use super::moves::WorkKey;
 use super::plan::{self, Cached, Desired, Entry};
 use super::sharding::Limits;

@@ -11,7 +11,6 @@ use serde::de::DeserializeOwned;
 
 pub mod controller;
 pub mod jsonpath;
-mod metrics;
 pub mod moves;
 mod plan;
 pub mod propagation;
@@ -21,7 +20,17 @@ pub mod trace;
 pub mod transforms;
 pub mod wrap;
 
-pub use metrics::{Metrics, register as register_metrics};
+/// The transport controller's metrics: `kubestellar_transport_*`.
+pub type Metrics = ks_shared::runtime::ControllerMetrics;
+
+/// What they count.
+pub const METRICS: ks_shared::runtime::Help = ks_shared::runtime::Help {
+    controller: "transport",
+    reconciles: "Bindings whose ManifestWorks were checked",
+    errors: "Failed reconciles (each retried with back-off)",
+    writes: "ManifestWork writes and deletions (made only when content changed)",
+    queue_depth: "Bindings waiting to be checked, now or after a failure",
+};
 
 /// Why the transport controller failed a Binding; it is tried again with back-off.
 #[derive(Debug, thiserror::Error)]

@@ -17,8 +17,10 @@ pub struct ControllerMetrics<W = Counter> {
     pub queue_depth: Gauge,
 }
 
-/// What a controller's metrics count, in its own words (the metrics' help texts).
+/// A controller's name in its metrics (`kubestellar_<controller>_`), and what they count in its
+/// own words (their help texts).
 pub struct Help {
+    pub controller: &'static str,
     pub reconciles: &'static str,
     pub errors: &'static str,
     pub writes: &'static str,
@@ -28,8 +30,8 @@ pub struct Help {
 impl<W: Metric + Clone> ControllerMetrics<W> {
     /// Registers them under `kubestellar_<controller>_`; returns that sub-registry for the
     /// controller's other metrics.
-    pub fn register<'r>(&self, registry: &'r mut Registry, controller: &str, help: Help) -> &'r mut Registry {
-        let sub = registry.sub_registry_with_prefix(format!("kubestellar_{controller}"));
+    pub fn register<'r>(&self, registry: &'r mut Registry, help: &Help) -> &'r mut Registry {
+        let sub = registry.sub_registry_with_prefix(format!("kubestellar_{}", help.controller));
         sub.register("reconciles", help.reconciles, self.reconciles.clone());
         sub.register("errors", help.errors, self.errors.clone());
         sub.register("writes", help.writes, self.writes.clone());
@@ -58,13 +60,14 @@ mod tests {
         let metrics = ControllerMetrics::<Counter>::default();
         let informers = Gauge::<i64>::default();
         let help = Help {
+            controller: "agent",
             reconciles: "r",
             errors: "e",
             writes: "w",
             queue_depth: "q",
         };
         metrics
-            .register(&mut registry, "agent", help)
+            .register(&mut registry, &help)
             .register("informers", "i", informers.clone());
         metrics.reconciles.inc();
         metrics.writes.inc_by(2);
