@@ -3,7 +3,7 @@
 //! KubeStellar's hub uses it to expand the templates in the objects it delivers to each WEC.
 //!
 //! The engine implements the part of text/template that means something over a flat string map,
-//! and matches Go exactly there (the hub's `hub/tests/template_oracle.rs` runs the same cases
+//! and matches Go exactly there (its `tests/oracle.rs` runs the same cases
 //! through Go): text, comments, trim markers, `if`/`with` with `else`, `else if` and `else with`,
 //! variables (`$x :=`, `$x =`, `$`), pipelines, parentheses, string, number and boolean constants,
 //! field access, and the functions `and or not len index slice eq ne lt le gt ge print printf

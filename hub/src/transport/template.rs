@@ -5,7 +5,7 @@
 //! WEC's properties (a `map[string]string`).
 //!
 //! The engine is the [`gotemplate`] crate (what it implements, what it refuses, and how it is
-//! checked against Go: `tests/template_oracle.rs`); this module runs it over an object's string
+//! checked against Go: `gotemplate/tests/oracle.rs`); this module runs it over an object's string
 //! leaves and builds a WEC's properties from its ManagedCluster and ConfigMap.
 
 use std::collections::BTreeMap;
