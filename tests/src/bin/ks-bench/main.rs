@@ -81,10 +81,12 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Parsed first: `--help` and usage errors need no stack.
+    let command = Args::parse().command;
     let exe = std::env::current_exe()?;
     let stack = Stack::new(&repo_root(), 2, exe.parent().expect("binary directory"))?;
     anyhow::ensure!(stack.is_running(), "the stack is not running: run `make up` first");
-    match Args::parse().command {
+    match command {
         Command::BindingLatency { changes } => binding::latency(&stack, changes).await,
         Command::AgentLatency { changes, objects } => agent::latency(&stack, changes, objects).await,
         Command::DeliveryLatency { objects } => delivery::latency(&stack, objects).await,
