@@ -232,6 +232,12 @@ async fn install_hub(stack: &Stack) -> anyhow::Result<()> {
 
 async fn apply_workload(wds: &kube::Client) -> anyhow::Result<()> {
     let labels = json!({"app.kubernetes.io/part-of": NAMESPACE});
+    // Each run is a new rollout with a trace of its own: on a stack kept up, the previous run's
+    // trace may have left Jaeger's memory.
+    let run = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs()
+        .to_string();
     apply(
         &Api::<Namespace>::all(wds.clone()),
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE, "labels": labels}}),
@@ -242,7 +248,7 @@ async fn apply_workload(wds: &kube::Client) -> anyhow::Result<()> {
         json!({"apiVersion": "apps/v1", "kind": "Deployment",
                "metadata": {"name": APP, "labels": labels, "annotations": {EXPAND_TEMPLATES_ANNOTATION: "true"}},
                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": APP}},
-                        "template": {"metadata": {"labels": {"app": APP}},
+                        "template": {"metadata": {"labels": {"app": APP}, "annotations": {"demo.kubestellar.io/run": run}},
                                      "spec": {"containers": [{"name": APP, "image": "nginx:1.27",
                                         "env": [{"name": "GREETING",
                                                  "value": "hello from {{.clusterName}} in region {{.region}}"}]}]}}}}),
