@@ -140,7 +140,7 @@ async fn run() -> anyhow::Result<()> {
     let binding_metrics = ks_hub::binding::Metrics::default();
     binding_metrics.register(&mut process.registry, &ks_hub::binding::METRICS);
     let status_metrics = ks_hub::status::Metrics::default();
-    ks_hub::status::register_metrics(&status_metrics, &mut process.registry);
+    status_metrics.register(&mut process.registry);
     let transport_metrics = ks_hub::transport::Metrics::default();
     transport_metrics.register(&mut process.registry, &ks_hub::transport::METRICS);
     let informer_metrics = InformerMetrics::default();

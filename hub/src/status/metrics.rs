@@ -13,18 +13,20 @@ pub struct Metrics {
     pub combined_status_writes: Counter,
 }
 
-/// Registers the status controller's `metrics`.
-pub fn register(metrics: &Metrics, registry: &mut Registry) {
-    let help = Help {
-        controller: "status",
-        reconciles: "Workload objects whose returned status and CombinedStatuses were checked",
-        errors: "Failed reconciles and writes",
-        writes: "Writes of a workload object's .status (returning or clearing it)",
-        queue_depth: "Workload objects, Bindings and StatusCollectors waiting to be checked",
-    };
-    metrics.common.register(registry, &help).register(
-        "combined_status_writes",
-        "CombinedStatus writes and deletions",
-        metrics.combined_status_writes.clone(),
-    );
+impl Metrics {
+    /// Registers them as `kubestellar_status_*`.
+    pub fn register(&self, registry: &mut Registry) {
+        let help = Help {
+            controller: "status",
+            reconciles: "Workload objects whose returned status and CombinedStatuses were checked",
+            errors: "Failed reconciles and writes",
+            writes: "Writes of a workload object's .status (returning or clearing it)",
+            queue_depth: "Workload objects, Bindings and StatusCollectors waiting to be checked",
+        };
+        self.common.register(registry, &help).register(
+            "combined_status_writes",
+            "CombinedStatus writes and deletions",
+            self.combined_status_writes.clone(),
+        );
+    }
 }

@@ -13,4 +13,4 @@ pub mod singleton;
 pub mod state;
 mod writes;
 
-pub use metrics::{Metrics, register as register_metrics};
+pub use metrics::Metrics;
