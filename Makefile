@@ -1,7 +1,7 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test fuzz crds deps demo up down bench-binding bench-agent bench-delivery
+.PHONY: help build lint test fuzz crds deps demo up down bench-binding bench-agent bench-delivery bench-plan
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
@@ -74,6 +74,10 @@ bench: deps ## Ours vs upstream KubeStellar v0.30.0 side by side on a fresh stac
 	rm -rf .stack
 	target/release/ks-stack up --wecs 2
 	target/release/ks-bench compare $(BENCH_KNOBS)
+
+bench-plan: ## Time the transport's plan of one Binding: 10,000 objects to 12 and to 52 WECs (no stack)
+	BENCH_OBJECTS=10000 BENCH_WECS=12 $(CARGO) test -q --release -p ks-hub --lib bench_plan_at_scale -- --ignored --nocapture
+	BENCH_OBJECTS=10000 BENCH_WECS=52 $(CARGO) test -q --release -p ks-hub --lib bench_plan_at_scale -- --ignored --nocapture
 
 bench-tracing: build ## Delivery and status latency with the hub's tracing off and on, alternating (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- tracing-overhead --rounds 2 --objects 30 --changes 30

@@ -77,7 +77,7 @@ pub trait Plugin: Send + Sync + 'static {
         origin: &wrap::Origin<'_>,
         mailbox: &str,
         name: &str,
-        deliveries: &[wrap::Delivery],
+        deliveries: &[&wrap::Delivery],
     ) -> Self::Wrapped;
     /// The manifests a wrapped object holds.
     fn manifests<'a>(&self, wrapped: &'a Self::Wrapped) -> &'a [serde_json::Value];

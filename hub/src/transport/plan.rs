@@ -153,6 +153,8 @@ struct Item {
     templated: bool,
     /// How template errors name it: `Kind.group(namespace/name)`, as upstream.
     label: String,
+    /// The bytes its manifest takes in a wrapped object (before any template expansion).
+    size: usize,
 }
 
 /// The wrapped objects `inputs.binding` calls for in each of its WECs' mailboxes. An object
@@ -180,10 +182,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
                 continue;
             }
         };
-        let sizes = items
-            .iter()
-            .map(|(k, item)| (k.clone(), item.delivery.manifest.to_string().len()))
-            .collect();
+        let sizes = items.iter().map(|(k, item)| (k.clone(), item.size)).collect();
         let previous = previous_shards(inputs.plugin, inputs.current, &origin, mailbox, &items);
         let assigned = match sharding::assign(&sizes, &previous, inputs.limits) {
             Ok(assigned) => assigned,
@@ -200,7 +199,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
             members.sort_by_key(|item| apply_order(&item.delivery));
             let only_uid = (inputs.limits.max_count == 1).then(|| members[0].uid.as_str());
             let name = work_name(&origin, shard, only_uid);
-            let deliveries: Vec<Delivery> = members.iter().map(|item| item.delivery.clone()).collect();
+            let deliveries: Vec<&Delivery> = members.iter().map(|item| &item.delivery).collect();
             works.insert(
                 (mailbox.clone(), name.clone()),
                 inputs.plugin.wrap(&origin, mailbox, &name, &deliveries),
@@ -289,6 +288,7 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<Workload
             create_only: *create_only,
         };
         let item = Item {
+            size: delivery.manifest.to_string().len(),
             delivery,
             uid: object.uid().unwrap_or_default(),
             templated,
@@ -313,8 +313,9 @@ fn customized<'a>(
     let mut errors = Vec::new();
     let mut customized = items.clone();
     for item in customized.values_mut().filter(|item| item.templated) {
-        if let Err(err) = template::expand_object(&mut item.delivery.manifest, &properties) {
-            errors.push(format!("{wec}/{}.{err}", item.label));
+        match template::expand_object(&mut item.delivery.manifest, &properties) {
+            Ok(()) => item.size = item.delivery.manifest.to_string().len(),
+            Err(err) => errors.push(format!("{wec}/{}.{err}", item.label)),
         }
     }
     if errors.is_empty() {
@@ -324,7 +325,8 @@ fn customized<'a>(
     }
 }
 
-/// Which shard each object is in now, read from the existing wrapped objects' contents.
+/// Which shard each object is in now, read from the existing wrapped objects' contents: one
+/// pass over what they hold, however many objects and shards there are.
 fn previous_shards<P: Plugin>(
     plugin: &P,
     current: &[Arc<P::Wrapped>],
@@ -332,21 +334,16 @@ fn previous_shards<P: Plugin>(
     mailbox: &str,
     items: &BTreeMap<WorkloadRef, Item>,
 ) -> BTreeMap<WorkloadRef, usize> {
-    let mut previous = BTreeMap::new();
+    let mut held: BTreeMap<wrap::Identity, usize> = BTreeMap::new();
     for work in current.iter().filter(|w| w.namespace().as_deref() == Some(mailbox)) {
-        let name = work.name_any();
-        let Some(shard) = wrap::shard_of(origin, &name) else {
-            continue;
-        };
-        let contents = plugin.gloss(work);
-        for (key, item) in items {
-            let wanted = plugin.gloss(&plugin.wrap(origin, mailbox, &name, std::slice::from_ref(&item.delivery)));
-            if contents.contains(&wanted[0]) {
-                previous.insert(key.clone(), shard);
-            }
+        if let Some(shard) = wrap::shard_of(origin, &work.name_any()) {
+            held.extend(plugin.gloss(work).into_iter().map(|identity| (identity, shard)));
         }
     }
-    previous
+    items
+        .iter()
+        .filter_map(|(key, item)| Some((key.clone(), *held.get(&wrap::identity(&item.delivery.manifest))?)))
+        .collect()
 }
 
 /// Where an object goes in its wrapped object, which OCM's work agent applies in order: what

@@ -58,7 +58,7 @@ pub fn origin_labels(origin: &Origin<'_>) -> BTreeMap<String, String> {
 }
 
 /// Wraps deliveries, in order, into the ManifestWork `name` in `mailbox`.
-pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delivery]) -> ManifestWork {
+pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Delivery]) -> ManifestWork {
     let create_only = deliveries.iter().filter(|d| d.create_only).map(|d| {
         let meta = &d.manifest["metadata"];
         ManifestConfigOption {
@@ -131,7 +131,7 @@ impl super::Plugin for Ocm {
         destination.to_string()
     }
 
-    fn wrap(&self, origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[Delivery]) -> ManifestWork {
+    fn wrap(&self, origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Delivery]) -> ManifestWork {
         wrap(origin, mailbox, name, deliveries)
     }
 
@@ -285,7 +285,7 @@ mod tests {
             resource: "namespaces".into(),
             create_only: false,
         };
-        let work = wrap(&origin(), "cluster1", "nginx-wds1-0", &[namespace, deployment]);
+        let work = wrap(&origin(), "cluster1", "nginx-wds1-0", &[&namespace, &deployment]);
         let as_json = serde_json::to_value(&work).unwrap();
         assert_eq!(
             as_json["metadata"]["labels"],
@@ -346,7 +346,7 @@ mod tests {
     #[test]
     fn what_the_apiserver_stores_of_a_work_is_the_same_content() {
         // A kubectl-applied object loses its last-applied annotation, leaving `annotations: {}`.
-        let desired = wrap(&origin(), "cluster1", "nginx-wds1-0", &[configmap(json!({}))]);
+        let desired = wrap(&origin(), "cluster1", "nginx-wds1-0", &[&configmap(json!({}))]);
         let stored = as_stored(&desired);
         assert_ne!(stored.spec, desired.spec, "the apiserver changed it");
         assert!(same_content(&stored, &desired));
@@ -354,12 +354,12 @@ mod tests {
 
     #[test]
     fn a_changed_manifest_or_config_is_new_content() {
-        let desired = wrap(&origin(), "cluster1", "w", &[configmap(json!({"a": "1"}))]);
-        let other = wrap(&origin(), "cluster1", "w", &[configmap(json!({"a": "2"}))]);
+        let desired = wrap(&origin(), "cluster1", "w", &[&configmap(json!({"a": "1"}))]);
+        let other = wrap(&origin(), "cluster1", "w", &[&configmap(json!({"a": "2"}))]);
         assert!(!same_content(&as_stored(&other), &desired));
         let mut create_only = configmap(json!({"a": "1"}));
         create_only.create_only = true;
-        let other = wrap(&origin(), "cluster1", "w", &[create_only]);
+        let other = wrap(&origin(), "cluster1", "w", &[&create_only]);
         assert!(!same_content(&as_stored(&other), &desired));
     }
 
@@ -369,7 +369,7 @@ mod tests {
             &origin(),
             "c",
             "w",
-            &[configmap(json!({"tracing.k8s.io/traceparent": "00-a-b-01"}))],
+            &[&configmap(json!({"tracing.k8s.io/traceparent": "00-a-b-01"}))],
         );
         let later = Origin {
             binding_generation: 8,
@@ -379,14 +379,14 @@ mod tests {
             &later,
             "c",
             "w",
-            &[configmap(json!({"tracing.k8s.io/traceparent": "00-c-d-01"}))],
+            &[&configmap(json!({"tracing.k8s.io/traceparent": "00-c-d-01"}))],
         );
         assert!(same_content(&existing, &desired));
     }
 
     #[test]
     fn works_written_by_others_or_changed_by_others_are_rewritten() {
-        let desired = wrap(&origin(), "c", "w", &[configmap(json!({})), namespace_delivery()]);
+        let desired = wrap(&origin(), "c", "w", &[&configmap(json!({})), &namespace_delivery()]);
         let mut without_digest = desired.clone();
         without_digest.metadata.annotations = None;
         assert!(!same_content(&without_digest, &desired));

@@ -62,7 +62,7 @@ fn work(name: &str, names: &[&str]) -> ManifestWork {
             create_only: false,
         })
         .collect();
-    wrap::wrap(&origin, "c1", name, &deliveries)
+    wrap::wrap(&origin, "c1", name, &deliveries.iter().collect::<Vec<_>>())
 }
 
 fn desired(works: &[ManifestWork]) -> BTreeMap<WorkKey, ManifestWork> {

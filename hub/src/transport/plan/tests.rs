@@ -389,3 +389,63 @@ fn propagation_counts_what_each_wec_reports_landed() {
         .collect();
     assert_eq!(per_wec, [("c1", 2, 2, 2, 1), ("c2", 2, 2, 0, 0)]);
 }
+
+/// A benchmark, not a check (`make bench-plan`): how long one Binding's plan takes for
+/// `BENCH_OBJECTS` ConfigMaps (default 2,000) to `BENCH_WECS` WECs (default 12), first with no
+/// ManifestWorks yet, then again with those it asked for (a later change of the Binding).
+#[test]
+#[ignore]
+fn bench_plan_at_scale() {
+    let knob = |name: &str, default: usize| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (n, w) = (knob("BENCH_OBJECTS", 2000), knob("BENCH_WECS", 12));
+    let names: Vec<String> = (0..n).map(|i| format!("cm-{i:05}")).collect();
+    let wecs: Vec<String> = (0..w).map(|i| format!("c{i}")).collect();
+    let wec_refs: Vec<&str> = wecs.iter().map(String::as_str).collect();
+    let listed: Vec<_> = names
+        .iter()
+        .map(|name| ("", "configmaps", name.as_str(), false))
+        .collect();
+    let b = binding(&wec_refs, &listed);
+    let cached: BTreeMap<String, (Arc<DynamicObject>, ApiResource)> = names
+        .iter()
+        .map(|n| (n.clone(), config_map(n, json!({}), json!({"k": "v".repeat(200)}))))
+        .collect();
+    let removals = Removals::new();
+    let packaging = trace::Packaging::default();
+    let first_seen = FirstSeen::default();
+    let mut limits = DEFAULT_LIMITS;
+    limits.max_size = 100_000;
+    let run = |current: &[Arc<ManifestWork>]| {
+        let objects = entries(&b)
+            .map(|entry| {
+                let (o, r) = &cached[&entry.object.name];
+                (entry, Cached::Found(o.clone(), r.clone()))
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        let desired = plan(&Inputs {
+            plugin: &Ocm,
+            binding: &b,
+            objects,
+            removals: &removals,
+            properties: &|_| BTreeMap::new(),
+            current,
+            wds_name: "wds1",
+            limits,
+            packaging: &packaging,
+            first_seen: &first_seen,
+        })
+        .unwrap();
+        (desired, started.elapsed())
+    };
+    let (first, cold) = run(&[]);
+    let current: Vec<Arc<ManifestWork>> = first.works.values().cloned().map(Arc::new).collect();
+    let (second, warm) = run(&current);
+    assert_eq!(first.works.len(), second.works.len());
+    println!(
+        "plan of {n} objects to {w} WECs ({} works): first {:.3} s, again with its works {:.3} s",
+        first.works.len(),
+        cold.as_secs_f64(),
+        warm.as_secs_f64()
+    );
+}
