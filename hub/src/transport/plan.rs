@@ -153,8 +153,10 @@ struct Item {
     templated: bool,
     /// How template errors name it: `Kind.group(namespace/name)`, as upstream.
     label: String,
-    /// The bytes its manifest takes in a wrapped object (before any template expansion).
+    /// The bytes its manifest takes in a wrapped object, and its identity there: worked out once,
+    /// not for every WEC.
     size: usize,
+    identity: wrap::Identity,
 }
 
 /// The wrapped objects `inputs.binding` calls for in each of its WECs' mailboxes. An object
@@ -182,7 +184,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
                 continue;
             }
         };
-        let sizes = items.iter().map(|(k, item)| (k.clone(), item.size)).collect();
+        let sizes = items.iter().map(|(k, item)| (k, item.size)).collect();
         let previous = previous_shards(inputs.plugin, inputs.current, &origin, mailbox, &items);
         let assigned = match sharding::assign(&sizes, &previous, inputs.limits) {
             Ok(assigned) => assigned,
@@ -193,7 +195,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
         };
         let mut shards: BTreeMap<usize, Vec<&Item>> = BTreeMap::new();
         for (key, shard) in &assigned {
-            shards.entry(*shard).or_default().push(&items[key]);
+            shards.entry(*shard).or_default().push(&items[*key]);
         }
         for (shard, mut members) in shards {
             members.sort_by_key(|item| apply_order(&item.delivery));
@@ -282,13 +284,10 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<Workload
             errors.push(error);
             continue;
         }
-        let delivery = Delivery {
-            manifest,
-            resource: gr.resource.clone(),
-            create_only: *create_only,
-        };
+        let delivery = Delivery::new(manifest, &gr.resource, *create_only);
         let item = Item {
-            size: delivery.manifest.to_string().len(),
+            size: delivery.manifest().to_string().len(),
+            identity: wrap::identity(delivery.manifest()),
             delivery,
             uid: object.uid().unwrap_or_default(),
             templated,
@@ -313,8 +312,14 @@ fn customized<'a>(
     let mut errors = Vec::new();
     let mut customized = items.clone();
     for item in customized.values_mut().filter(|item| item.templated) {
-        match template::expand_object(&mut item.delivery.manifest, &properties) {
-            Ok(()) => item.size = item.delivery.manifest.to_string().len(),
+        match item
+            .delivery
+            .update(|manifest| template::expand_object(manifest, &properties))
+        {
+            Ok(()) => {
+                item.size = item.delivery.manifest().to_string().len();
+                item.identity = wrap::identity(item.delivery.manifest());
+            }
             Err(err) => errors.push(format!("{wec}/{}.{err}", item.label)),
         }
     }
@@ -327,13 +332,13 @@ fn customized<'a>(
 
 /// Which shard each object is in now, read from the existing wrapped objects' contents: one
 /// pass over what they hold, however many objects and shards there are.
-fn previous_shards<P: Plugin>(
+fn previous_shards<'a, P: Plugin>(
     plugin: &P,
     current: &[Arc<P::Wrapped>],
     origin: &Origin<'_>,
     mailbox: &str,
-    items: &BTreeMap<WorkloadRef, Item>,
-) -> BTreeMap<WorkloadRef, usize> {
+    items: &'a BTreeMap<WorkloadRef, Item>,
+) -> BTreeMap<&'a WorkloadRef, usize> {
     let mut held: BTreeMap<wrap::Identity, usize> = BTreeMap::new();
     for work in current.iter().filter(|w| w.namespace().as_deref() == Some(mailbox)) {
         if let Some(shard) = wrap::shard_of(origin, &work.name_any()) {
@@ -342,7 +347,7 @@ fn previous_shards<P: Plugin>(
     }
     items
         .iter()
-        .filter_map(|(key, item)| Some((key.clone(), *held.get(&wrap::identity(&item.delivery.manifest))?)))
+        .filter_map(|(key, item)| Some((key, *held.get(&item.identity)?)))
         .collect()
 }
 
@@ -350,9 +355,9 @@ fn previous_shards<P: Plugin>(
 /// others live in or are made of comes first (CustomResourceDefinitions, then Namespaces, then
 /// other cluster-scoped objects), so nothing waits for a retry because its container is missing.
 fn apply_order(delivery: &Delivery) -> u8 {
-    let kind = delivery.manifest["kind"].as_str().unwrap_or_default();
-    let api_version = delivery.manifest["apiVersion"].as_str().unwrap_or_default();
-    let namespaced = delivery.manifest["metadata"]["namespace"]
+    let kind = delivery.manifest()["kind"].as_str().unwrap_or_default();
+    let api_version = delivery.manifest()["apiVersion"].as_str().unwrap_or_default();
+    let namespaced = delivery.manifest()["metadata"]["namespace"]
         .as_str()
         .is_some_and(|n| !n.is_empty());
     match (api_version, kind) {

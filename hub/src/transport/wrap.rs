@@ -19,9 +19,34 @@ use serde_json::Value;
 /// create-only.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Delivery {
-    pub manifest: Value,
+    manifest: Value,
     pub resource: String,
     pub create_only: bool,
+    /// What the content digest reads of the manifest, serialised once however many WECs get it.
+    digest_text: String,
+}
+
+impl Delivery {
+    pub fn new(manifest: Value, resource: impl Into<String>, create_only: bool) -> Delivery {
+        Delivery {
+            digest_text: without_trace_annotations(&manifest).to_string(),
+            manifest,
+            resource: resource.into(),
+            create_only,
+        }
+    }
+
+    pub fn manifest(&self) -> &Value {
+        &self.manifest
+    }
+
+    /// Changes the manifest in place (e.g. expands its templates), keeping what is read of it
+    /// current.
+    pub fn update<T>(&mut self, change: impl FnOnce(&mut Value) -> T) -> T {
+        let result = change(&mut self.manifest);
+        self.digest_text = without_trace_annotations(&self.manifest).to_string();
+        result
+    }
 }
 
 /// Which Binding a ManifestWork comes from.
@@ -75,9 +100,9 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
         }
     });
     let labels = origin_labels(origin);
-    let manifests: Vec<Value> = deliveries.iter().map(|d| d.manifest.clone()).collect();
     let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
-    let digest = content_digest(&labels, &manifests, &manifest_configs);
+    let digest = content_digest(&labels, deliveries, &manifest_configs);
+    let manifests: Vec<Value> = deliveries.iter().map(|d| d.manifest.clone()).collect();
     let groups: std::collections::BTreeSet<&str> =
         manifests.iter().map(manifest_group).filter(|g| !g.is_empty()).collect();
     ManifestWork {
@@ -108,12 +133,24 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
 }
 
 /// SHA-256 (hex) of what a ManifestWork asks for: our labels, the manifests without trace
-/// annotations (a new trace alone is no reason to write) and the manifest configs. serde_json's
-/// maps are sorted by key, so equal content always serialises, and digests, the same.
-fn content_digest(labels: &BTreeMap<String, String>, manifests: &[Value], configs: &[ManifestConfigOption]) -> String {
-    let manifests: Vec<Value> = manifests.iter().map(without_trace_annotations).collect();
-    let content = serde_json::json!({"labels": labels, "manifests": manifests, "manifestConfigs": configs});
-    let digest = ring::digest::digest(&ring::digest::SHA256, content.to_string().as_bytes());
+/// annotations (a new trace alone is no reason to write) and the manifest configs, as the JSON
+/// object `{"labels", "manifestConfigs", "manifests"}`. serde_json's maps are sorted by key, so
+/// equal content always serialises, and digests, the same. Assembled from each delivery's text
+/// rather than serialised whole: the same bytes, without serialising every object for every WEC.
+fn content_digest(
+    labels: &BTreeMap<String, String>,
+    deliveries: &[&Delivery],
+    configs: &[ManifestConfigOption],
+) -> String {
+    let labels = serde_json::to_string(labels).unwrap_or_default();
+    // Through a Value, whose maps sort the configs' fields as the whole object's did.
+    let configs = serde_json::to_value(configs).unwrap_or_default().to_string();
+    let manifests: Vec<&str> = deliveries.iter().map(|d| d.digest_text.as_str()).collect();
+    let content = format!(
+        r#"{{"labels":{labels},"manifestConfigs":{configs},"manifests":[{}]}}"#,
+        manifests.join(",")
+    );
+    let digest = ring::digest::digest(&ring::digest::SHA256, content.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -275,16 +312,12 @@ mod tests {
 
     #[test]
     fn wraps_with_labels_generation_and_create_only_configs() {
-        let deployment = Delivery {
-            manifest: json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "n"}}),
-            resource: "deployments".into(),
-            create_only: true,
-        };
-        let namespace = Delivery {
-            manifest: json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}),
-            resource: "namespaces".into(),
-            create_only: false,
-        };
+        let deployment = Delivery::new(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "n"}}),
+            "deployments",
+            true,
+        );
+        let namespace = namespace_delivery();
         let work = wrap(&origin(), "cluster1", "nginx-wds1-0", &[&namespace, &deployment]);
         let as_json = serde_json::to_value(&work).unwrap();
         assert_eq!(
@@ -322,13 +355,13 @@ mod tests {
     }
 
     fn configmap(annotations: Value) -> Delivery {
-        Delivery {
-            manifest: json!({"apiVersion": "v1", "kind": "ConfigMap",
-                             "metadata": {"name": "cm1", "namespace": "n", "annotations": annotations},
-                             "data": {"a": "b"}}),
-            resource: "configmaps".into(),
-            create_only: false,
-        }
+        Delivery::new(
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "cm1", "namespace": "n", "annotations": annotations},
+                   "data": {"a": "b"}}),
+            "configmaps",
+            false,
+        )
     }
 
     /// What the apiserver stores of a ManifestWork we wrote: embedded objects' metadata is
@@ -424,15 +457,39 @@ mod tests {
         let b: Value =
             serde_json::from_str(r#"{"apiVersion": "v1", "metadata": {"name": "x"}, "kind": "ConfigMap"}"#).unwrap();
         let labels = origin_labels(&origin());
-        assert_eq!(content_digest(&labels, &[a], &[]), content_digest(&labels, &[b], &[]));
+        let (a, b) = (
+            Delivery::new(a, "configmaps", false),
+            Delivery::new(b, "configmaps", false),
+        );
+        assert_eq!(content_digest(&labels, &[&a], &[]), content_digest(&labels, &[&b], &[]));
+    }
+
+    /// The digest as it was first written, serialised whole: ManifestWorks written then must keep
+    /// their digest, or an upgrade would rewrite every one of them.
+    #[test]
+    fn the_digest_is_the_one_existing_works_carry() {
+        let mut create_only = configmap(json!({"tracing.k8s.io/traceparent": "00-a-b-01", "x": "y"}));
+        create_only.create_only = true;
+        let deliveries = [&create_only, &namespace_delivery()];
+        let work = wrap(&origin(), "c", "w", &deliveries);
+        let stripped: Vec<Value> = deliveries
+            .iter()
+            .map(|d| without_trace_annotations(&d.manifest))
+            .collect();
+        let whole = json!({"labels": origin_labels(&origin()), "manifests": stripped,
+                           "manifestConfigs": work.spec.manifest_configs});
+        let digest = ring::digest::digest(&ring::digest::SHA256, whole.to_string().as_bytes());
+        let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        assert!(!work.spec.manifest_configs.is_empty());
+        assert_eq!(work.metadata.annotations.unwrap()[CONTENT_DIGEST_ANNOTATION], hex);
     }
 
     fn namespace_delivery() -> Delivery {
-        Delivery {
-            manifest: json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}),
-            resource: "namespaces".into(),
-            create_only: false,
-        }
+        Delivery::new(
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "n"}}),
+            "namespaces",
+            false,
+        )
     }
 
     #[test]

@@ -56,10 +56,9 @@ fn work(name: &str, names: &[&str]) -> ManifestWork {
     };
     let deliveries: Vec<Delivery> = names
         .iter()
-        .map(|n| Delivery {
-            manifest: json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "ns"}}),
-            resource: "configmaps".into(),
-            create_only: false,
+        .map(|n| {
+            let manifest = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": n, "namespace": "ns"}});
+            Delivery::new(manifest, "configmaps", false)
         })
         .collect();
     wrap::wrap(&origin, "c1", name, &deliveries.iter().collect::<Vec<_>>())

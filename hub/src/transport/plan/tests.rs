@@ -305,11 +305,10 @@ fn an_object_too_large_for_a_work_keeps_its_wec_out() {
 
 #[test]
 fn containers_are_applied_before_what_they_contain() {
-    let delivery = |api_version: &str, kind: &str, namespace: Option<&str>| Delivery {
-        manifest: json!({"apiVersion": api_version, "kind": kind,
-                         "metadata": {"name": "x", "namespace": namespace}}),
-        resource: String::new(),
-        create_only: false,
+    let delivery = |api_version: &str, kind: &str, namespace: Option<&str>| {
+        let manifest =
+            json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": namespace}});
+        Delivery::new(manifest, "", false)
     };
     let mut deliveries = [
         delivery("v1", "ConfigMap", Some("a")),
@@ -321,7 +320,7 @@ fn containers_are_applied_before_what_they_contain() {
     deliveries.sort_by_key(apply_order);
     let kinds: Vec<&str> = deliveries
         .iter()
-        .map(|d| d.manifest["kind"].as_str().unwrap())
+        .map(|d| d.manifest()["kind"].as_str().unwrap())
         .collect();
     assert_eq!(
         kinds,
