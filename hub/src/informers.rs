@@ -427,7 +427,9 @@ impl WorkloadInformers {
                         name: o.name_any(),
                     })
                 };
-                let sent = match &event {
+                // Nobody may follow the events (a hub without the binding controller): the
+                // cache is kept all the same, until `stop`.
+                let _ = match &event {
                     watcher::Event::Apply(o) => {
                         first_seen.note(o);
                         events.send(change(o))
@@ -439,9 +441,6 @@ impl WorkloadInformers {
                     }
                     watcher::Event::Init | watcher::Event::InitApply(_) => Ok(()),
                 };
-                if sent.is_err() {
-                    break;
-                }
             }
         });
         Informer {

@@ -64,19 +64,10 @@ pub async fn run(wds: Client, its: Client, settings: Settings, ready: ReadyGate,
     match settings.binding {
         Some(binding) => binding::controller::run(wds, its, informers, received, binding, ready, shutdown).await,
         None => {
+            // Only the binding controller follows single objects: the events go unread.
+            drop(received);
             ready.open();
-            // Only the binding controller follows single objects; the informers stop when no one
-            // takes their events, so they are drained here.
-            drain(received, shutdown).await;
-        }
-    }
-}
-
-async fn drain(mut received: mpsc::UnboundedReceiver<crate::informers::WorkloadEvent>, shutdown: CancellationToken) {
-    loop {
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            event = received.recv() => if event.is_none() { return },
+            shutdown.cancelled().await;
         }
     }
 }
