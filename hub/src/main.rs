@@ -100,9 +100,14 @@ struct Args {
     /// Requests to the ITS allowed at once above --its-qps.
     #[arg(long, env = "KS_ITS_BURST", default_value_t = 40, value_name = "N")]
     its_burst: u32,
-    /// Milliseconds to gather changes before writing Bindings (bursts become one write).
+    /// Milliseconds a policy's changes must pause before its Binding is written: a lone change
+    /// waits this long, a burst (objects created one after another) until it stops.
     #[arg(long, env = "KS_BINDING_DEBOUNCE_MS", default_value_t = 50, value_name = "MS")]
     binding_debounce_ms: u64,
+    /// The most milliseconds a policy's changes wait while they keep coming: a burst longer than
+    /// this is written once per this.
+    #[arg(long, env = "KS_BINDING_DEBOUNCE_MAX_MS", default_value_t = 2000, value_name = "MS")]
+    binding_debounce_max_ms: u64,
     /// Seconds start-up waits for every workload resource's cache to fill. A resource whose LIST
     /// keeps failing (e.g. a CRD whose conversion webhook is down) does not hold the others back:
     /// its objects stay as the Bindings list them, and it is logged and counted in
@@ -161,6 +166,7 @@ async fn run() -> anyhow::Result<()> {
         informer_metrics,
         binding: with("binding").then(|| ks_hub::binding::controller::Settings {
             debounce: Duration::from_millis(args.binding_debounce_ms),
+            debounce_max: Duration::from_millis(args.binding_debounce_max_ms),
             metrics: binding_metrics,
         }),
         status: with("status").then(|| ks_hub::status::controller::Settings {

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::{Binding, BindingPolicy, StatusCollector};
 use ks_shared::names::BINDING_POLICY_FINALIZER;
 use ks_shared::ocm::ManagedCluster;
-use ks_shared::runtime::{Backoff, Failure, failure, watch_into_inputs};
+use ks_shared::runtime::{Backoff, Debounce, Failure, failure, watch_into_inputs};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
@@ -30,8 +30,11 @@ use crate::informers::{WorkloadEvent, WorkloadInformers, WorkloadRef};
 /// Settings of the binding controller.
 #[derive(Clone, Debug)]
 pub struct Settings {
-    /// How long to gather changes before writing Bindings.
+    /// How long a policy's changes must pause before its Binding is written.
     pub debounce: Duration,
+    /// The longest a policy's changes wait while they keep coming (objects created one after
+    /// another): a burst becomes one write per this, not one per change.
+    pub debounce_max: Duration,
     pub metrics: Metrics,
 }
 
@@ -193,6 +196,7 @@ pub async fn run(
         wds: wds.clone(),
         labelled,
         retries: Backoff::for_writes(),
+        gathering: Debounce::new(settings.debounce, settings.debounce_max),
         resolutions: &mut resolutions,
         policy_api,
         binding_api,
@@ -201,19 +205,16 @@ pub async fn run(
     for policy in looper.caches.policies.state() {
         looper.policy_changed(&policy.name_any()).await;
     }
-    looper.flush().await;
+    looper.flush_all().await;
     ready.open();
 
-    let mut flush_due: Option<Instant> = None;
     loop {
-        if looper.resolutions.has_dirty() && flush_due.is_none() {
-            flush_due = Some(Instant::now() + settings.debounce);
-        }
-        looper
-            .metrics
-            .queue_depth
-            .set(i64::from(looper.resolutions.has_dirty()));
-        let next_timer = [flush_due, looper.retries.next_due()].into_iter().flatten().min();
+        looper.gather(Instant::now());
+        looper.metrics.queue_depth.set(looper.gathering.len() as i64);
+        let next_timer = [looper.gathering.next_due(), looper.retries.next_due()]
+            .into_iter()
+            .flatten()
+            .min();
         tokio::select! {
             _ = shutdown.cancelled() => return,
             Some(event) = workload_received.recv() => looper.workload_event(event),
@@ -228,9 +229,9 @@ pub async fn run(
             },
             _ = tokio::time::sleep_until(next_timer.unwrap_or_else(Instant::now)), if next_timer.is_some() => {
                 let now = Instant::now();
-                if flush_due.is_some_and(|t| t <= now) {
-                    flush_due = None;
-                    looper.flush().await;
+                let due = looper.gathering.take_due(now);
+                if !due.is_empty() {
+                    looper.flush(due).await;
                 }
                 looper.retry(now).await;
             }
@@ -274,6 +275,8 @@ struct Loop<'a> {
     labelled: std::collections::BTreeMap<ObjectIdentity, StatusRequest>,
     /// Writes that failed and may succeed later: retried after a back-off, not at once.
     retries: Backoff<Retry>,
+    /// Policies whose Binding may have changed, each written once its changes pause.
+    gathering: Debounce<String>,
     resolutions: &'a mut Resolutions,
     policy_api: Api<BindingPolicy>,
     binding_api: Api<Binding>,
@@ -369,7 +372,7 @@ impl Loop<'_> {
                 // Another policy may take its objects over (one policy replaced by another):
                 // that Binding is written first, so the transport sees it before this one goes,
                 // and keeps the objects on the WECs until the other's ManifestWorks hold them.
-                self.flush().await;
+                self.flush_all().await;
                 let removed = crate::finalizer::set(&self.policy_api, &*policy, BINDING_POLICY_FINALIZER, false).await;
                 if self.settle(removed, Retry::Policy(name.into()), "removing the finalizer") != TRANSIENT {
                     self.retries.succeeded(&Retry::Policy(name.into()));
@@ -473,9 +476,23 @@ impl Loop<'_> {
         }
     }
 
-    /// Writes every dirty policy's Binding and status, each only if it differs.
-    async fn flush(&mut self) {
-        let dirty = self.resolutions.take_dirty();
+    /// Gathers the policies the inputs so far changed, as changed at `now`.
+    fn gather(&mut self, now: Instant) {
+        for name in self.resolutions.take_dirty() {
+            self.gathering.changed(name, now);
+        }
+    }
+
+    /// Writes every policy with changes now, whether or not its changes paused.
+    async fn flush_all(&mut self) {
+        let mut all = self.gathering.take_all();
+        all.extend(self.resolutions.take_dirty());
+        self.flush(all).await;
+    }
+
+    /// Writes the Binding and status of each policy of `dirty`, each only if it differs.
+    async fn flush(&mut self, dirty: impl IntoIterator<Item = String>) {
+        let dirty: BTreeSet<String> = dirty.into_iter().collect();
         if !dirty.is_empty() {
             self.sync_status_labels().await;
         }

@@ -69,6 +69,7 @@ fn test_loop<'a>(client: &Client, policies: Vec<BindingPolicy>, resolutions: &'a
         wds: client.clone(),
         labelled: Default::default(),
         retries: Backoff::for_writes(),
+        gathering: Debounce::new(Duration::from_millis(50), Duration::from_secs(2)),
         resolutions,
         policy_api: Api::all(client.clone()),
         binding_api: Api::all(client.clone()),
@@ -132,6 +133,9 @@ async fn a_policy_taking_over_is_written_before_the_deleted_one_lets_go() {
     let object = config_map();
     resolutions.set_policy("p", 1, &policy(false).spec, [(&object, None)], &[]);
     let mut looper = test_loop(&client, vec![policy(false), deleting], &mut resolutions);
+    // The other policy's change waits for its burst to end, but not past the deletion.
+    looper.gather(Instant::now());
+    assert_eq!(looper.gathering.len(), 1);
     // The other policy's Binding is created and its status written, then the finalizer goes.
     let ((), (status, finalizer)) = tokio::join!(looper.policy_changed("old"), async {
         let status = answer_binding_then_status(&mut server, 200).await;
@@ -170,7 +174,7 @@ async fn a_failed_policy_status_write_is_retried() {
     let mut resolutions = Resolutions::default();
     let mut looper = test_loop(&client, vec![policy(false)], &mut resolutions);
     looper.policy_changed("p").await;
-    let ((), status) = tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 503));
+    let ((), status) = tokio::join!(looper.flush_all(), answer_binding_then_status(&mut server, 503));
     assert!(
         status
             .uri
@@ -182,7 +186,7 @@ async fn a_failed_policy_status_write_is_retried() {
     // again (a conflict the Binding's event would settle), then the status.
     looper.retry(Instant::now() + RETRY_MAX).await;
     assert_eq!(looper.retries.waiting(), 0);
-    let ((), status) = tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 200));
+    let ((), status) = tokio::join!(looper.flush_all(), answer_binding_then_status(&mut server, 200));
     assert_eq!(status.body["status"]["conditions"][0]["type"], "Synced");
     assert_eq!(looper.retries.waiting(), 0);
 }
@@ -193,7 +197,7 @@ async fn a_refused_policy_status_write_is_reported_not_retried() {
     let mut resolutions = Resolutions::default();
     let mut looper = test_loop(&client, vec![policy(false)], &mut resolutions);
     looper.policy_changed("p").await;
-    tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 422));
+    tokio::join!(looper.flush_all(), answer_binding_then_status(&mut server, 422));
     assert_eq!(looper.retries.waiting(), 0);
     assert_eq!(looper.metrics.errors.get(), 1);
 }
@@ -211,7 +215,7 @@ async fn a_binding_too_large_to_store_is_reported_not_written() {
     resolutions.set_policy("p", 1, &everything.spec, objects.iter().map(|o| (o, None)), &[]);
     let mut looper = test_loop(&client, vec![everything], &mut resolutions);
     // The status is the first and only write.
-    let ((), status) = tokio::join!(looper.flush(), server.answer(200, stored(&policy(false))));
+    let ((), status) = tokio::join!(looper.flush_all(), server.answer(200, stored(&policy(false))));
     assert!(
         status
             .uri
@@ -234,7 +238,7 @@ async fn a_status_written_before_an_edit_is_resolved_claims_only_what_was_resolv
     edited.metadata.generation = Some(2);
     edited.spec.downsync[0].test.object_names = vec!["b".into()];
     let mut looper = test_loop(&client, vec![edited.clone()], &mut resolutions);
-    let ((), status) = tokio::join!(looper.flush(), answer_binding_then_status(&mut server, 200));
+    let ((), status) = tokio::join!(looper.flush_all(), answer_binding_then_status(&mut server, 200));
     assert_eq!(status.body["status"]["observedGeneration"], 1);
 
     // Its status written (generation 1 observed), the edit is resolved when its event comes.
@@ -252,7 +256,7 @@ async fn failed_status_request_labels_are_retried() {
     let object = config_map();
     resolutions.set_policy("p", 1, &policy(true).spec, [(&object, None)], &[]);
     let mut looper = test_loop(&client, vec![policy(true)], &mut resolutions);
-    let ((), (labels, _)) = tokio::join!(looper.flush(), async {
+    let ((), (labels, _)) = tokio::join!(looper.flush_all(), async {
         let labels = server.answer(500, mock::failure(500)).await;
         (labels, answer_binding_then_status(&mut server, 200).await)
     });
