@@ -69,10 +69,6 @@ impl Resolutions {
         std::mem::take(&mut self.dirty)
     }
 
-    pub fn has_dirty(&self) -> bool {
-        !self.dirty.is_empty()
-    }
-
     /// Marks a policy for a Binding and status check even if nothing it selects changed.
     pub fn touch(&mut self, name: &str) {
         self.dirty.insert(name.to_string());
@@ -286,12 +282,11 @@ pub(crate) mod tests {
 
         let relabelled = object("a", &[("app", "db")]);
         r.set_object(&relabelled.identity.workload_ref(), Some((&relabelled, None)));
-        assert!(r.has_dirty());
+        assert!(!r.take_dirty().is_empty());
         assert!(r.desired_spec("p").unwrap().workload.namespace_scope.is_empty());
 
-        r.take_dirty();
         r.set_object(&relabelled.identity.workload_ref(), Some((&relabelled, None)));
-        assert!(!r.has_dirty(), "no change, no write");
+        assert!(r.take_dirty().is_empty(), "no change, no write");
         r.set_object(&a.identity.workload_ref(), Some((&a, None)));
         r.set_object(&a.identity.workload_ref(), None);
         assert!(r.desired_spec("p").unwrap().workload.namespace_scope.is_empty());
@@ -306,7 +301,7 @@ pub(crate) mod tests {
         let mut newer = a.clone();
         newer.resource_version = "2".into();
         r.set_object(&newer.identity.workload_ref(), Some((&newer, None)));
-        assert!(r.has_dirty());
+        assert!(!r.take_dirty().is_empty());
         let spec = r.desired_spec("p").unwrap();
         assert_eq!(spec.workload.namespace_scope[0].object.resource_version, "2");
     }
@@ -317,7 +312,7 @@ pub(crate) mod tests {
         r.set_policy("p", 1, &policy("web", false), [], &[wec("cluster1")]);
         r.take_dirty();
         r.set_wecs(&[wec("cluster1")]);
-        assert!(!r.has_dirty());
+        assert!(r.take_dirty().is_empty());
         r.set_wecs(&[wec("cluster1"), wec("cluster2")]);
         assert_eq!(r.desired_spec("p").unwrap().destinations.len(), 2);
     }

@@ -246,7 +246,7 @@ async fn a_status_written_before_an_edit_is_resolved_claims_only_what_was_resolv
     looper.caches.policies = store(vec![edited]);
     looper.policy_changed("p").await;
     assert_eq!(looper.resolutions.policy("p").map(|s| s.generation), Some(2));
-    assert!(looper.resolutions.has_dirty());
+    assert!(!looper.resolutions.take_dirty().is_empty());
 }
 
 #[tokio::test]
