@@ -75,7 +75,7 @@ bench: deps ## Ours vs upstream KubeStellar v0.30.0 side by side on a fresh stac
 	target/release/ks-stack up --wecs 2
 	target/release/ks-bench compare $(BENCH_KNOBS)
 
-bench-plan: ## Time the transport's plan of one Binding: 10,000 objects to 12 and to 52 WECs (no stack)
+bench-plan: ## Time and peak memory of the transport's plan of one Binding: 10,000 objects to 12 and to 52 WECs (no stack)
 	BENCH_OBJECTS=10000 BENCH_WECS=12 $(CARGO) test -q --release -p ks-hub --lib bench_plan_at_scale -- --ignored --nocapture
 	BENCH_OBJECTS=10000 BENCH_WECS=52 $(CARGO) test -q --release -p ks-hub --lib bench_plan_at_scale -- --ignored --nocapture
 

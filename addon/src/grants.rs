@@ -147,7 +147,7 @@ impl Grants {
                         .workload
                         .manifests
                         .iter()
-                        .map(manifest_group)
+                        .map(|m| manifest_group(m))
                         .filter(|g| is_group_name(g))
                         .map(str::to_string)
                         .collect();

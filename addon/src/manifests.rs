@@ -7,6 +7,7 @@
 //! and never reads a Secret: it reports on delivered Secrets from what was delivered.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use ks_shared::names::{
@@ -171,7 +172,10 @@ pub fn manifest_work(
 ) -> ManifestWork {
     let spec = ManifestWorkSpec {
         workload: ManifestsTemplate {
-            manifests: agent_manifests(cluster, settings, delivered),
+            manifests: agent_manifests(cluster, settings, delivered)
+                .into_iter()
+                .map(Arc::new)
+                .collect(),
         },
         delete_option: None,
         manifest_configs: vec![ManifestConfigOption {

@@ -141,7 +141,7 @@ pub async fn run(
             // never read on the WEC): the other manifests can be large.
             mw.metadata.managed_fields = None;
             let mut manifests = std::mem::take(&mut mw.spec.workload.manifests);
-            manifests.retain(report::is_secret);
+            manifests.retain(|m| report::is_secret(m));
             mw.spec = Default::default();
             mw.spec.workload.manifests = manifests;
             mw.status = None;

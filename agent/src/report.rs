@@ -57,7 +57,7 @@ pub fn as_delivered(key: &ObjectKey, work: &ManifestWork) -> Option<DynamicObjec
                 && m["metadata"]["name"] == key.name.as_str()
                 && m["metadata"]["namespace"].as_str().unwrap_or_default() == key.namespace
         })
-        .and_then(|m| serde_json::from_value(m.clone()).ok())
+        .and_then(|m| serde::Deserialize::deserialize(&**m).ok())
 }
 
 /// What the WorkStatus of `key` should be, given the WEC object and the ManifestWork that
@@ -295,10 +295,11 @@ mod tests {
         };
         let mut mw = work(&[KS]);
         mw.spec.workload.manifests = vec![
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "creds", "namespace": "ns"}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "creds", "namespace": "ns"}}).into(),
             json!({"apiVersion": "v1", "kind": "Secret",
                    "metadata": {"name": "creds", "namespace": "ns", "annotations": {WDS_GENERATION_ANNOTATION: "2"}},
-                   "data": {"password": "c2VjcmV0"}}),
+                   "data": {"password": "c2VjcmV0"}})
+            .into(),
         ];
         let delivered = as_delivered(&secret, &mw).unwrap();
         let d = desired(&secret, &delivered, &mw).unwrap();

@@ -61,9 +61,10 @@ pub struct ManifestWorkSpec {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct ManifestsTemplate {
-    /// Whole Kubernetes objects, each with apiVersion and kind.
+    /// Whole Kubernetes objects, each with apiVersion and kind. Shared: the transport puts one
+    /// object into every WEC's ManifestWork without a copy per WEC.
     #[serde(default)]
-    pub manifests: Vec<serde_json::Value>,
+    pub manifests: Vec<std::sync::Arc<serde_json::Value>>,
 }
 
 /// Per-object options: update strategy and status feedback.

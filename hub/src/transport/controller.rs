@@ -14,7 +14,7 @@ use ks_shared::api::{Binding, BindingPolicy, CustomTransform};
 use ks_shared::names::{
     CUSTOMIZATION_PROPERTIES_NAMESPACE, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER, field_manager,
 };
-use ks_shared::runtime::{Backoff, Failure, failure, watch_into_inputs};
+use ks_shared::runtime::{Backoff, Failure, failure, watch_into_inputs, watch_trimmed_into_inputs};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -78,9 +78,11 @@ pub async fn run<P: Plugin>(
         || Input::All,
     );
     let ours = format!("{ORIGIN_WDS_LABEL}={}", settings.wds_name);
-    let works = watch_into_inputs(
+    // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each) until trimmed.
+    let works = watch_trimmed_into_inputs(
         Api::<P::Wrapped>::all(its.clone()),
-        watcher::Config::default().labels(&ours),
+        watcher::Config::default().labels(&ours).page_size(50),
+        P::trim,
         &shutdown,
         &inputs,
         |w| w.labels().get(ORIGIN_BINDING_LABEL).map(|b| Input::Binding(b.clone())),

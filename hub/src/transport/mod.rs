@@ -80,11 +80,16 @@ pub trait Plugin: Send + Sync + 'static {
         deliveries: &[&wrap::Delivery],
     ) -> Self::Wrapped;
     /// The manifests a wrapped object holds.
-    fn manifests<'a>(&self, wrapped: &'a Self::Wrapped) -> &'a [serde_json::Value];
+    fn manifests<'a>(&self, wrapped: &'a Self::Wrapped) -> &'a [std::sync::Arc<serde_json::Value>];
     /// What a wrapped object holds: each object's identity (group, kind, namespace, name).
     fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity> {
-        self.manifests(wrapped).iter().map(wrap::identity).collect()
+        self.manifests(wrapped).iter().map(|m| wrap::identity(m)).collect()
     }
+    /// What the transport's cache keeps of an existing wrapped object: no more than
+    /// [`Plugin::gloss`], [`Plugin::same_content`], [`Plugin::applied`], [`Plugin::landed`] and
+    /// the trace bookkeeping read. At 10,000 objects to 50 WECs the whole objects would take
+    /// gigabytes.
+    fn trim(wrapped: &mut Self::Wrapped);
     /// Whether an existing wrapped object already says what a desired one says (bookkeeping
     /// such as generations and tracing annotations is no reason to write).
     fn same_content(&self, existing: &Self::Wrapped, desired: &Self::Wrapped) -> bool;

@@ -218,7 +218,13 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
 fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<WorkloadRef, Item>, Vec<String>) {
     let mut errors = Vec::new();
     let mut items = BTreeMap::new();
-    let delivered = trace::delivered(inputs.current.iter().flat_map(|w| inputs.plugin.manifests(w)));
+    let delivered = trace::delivered(
+        inputs
+            .current
+            .iter()
+            .flat_map(|w| inputs.plugin.manifests(w))
+            .map(|m| &**m),
+    );
     let wecs: Vec<&str> = inputs
         .binding
         .spec

@@ -3,10 +3,11 @@
 //! add-on recognises it (docs/upstream-behaviour.md#manifestworks).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use ks_shared::names::{
     API_GROUPS_ANNOTATION, CONTENT_DIGEST_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL,
-    ORIGIN_WDS_LABEL, is_trace_annotation,
+    ORIGIN_WDS_LABEL, WDS_GENERATION_ANNOTATION, is_trace_annotation,
 };
 use ks_shared::ocm::{
     ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
@@ -16,21 +17,22 @@ use kube::api::ObjectMeta;
 use serde_json::Value;
 
 /// One object to deliver: the transformed manifest, its resource name, and whether it is
-/// create-only.
+/// create-only. Cloned cheaply: every WEC's ManifestWork shares the manifest, unless its
+/// templates are expanded for that WEC.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Delivery {
-    manifest: Value,
+    manifest: Arc<Value>,
     pub resource: String,
     pub create_only: bool,
     /// What the content digest reads of the manifest, serialised once however many WECs get it.
-    digest_text: String,
+    digest_text: Arc<str>,
 }
 
 impl Delivery {
     pub fn new(manifest: Value, resource: impl Into<String>, create_only: bool) -> Delivery {
         Delivery {
-            digest_text: without_trace_annotations(&manifest).to_string(),
-            manifest,
+            digest_text: without_trace_annotations(&manifest).to_string().into(),
+            manifest: Arc::new(manifest),
             resource: resource.into(),
             create_only,
         }
@@ -40,11 +42,11 @@ impl Delivery {
         &self.manifest
     }
 
-    /// Changes the manifest in place (e.g. expands its templates), keeping what is read of it
-    /// current.
+    /// Changes the manifest (e.g. expands its templates; a copy if it is shared), keeping what is
+    /// read of it current.
     pub fn update<T>(&mut self, change: impl FnOnce(&mut Value) -> T) -> T {
-        let result = change(&mut self.manifest);
-        self.digest_text = without_trace_annotations(&self.manifest).to_string();
+        let result = change(Arc::make_mut(&mut self.manifest));
+        self.digest_text = without_trace_annotations(&self.manifest).to_string().into();
         result
     }
 }
@@ -102,9 +104,12 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
     let labels = origin_labels(origin);
     let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
     let digest = content_digest(&labels, deliveries, &manifest_configs);
-    let manifests: Vec<Value> = deliveries.iter().map(|d| d.manifest.clone()).collect();
-    let groups: std::collections::BTreeSet<&str> =
-        manifests.iter().map(manifest_group).filter(|g| !g.is_empty()).collect();
+    let manifests: Vec<Arc<Value>> = deliveries.iter().map(|d| d.manifest.clone()).collect();
+    let groups: std::collections::BTreeSet<&str> = manifests
+        .iter()
+        .map(|m| manifest_group(m))
+        .filter(|g| !g.is_empty())
+        .collect();
     ManifestWork {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -145,7 +150,7 @@ fn content_digest(
     let labels = serde_json::to_string(labels).unwrap_or_default();
     // Through a Value, whose maps sort the configs' fields as the whole object's did.
     let configs = serde_json::to_value(configs).unwrap_or_default().to_string();
-    let manifests: Vec<&str> = deliveries.iter().map(|d| d.digest_text.as_str()).collect();
+    let manifests: Vec<&str> = deliveries.iter().map(|d| &*d.digest_text).collect();
     let content = format!(
         r#"{{"labels":{labels},"manifestConfigs":{configs},"manifests":[{}]}}"#,
         manifests.join(",")
@@ -172,8 +177,12 @@ impl super::Plugin for Ocm {
         wrap(origin, mailbox, name, deliveries)
     }
 
-    fn manifests<'a>(&self, wrapped: &'a ManifestWork) -> &'a [Value] {
+    fn manifests<'a>(&self, wrapped: &'a ManifestWork) -> &'a [Arc<Value>] {
         &wrapped.spec.workload.manifests
+    }
+
+    fn trim(work: &mut ManifestWork) {
+        trim(work);
     }
 
     fn same_content(&self, existing: &ManifestWork, desired: &ManifestWork) -> bool {
@@ -240,9 +249,66 @@ fn without_trace_annotations(manifest: &Value) -> Value {
     manifest
 }
 
+/// Leaves of a ManifestWork what the transport reads again: its metadata but managed fields,
+/// its manifest configs and status, and of each manifest its identity, its WDS generation and
+/// trace annotations. Its digest annotation stands for the content.
+pub fn trim(work: &mut ManifestWork) {
+    work.metadata.managed_fields = None;
+    for manifest in &mut work.spec.workload.manifests {
+        let metadata = &manifest["metadata"];
+        let annotations: serde_json::Map<String, Value> = metadata["annotations"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(key, _)| *key == WDS_GENERATION_ANNOTATION || is_trace_annotation(key))
+            .map(|(key, value)| (key.clone(), value.clone()))
+            .collect();
+        let mut kept = serde_json::json!({
+            "apiVersion": manifest["apiVersion"],
+            "kind": manifest["kind"],
+            "metadata": {"name": metadata["name"], "annotations": annotations},
+        });
+        if let Some(namespace) = metadata.get("namespace") {
+            kept["metadata"]["namespace"] = namespace.clone();
+        }
+        *manifest = SKELETONS.share(kept);
+    }
+}
+
+/// What is left of an object is the same in every WEC's ManifestWork: one copy is kept for all.
+static SKELETONS: std::sync::LazyLock<Skeletons> = std::sync::LazyLock::new(Skeletons::default);
+
+/// Trimmed manifests by their text; those no ManifestWork holds any more are dropped now and then.
+#[derive(Default)]
+struct Skeletons(std::sync::Mutex<SkeletonsByText>);
+
+#[derive(Default)]
+struct SkeletonsByText {
+    by_text: std::collections::HashMap<String, std::sync::Weak<Value>>,
+    /// How many were held after the last sweep of dropped ones.
+    after_sweep: usize,
+}
+
+impl Skeletons {
+    fn share(&self, skeleton: Value) -> Arc<Value> {
+        let text = skeleton.to_string();
+        let mut held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(shared) = held.by_text.get(&text).and_then(std::sync::Weak::upgrade) {
+            return shared;
+        }
+        let shared = Arc::new(skeleton);
+        held.by_text.insert(text, Arc::downgrade(&shared));
+        if held.by_text.len() > 2 * held.after_sweep.max(1024) {
+            held.by_text.retain(|_, skeleton| skeleton.strong_count() > 0);
+            held.after_sweep = held.by_text.len();
+        }
+        shared
+    }
+}
+
 /// What a ManifestWork holds: the identity of each manifest.
 pub fn gloss(work: &ManifestWork) -> Vec<Identity> {
-    work.spec.workload.manifests.iter().map(identity).collect()
+    work.spec.workload.manifests.iter().map(|m| identity(m)).collect()
 }
 
 /// A manifest's identity.
@@ -369,7 +435,7 @@ mod tests {
     fn as_stored(work: &ManifestWork) -> ManifestWork {
         let mut stored = work.clone();
         for manifest in &mut stored.spec.workload.manifests {
-            let metadata = manifest["metadata"].as_object_mut().unwrap();
+            let metadata = Arc::make_mut(manifest)["metadata"].as_object_mut().unwrap();
             metadata.retain(|_, v| v.as_object().is_none_or(|m| !m.is_empty()));
             metadata.insert("creationTimestamp".into(), Value::Null);
         }
@@ -383,6 +449,34 @@ mod tests {
         let stored = as_stored(&desired);
         assert_ne!(stored.spec, desired.spec, "the apiserver changed it");
         assert!(same_content(&stored, &desired));
+    }
+
+    #[test]
+    fn a_trimmed_work_still_says_what_it_holds_and_what_was_delivered() {
+        let traced = json!({WDS_GENERATION_ANNOTATION: "3", "tracing.k8s.io/traceparent": "00-a-b-01", "team": "x"});
+        let namespace = namespace_delivery();
+        let desired = wrap(&origin(), "cluster1", "w", &[&namespace, &configmap(traced)]);
+        let mut cached = as_stored(&desired);
+        trim(&mut cached);
+        assert!(same_content(&cached, &desired));
+        assert_eq!(gloss(&cached), gloss(&desired));
+        let delivered =
+            |w: &ManifestWork| super::super::trace::delivered(w.spec.workload.manifests.iter().map(|m| &**m));
+        assert_eq!(delivered(&cached), delivered(&desired));
+        assert_eq!(
+            *cached.spec.workload.manifests[1],
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1", "namespace": "n",
+                   "annotations": {WDS_GENERATION_ANNOTATION: "3", "tracing.k8s.io/traceparent": "00-a-b-01"}}}),
+            "no data, no other annotations"
+        );
+        // A changed manifest is still new content to the trimmed work.
+        let changed = wrap(
+            &origin(),
+            "cluster1",
+            "w",
+            &[&namespace, &configmap(json!({"team": "y"}))],
+        );
+        assert!(!same_content(&cached, &changed));
     }
 
     #[test]

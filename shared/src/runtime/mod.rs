@@ -15,4 +15,4 @@ pub use backoff::{Backoff, Failure, RETRY_MAX, RETRY_MIN, failure};
 pub use debounce::Debounce;
 pub use metrics::{ControllerMetrics, Help, assert_exports};
 pub use queue::WorkQueue;
-pub use watch::{Seen, drive, watch_into_inputs, watch_into_store};
+pub use watch::{Seen, drive, watch_into_inputs, watch_into_store, watch_trimmed_into_inputs};

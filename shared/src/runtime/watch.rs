@@ -56,8 +56,22 @@ pub fn watch_into_store<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
+    trimmed_store(api, config, |_| {}, stop, on)
+}
+
+/// [`watch_into_store`], caching only what `trim` leaves of each object.
+fn trimmed_store<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    stop: CancellationToken,
+    on: impl FnMut(Seen<'_, K>) + Send + 'static,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
     let (store, writer) = reflector::store();
-    let stream = watcher(api, config).default_backoff().reflect(writer);
+    let stream = watcher(api, config).default_backoff().modify(trim).reflect(writer);
     tokio::spawn(drive(K::kind(&()).into_owned(), stream, stop, on));
     store
 }
@@ -77,8 +91,26 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     I: Send + 'static,
 {
+    watch_trimmed_into_inputs(api, config, |_| {}, stop, inputs, changed, listed)
+}
+
+/// [`watch_into_inputs`], caching only what `trim` leaves of each object: for objects whose
+/// large parts the controller never reads again.
+pub fn watch_trimmed_into_inputs<K, I>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    stop: &CancellationToken,
+    inputs: &UnboundedSender<I>,
+    changed: fn(&K) -> Option<I>,
+    listed: fn() -> I,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    I: Send + 'static,
+{
     let (stop, inputs) = (stop.child_token(), inputs.clone());
-    watch_into_store(api, config, stop.clone(), move |seen| {
+    trimmed_store(api, config, trim, stop.clone(), move |seen| {
         let input = match seen {
             Seen::Changed(object) | Seen::Deleted(object) => changed(object),
             Seen::Listed => Some(listed()),

@@ -160,7 +160,7 @@ fn every_wec_gets_the_objects_transformed_in_its_mailbox() {
     assert_eq!(work.metadata.labels.as_ref().unwrap()[ORIGIN_BINDING_LABEL], "b");
     // The built-in transforms dropped the server-set metadata.
     assert_eq!(
-        work.spec.workload.manifests[0],
+        *work.spec.workload.manifests[0],
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns", "annotations": {}},
                "data": {"k": "v"}})
     );
@@ -276,7 +276,8 @@ fn a_delivered_trace_is_kept_for_the_same_generation_only() {
     let mut delivered = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
     let annotations = |work: &ManifestWork| work.spec.workload.manifests[0]["metadata"]["annotations"].clone();
     assert_eq!(annotations(&delivered), json!({WDS_GENERATION_ANNOTATION: "2"}));
-    delivered.spec.workload.manifests[0]["metadata"]["annotations"][TRACEPARENT_ANNOTATION] = json!("00-a-b-01");
+    std::sync::Arc::make_mut(&mut delivered.spec.workload.manifests[0])["metadata"]["annotations"]
+        [TRACEPARENT_ANNOTATION] = json!("00-a-b-01");
     case.current = vec![Arc::new(delivered)];
     let again = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
     assert_eq!(
@@ -438,12 +439,27 @@ fn bench_plan_at_scale() {
         (desired, started.elapsed())
     };
     let (first, cold) = run(&[]);
-    let current: Vec<Arc<ManifestWork>> = first.works.values().cloned().map(Arc::new).collect();
+    // As the transport's cache holds them.
+    let current: Vec<Arc<ManifestWork>> = first
+        .works
+        .into_values()
+        .map(|mut work| {
+            Ocm::trim(&mut work);
+            Arc::new(work)
+        })
+        .collect();
     let (second, warm) = run(&current);
-    assert_eq!(first.works.len(), second.works.len());
+    assert_eq!(current.len(), second.works.len());
+    // The process's peak: the objects, the works as cached, and both plans.
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let peak = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .unwrap_or("?")
+        .trim();
     println!(
-        "plan of {n} objects to {w} WECs ({} works): first {:.3} s, again with its works {:.3} s",
-        first.works.len(),
+        "plan of {n} objects to {w} WECs ({} works): first {:.3} s, again with its works {:.3} s; peak RSS {peak}",
+        current.len(),
         cold.as_secs_f64(),
         warm.as_secs_f64()
     );
