@@ -69,7 +69,7 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
             println!("   ({:.0} s)", started.elapsed().as_secs_f64());
         }
     }
-    println!("\n{}", curve_table(&output.points, part));
+    println!("\n{}", curve_table(&output.points));
     output.knobs = match part {
         Part::Objects => vec![
             knob("curve-objects", list(&knobs.curve_objects)),

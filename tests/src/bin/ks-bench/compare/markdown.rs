@@ -63,7 +63,7 @@ N min\", and what it had reached by then (memory, CPU, writes) as \"≥\".\n\n",
         }
         match part {
             Part::Objects | Part::Wecs => {
-                out.push_str(&curve_table(&result.points, *part));
+                out.push_str(&curve_table(&result.points));
                 out.push('\n');
                 for line in growth_lines(&result.points, *part) {
                     let _ = writeln!(out, "- {line}");
@@ -131,7 +131,7 @@ pub fn thousands(n: usize) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -141,7 +141,7 @@ pub fn thousands(n: usize) -> String {
 
 /// One row per point: the time to every mailbox, the hub's peak RSS and CPU, ManifestWork
 /// writes and idle writes, ours and upstream side by side.
-pub fn curve_table(points: &[Point], part: Part) -> String {
+pub fn curve_table(points: &[Point]) -> String {
     let mut scale: Vec<(usize, usize)> = points.iter().map(|p| (p.objects, p.wecs)).collect();
     scale.sort_unstable();
     scale.dedup();
@@ -149,7 +149,6 @@ pub fn curve_table(points: &[Point], part: Part) -> String {
         "| objects × WECs | all in every mailbox: ours | upstream | ITS apiserver alone | hub peak RSS: ours | upstream | hub CPU: ours | upstream | ManifestWork writes: ours | upstream | idle writes: ours | upstream |\n\
          |---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
-    let _ = part;
     for (objects, wecs) in scale {
         let at = |i| {
             points
@@ -229,9 +228,7 @@ pub fn growth_words(x_ratio: f64, x_name: &str, y_ratio: f64, y_name: &str) -> S
 
 /// A ratio with the digits that matter: `10`, `5.2`, `1.35`.
 fn ratio(r: f64) -> String {
-    if (r - r.round()).abs() < 0.05 && r >= 2.0 {
-        format!("{r:.0}")
-    } else if r >= 10.0 {
+    if r >= 10.0 || ((r - r.round()).abs() < 0.05 && r >= 2.0) {
         format!("{r:.0}")
     } else if r >= 2.0 {
         format!("{r:.1}")
@@ -263,7 +260,6 @@ pub fn growth_lines(points: &[Point], part: Part) -> Vec<String> {
         for (a, b) in pairs {
             let ((pa, ma), (pb, mb)) = (finished[a], finished[b]);
             let rx = x_of(pb, part) as f64 / x_of(pa, part) as f64;
-            let _ = ma;
             lines.push(format!(
                 "{i}, {} → {} {what}: {}; {}; {}",
                 thousands(x_of(pa, part)),
@@ -406,8 +402,9 @@ run's policies hold every object and Namespace), *all on both real WECs*. Meanwh
 (sampled every 250 ms, summed over upstream's two processes) and CPU seconds, and the writes the WDS and ITS \
 apiservers served (their own `apiserver_request_total`, write verbs): the hub's writes to the WDS (all but \
 kubectl's creates, the ServiceAccount a new Namespace gets, Leases and Events) and ManifestWork writes to the \
-ITS (the hub's, plus the OCM agent's finalizer patch on each new ManifestWork of a real WEC); then the hub's \
-writes during `--idle` seconds of idle afterwards (target 0). *ITS apiserver alone*: the same final \
+ITS (the hub's, plus the OCM agent's finalizer patch on each new ManifestWork of a real WEC); then, once the \
+agents on both real WECs have reported every object (a WorkStatus each), the hub's writes during `--idle` \
+seconds of idle (target 0). *ITS apiserver alone*: the same final \
 ManifestWorks, each written once into a namespace no agent reads, from a tight client loop with 8 writes in \
 flight — the physical limit. A run that has not reached every mailbox and both real WECs after \
 `--upstream-cap-minutes` (upstream) or `--ours-cap-minutes` (ours) is stopped and shown as \"did not finish\"; \
@@ -503,7 +500,7 @@ mod tests {
             lines.iter().any(|l| l.contains("upstream, 10,000 objects: not tried")),
             "{lines:#?}"
         );
-        let table = curve_table(&objects_curve(), Part::Objects);
+        let table = curve_table(&objects_curve());
         assert!(
             table.contains("| 5,000 × 12 | 19.00 s | did not finish in 20 min | 4.75 s | 120 MiB | ≥ 400 MiB |"),
             "{table}"

@@ -266,7 +266,7 @@ fn hub_pids(stack: &Stack, implementation: Implementation) -> Vec<u32> {
 
 /// The order of the implementations in a repeat: alternating which goes first.
 fn order(repeat: usize) -> [Implementation; 2] {
-    if repeat % 2 == 0 {
+    if repeat.is_multiple_of(2) {
         [Implementation::Ours, Implementation::Upstream]
     } else {
         [Implementation::Upstream, Implementation::Ours]

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
+use ks_shared::api::WorkStatus;
 use ks_shared::names::ORIGIN_BINDING_LABEL;
 use ks_shared::ocm::ManifestWork;
 use ks_tests::metrics::{Request, apiserver_writes, difference};
@@ -27,6 +28,9 @@ use super::simulated::SIMULATED_LABEL;
 use super::{Knobs, REAL_WECS, WDS, hub_pids, within};
 use crate::fixtures::{MANAGER, apply_namespace, unique};
 use crate::measure::Usage;
+
+/// How long the agents get to report every object before the idle window.
+const REPORTED_DEADLINE: Duration = Duration::from_secs(600);
 
 /// What one run sends where.
 pub struct Load<'a> {
@@ -177,7 +181,23 @@ pub async fn propagate(
         ));
     }
 
-    // Idle: what the hub writes when nothing changes (a measuring window, not a wait).
+    // Idle: what the hub writes when nothing changes. First the agents report every object
+    // (status return is the hub's work too), then a measuring window.
+    let ours = format!("{ORIGIN_BINDING_LABEL} in ({})", names(&spreads).join(","));
+    let reported = || async {
+        let mut all = true;
+        for wec in REAL_WECS {
+            let statuses = Api::<WorkStatus>::namespaced(its.clone(), wec)
+                .list_metadata(&ListParams::default().labels(&ours))
+                .await?;
+            all &= statuses.items.len() >= target;
+        }
+        anyhow::Ok(all)
+    };
+    if !within(Instant::now() + REPORTED_DEADLINE, reported).await? {
+        println!("   the agents have not reported every object after {REPORTED_DEADLINE:?}: idle counted anyway");
+    }
+    let after = writes_now(stack).await?;
     tokio::time::sleep(Duration::from_secs(knobs.idle)).await;
     let idle = writes_now(stack).await?;
     let idle_writes = [difference(&after[0], &idle[0]), difference(&after[1], &idle[1])];
@@ -191,7 +211,6 @@ pub async fn propagate(
         describe(&idle_writes[1])
     ));
 
-    let ours = format!("{ORIGIN_BINDING_LABEL} in ({})", names(&spreads).join(","));
     let final_works = works.list(&ListParams::default().labels(&ours)).await?.items;
     measured.apiserver_alone_seconds = physical_limit(&its, &final_works).await?.as_secs_f64();
     println!(
