@@ -1,9 +1,9 @@
-//! The agent part (ours only: upstream's ocm-status-addon is not served by the Go module proxy,
+//! The agent parts (ours only: upstream's ocm-status-addon is not served by the Go module proxy,
 //! so it cannot be built here), past the hub, straight into cluster1's mailbox:
-//! (a) `--agent-objects` Gauges in ManifestWorks of 100, the agent's RSS sampled every tenth of
+//! (a, `agent`) `--agent-objects` Gauges in ManifestWorks of 100, the agent's RSS sampled every tenth of
 //!     them (MiB per 1,000 objects), then one status change of every Gauge (WorkStatus writes
 //!     per status change, from the ITS apiserver's request counts);
-//! (b) `--agent-cycles` Pod create/delete cycles: ManifestWorks holding `--agent-pods` Pods in
+//! (b, `churn`) `--agent-cycles` Pod create/delete cycles: ManifestWorks holding `--agent-pods` Pods in
 //!     all, each round replacing every Pod by a new one (OCM deletes the old, creates the new),
 //!     the agent's RSS after each round (first, peak, last, slope).
 
@@ -17,6 +17,7 @@ use ks_tests::stack::Stack;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::json;
 
+use super::markdown::thousands;
 use super::report::{Figures, Implementation, Unit};
 use super::results::Output;
 use super::{DEADLINE, Knobs, knob, switch_to, within};
@@ -26,14 +27,22 @@ use crate::measure::rss_kib;
 const WEC: &str = "cluster1";
 const OURS: Implementation = Implementation::Ours;
 
+/// The `agent` part.
 pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
     // The hub plays no part; ours runs, as `make up` has it.
     switch_to(stack, OURS).await?;
     let mut output = Output::default();
     objects(stack, knobs.agent_objects, &mut output.figures).await?;
+    output.knobs = vec![knob("agent-objects", knobs.agent_objects)];
+    Ok(output)
+}
+
+/// The `churn` part.
+pub async fn churn(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
+    switch_to(stack, OURS).await?;
+    let mut output = Output::default();
     output.samples = cycles(stack, knobs.agent_cycles, knobs.agent_pods, &mut output.figures).await?;
     output.knobs = vec![
-        knob("agent-objects", knobs.agent_objects),
         knob("agent-cycles", knobs.agent_cycles),
         knob("agent-pods", knobs.agent_pods),
     ];
@@ -147,21 +156,21 @@ async fn objects(stack: &Stack, count: usize, figures: &mut Figures) -> anyhow::
     let peak = memory.iter().map(|m| m.1).fold(mib(pid), f64::max);
     figures.add(
         OURS,
-        &format!("agent: {count} Gauges, time until all reported"),
+        &format!("agent: {} Gauges, time until all reported", thousands(count)),
         Unit::Seconds,
         reported.as_secs_f64(),
     );
     figures.add(OURS, "agent: RSS with no objects", Unit::MiB, memory[0].1);
     figures.add(
         OURS,
-        &format!("agent: RSS at {count} objects"),
+        &format!("agent: RSS at {} objects", thousands(count)),
         Unit::MiB,
         memory.last().map(|m| m.1).unwrap_or_default(),
     );
     figures.add(OURS, "agent: MiB per 1,000 objects", Unit::MiB, slope);
     figures.add(
         OURS,
-        &format!("agent: time until {count} status changes reported"),
+        &format!("agent: time until {} status changes reported", thousands(count)),
         Unit::Seconds,
         changed.as_secs_f64(),
     );
@@ -171,7 +180,12 @@ async fn objects(stack: &Stack, count: usize, figures: &mut Figures) -> anyhow::
         Unit::Count,
         written as f64 / count.max(1) as f64,
     );
-    figures.add(OURS, &format!("agent: peak RSS at {count} objects"), Unit::MiB, peak);
+    figures.add(
+        OURS,
+        &format!("agent: peak RSS at {} objects", thousands(count)),
+        Unit::MiB,
+        peak,
+    );
     figures.notes.push(format!(
         "agent: RSS (MiB) by Gauges reported: {}",
         memory
@@ -181,15 +195,7 @@ async fn objects(stack: &Stack, count: usize, figures: &mut Figures) -> anyhow::
             .join(", ")
     ));
 
-    for name in names.iter().chain(std::iter::once(&run)) {
-        works.delete(name, &DeleteParams::default()).await?;
-    }
-    let gone = within(Instant::now() + DEADLINE, || async {
-        Ok(statuses_of(&statuses, &run, "Gauge").await?.is_empty())
-    })
-    .await?;
-    anyhow::ensure!(gone, "the Gauges' WorkStatuses are still there after {DEADLINE:?}");
-    Ok(())
+    remove(&works, &statuses, &names, &run, "Gauge").await
 }
 
 /// (b): rounds of `pods` Pods, each round replacing every Pod of the last; the agent's RSS after
@@ -265,15 +271,31 @@ async fn cycles(stack: &Stack, cycles: usize, pods: usize, figures: &mut Figures
         Unit::MiB,
         least_squares(&samples[1.min(samples.len() - 1)..]) * 10_000.0,
     );
-    for name in names.iter().chain(std::iter::once(&run)) {
+    remove(&works, &statuses, &names, &run, "Pod").await?;
+    Ok(samples)
+}
+
+/// Deletes a run's ManifestWorks (`names` and the Namespace's) and waits until the agent has
+/// removed the WorkStatuses of its objects of `kind`.
+async fn remove(
+    works: &Api<ManifestWork>,
+    statuses: &Api<WorkStatus>,
+    names: &[String],
+    run: &str,
+    kind: &str,
+) -> anyhow::Result<()> {
+    for name in names.iter().map(String::as_str).chain(std::iter::once(run)) {
         works.delete(name, &DeleteParams::default()).await?;
     }
     let gone = within(Instant::now() + DEADLINE, || async {
-        Ok(statuses_of(&statuses, &run, "Pod").await?.is_empty())
+        Ok(statuses_of(statuses, run, kind).await?.is_empty())
     })
     .await?;
-    anyhow::ensure!(gone, "the Pods' WorkStatuses are still there after {DEADLINE:?}");
-    Ok(samples)
+    anyhow::ensure!(
+        gone,
+        "the WorkStatuses of the {kind}s are still there after {DEADLINE:?}"
+    );
+    Ok(())
 }
 
 /// The slope of the least-squares line through `points` (0 for fewer than two).

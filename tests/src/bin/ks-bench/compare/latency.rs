@@ -13,25 +13,24 @@ use crate::scenarios::delivery::delivery;
 use crate::scenarios::status::singleton;
 
 pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
-    let mut figures = Figures::default();
-    for repeat in 0..knobs.repeats {
-        for implementation in order(repeat) {
-            println!("== run {} of {}: {implementation}", repeat + 1, knobs.repeats);
-            let started = Instant::now();
-            switch_to(stack, implementation).await?;
-            one_run(stack, knobs, implementation, &mut figures).await?;
-            println!("   ({:.0} s)", started.elapsed().as_secs_f64());
-        }
-    }
-    Ok(Output {
-        figures,
+    let mut output = Output {
         knobs: vec![
             knob("repeats", knobs.repeats),
             knob("objects", knobs.objects),
             knob("changes", knobs.changes),
         ],
         ..Output::default()
-    })
+    };
+    for repeat in 0..knobs.repeats {
+        for implementation in order(repeat) {
+            println!("== run {} of {}: {implementation}", repeat + 1, knobs.repeats);
+            let started = Instant::now();
+            switch_to(stack, implementation).await?;
+            one_run(stack, knobs, implementation, &mut output.figures).await?;
+            println!("   ({:.0} s)", started.elapsed().as_secs_f64());
+        }
+    }
+    Ok(output)
 }
 
 async fn one_run(stack: &Stack, knobs: &Knobs, i: Implementation, figures: &mut Figures) -> anyhow::Result<()> {

@@ -75,8 +75,8 @@ N min\", and what it had reached by then (memory, CPU, writes) as \"≥\".\n\n",
                 }
                 out.push('\n');
             }
-            Part::Agent if !result.samples.is_empty() => {
-                let name = "agent-cycles.svg".to_string();
+            Part::Churn if !result.samples.is_empty() => {
+                let name = "churn.svg".to_string();
                 let series = [Series {
                     name: "ours: the agent's RSS after each round of Pods".into(),
                     points: result.samples.clone(),
@@ -411,11 +411,11 @@ flight — the physical limit. A run that has not reached every mailbox and both
 on a curve, an implementation's larger points are then not tried. Growth between points is named from the \
 exponent e of y ∝ xᵉ: flat (e < 0.2), sublinear (< 0.8), linear (0.8–1.2), superlinear (< 1.7), quadratic or \
 worse.
-- **Agent** (ours only, past the hub, straight into cluster1's mailbox): `--agent-objects` Gauges in \
+- **Agent and churn** (ours only, past the hub, straight into cluster1's mailbox): `--agent-objects` Gauges in \
 ManifestWorks of 100, delivered a tenth at a time; after each tenth, once the agent has a WorkStatus for every \
 Gauge, its RSS; MiB per 1,000 objects is the least-squares slope. Then one status change of every Gauge (16 \
 writes in flight), timed until every WorkStatus shows it; WorkStatus writes per change from the ITS \
-apiserver's request counts (target 1). Then Pod create/delete cycles: ManifestWorks holding `--agent-pods` \
+apiserver's request counts (target 1). Churn: Pod create/delete cycles: ManifestWorks holding `--agent-pods` \
 Pods (of 100 each), every round replacing each Pod with a new one (OCM deletes the old and creates the new; \
 `terminationGracePeriodSeconds: 0`), until the agent's WorkStatuses name exactly the new Pods; its RSS after \
 each round, and the least-squares slope after the first round (target: flat).
@@ -544,6 +544,7 @@ mod tests {
             (Part::Objects, Some(json(&objects))),
             (Part::Wecs, None),
             (Part::Agent, None),
+            (Part::Churn, None),
         ];
         let (text, plots) = render(&results, "bench");
         assert!(text.contains("## Latency: one object at a time\n\nNot run yet: `make bench SCENARIO=latency`."));

@@ -47,7 +47,7 @@ const REAL_WECS: [&str; 2] = ["cluster1", "cluster2"];
 /// an hour on a 2-core machine (`make bench`); `make bench QUICK=1` passes small knobs.
 #[derive(clap::Args, Clone, Debug)]
 #[command(
-    after_help = "Parts (--scenario, comma-separated or repeated; default: all, in this order):
+    after_help = "Parts (--scenario, comma-separated or repeated; default: all; agent and churn run first, the others in this order):
   latency  one object at a time: delivery to both WECs, singleton status, multi-WEC status (--repeats runs each)
   bulk     --bulk-objects objects (half ConfigMaps, half Deployments) in --namespaces namespaces, each with its
            own BindingPolicy, created with `kubectl apply` (--kubectl-parallel at once) to 2 real and
@@ -55,8 +55,9 @@ const REAL_WECS: [&str; 2] = ["cluster1", "cluster2"];
            the ITS apiserver alone needs for the same ManifestWorks
   objects  the bulk run at each of --curve-objects, to --curve-wecs-fixed WECs: the growth with objects
   wecs     the bulk run at --curve-wec-objects objects, to each of --curve-wecs WECs: the growth with WECs
-  agent    ours only: --agent-objects Gauges on cluster1 (RSS every tenth), one status change each; then
-           --agent-cycles Pod create/delete cycles, --agent-pods Pods at a time, with the agent's RSS
+  agent    ours only: --agent-objects Gauges on cluster1 (RSS every tenth), one status change each
+  churn    ours only: --agent-cycles Pod create/delete cycles, --agent-pods Pods at a time, the agent's RSS
+           over them (about 4 cycles a second here, so the default is what fits in about 45 minutes)
 
 Upstream runs stop after --upstream-cap-minutes (ours after --ours-cap-minutes) and are reported as
 \"did not finish in N min\"; a curve does not try upstream at larger points once one did not finish.
@@ -64,7 +65,7 @@ Each part writes <out-dir>/<part>.json; <markdown> and the plots (<out-dir>/*.sv
 from every part's JSON present, so parts run on different days combine."
 )]
 pub struct Knobs {
-    /// Parts to run (latency, bulk, objects, wecs, agent).
+    /// Parts to run (latency, bulk, objects, wecs, agent, churn).
     #[arg(long = "scenario", value_enum, value_delimiter = ',', default_values_t = Part::ALL)]
     pub scenarios: Vec<Part>,
     /// latency: runs per implementation (alternating which goes first).
@@ -114,10 +115,10 @@ pub struct Knobs {
     /// agent: Gauges delivered to cluster1 (in ManifestWorks of 100).
     #[arg(long, default_value_t = 10_000)]
     pub agent_objects: usize,
-    /// agent: Pod create/delete cycles.
-    #[arg(long, default_value_t = 60_000)]
+    /// churn: Pod create/delete cycles (the issue's 60,000 take about 4 hours here).
+    #[arg(long, default_value_t = 10_000)]
     pub agent_cycles: usize,
-    /// agent: Pods created (and then deleted) per round of cycles, in ManifestWorks of 100 (at
+    /// churn: Pods created (and then deleted) per round of cycles, in ManifestWorks of 100 (at
     /// most half the WEC node's 1,000 Pods, as a round's new Pods come before the old go).
     #[arg(long, default_value_t = 500)]
     pub agent_pods: usize,
@@ -160,9 +161,11 @@ pub fn in_repo(path: &Path) -> PathBuf {
 /// stack back to our hub as `make up` runs it, whatever happened.
 pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<()> {
     let mut parts = knobs.scenarios.clone();
-    parts.sort();
+    // The agent parts first, while the agent has seen no other part's objects (its memory
+    // would start from their high-water mark).
+    parts.sort_by_key(|p| (![Part::Agent, Part::Churn].contains(p), *p));
     parts.dedup();
-    if parts.iter().any(|p| *p != Part::Agent) {
+    if parts.iter().any(|p| ![Part::Agent, Part::Churn].contains(p)) {
         anyhow::ensure!(
             stack.has_upstream_hub(),
             "upstream KubeStellar is not built: run `deps/build.sh kubestellar` (or `make bench`)"
@@ -210,6 +213,7 @@ async fn run_part(stack: &Stack, knobs: &Knobs, part: Part, started: Instant) ->
         Part::Bulk => bulk::run(stack, knobs).await?,
         Part::Objects | Part::Wecs => curves::run(stack, knobs, part).await?,
         Part::Agent => agent::run(stack, knobs).await?,
+        Part::Churn => agent::churn(stack, knobs).await?,
     };
     remove_simulated(stack).await?;
     let result = PartResult {
@@ -222,7 +226,9 @@ async fn run_part(stack: &Stack, knobs: &Knobs, part: Part, started: Instant) ->
         points,
         samples,
     };
-    println!("\n{}", result.figures.text_table());
+    if !result.figures.figures.is_empty() {
+        println!("\n{}", result.figures.text_table());
+    }
     Ok(result)
 }
 
@@ -288,34 +294,13 @@ async fn remove_leftovers(stack: &Stack) -> anyhow::Result<()> {
 /// the ITS that bench policies caused or the agent part wrote; in mailboxes without an agent
 /// (the simulated WECs') their finalizers are dropped too, as no agent will.
 async fn delete_bench_objects(stack: &Stack) -> anyhow::Result<()> {
-    let wds = stack.client(WDS).await?;
-    let policies = Api::<BindingPolicy>::all(wds.clone());
-    for policy in policies.list_metadata(&ListParams::default()).await?.items {
-        if is_bench(&policy.metadata.name) {
-            let _ = policies
-                .delete(&policy.metadata.name.unwrap_or_default(), &DeleteParams::default())
-                .await;
-        }
-    }
-    let bindings = Api::<Binding>::all(wds.clone());
-    for binding in bindings.list_metadata(&ListParams::default()).await?.items {
-        if is_bench(&binding.metadata.name) {
-            let _ = bindings
-                .delete(&binding.metadata.name.unwrap_or_default(), &DeleteParams::default())
-                .await;
-        }
-    }
+    delete_wds_objects(stack).await?;
+    delete_bench_named(&Api::<Binding>::all(stack.client(WDS).await?)).await?;
     let its = stack.client("its1").await?;
     let works = Api::<ManifestWork>::all(its.clone());
     let no_finalizers = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
     for work in works.list_metadata(&ListParams::default()).await?.items {
-        let from_bench = is_bench(&work.metadata.name)
-            || work
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(ORIGIN_BINDING_LABEL))
-                .is_some_and(|b| b.starts_with("bench-"));
+        let from_bench = is_bench(&work.metadata.name) || caused_by_bench(&work.metadata);
         let (Some(name), Some(ns)) = (work.metadata.name, work.metadata.namespace) else {
             continue;
         };
@@ -327,17 +312,30 @@ async fn delete_bench_objects(stack: &Stack) -> anyhow::Result<()> {
             }
         }
     }
-    for client in [wds, its] {
-        let namespaces = Api::<Namespace>::all(client);
-        for ns in namespaces.list_metadata(&ListParams::default()).await?.items {
-            if is_bench(&ns.metadata.name) {
-                let _ = namespaces
-                    .delete(&ns.metadata.name.unwrap_or_default(), &DeleteParams::default())
-                    .await;
-            }
+    delete_bench_named(&Api::<Namespace>::all(its)).await
+}
+
+/// Deletes every object of `api` named `bench-…` (failures ignored: it may be gone already).
+async fn delete_bench_named<K>(api: &Api<K>) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for object in api.list_metadata(&ListParams::default()).await?.items {
+        if is_bench(&object.metadata.name) {
+            let _ = api
+                .delete(&object.metadata.name.unwrap_or_default(), &DeleteParams::default())
+                .await;
         }
     }
     Ok(())
+}
+
+/// Whether a ManifestWork or WorkStatus comes from a bench policy's Binding.
+fn caused_by_bench(meta: &kube::api::ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(ORIGIN_BINDING_LABEL))
+        .is_some_and(|b| b.starts_with("bench-"))
 }
 
 /// After a run: its objects are gone from the WDS, the hub removes what it wrote. If that
@@ -362,23 +360,8 @@ async fn clean_up(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Re
 /// Deletes the bench's policies and namespaces in the WDS (the hub removes the rest).
 async fn delete_wds_objects(stack: &Stack) -> anyhow::Result<()> {
     let wds = stack.client(WDS).await?;
-    let policies = Api::<BindingPolicy>::all(wds.clone());
-    for policy in policies.list_metadata(&ListParams::default()).await?.items {
-        if is_bench(&policy.metadata.name) {
-            let _ = policies
-                .delete(&policy.metadata.name.unwrap_or_default(), &DeleteParams::default())
-                .await;
-        }
-    }
-    let namespaces = Api::<Namespace>::all(wds);
-    for ns in namespaces.list_metadata(&ListParams::default()).await?.items {
-        if is_bench(&ns.metadata.name) {
-            let _ = namespaces
-                .delete(&ns.metadata.name.unwrap_or_default(), &DeleteParams::default())
-                .await;
-        }
-    }
-    Ok(())
+    delete_bench_named(&Api::<BindingPolicy>::all(wds.clone())).await?;
+    delete_bench_named(&Api::<Namespace>::all(wds)).await
 }
 
 /// Waits until every scenario's leftovers are gone (namespaces in every space, ManifestWorks,
@@ -405,21 +388,11 @@ async fn quiesce(stack: &Stack, deadline: Duration) -> anyhow::Result<()> {
         let statuses = Api::<WorkStatus>::all(its.clone())
             .list_metadata(&ListParams::default())
             .await?;
-        Ok(!works.items.iter().any(|w| is_bench(&w.metadata.name))
-            && !works.items.iter().any(|w| {
-                w.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(ORIGIN_BINDING_LABEL))
-                    .is_some_and(|b| b.starts_with("bench-"))
-            })
-            && !statuses.items.iter().any(|w| {
-                w.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(ORIGIN_BINDING_LABEL))
-                    .is_some_and(|b| b.starts_with("bench-"))
-            }))
+        Ok(!works
+            .items
+            .iter()
+            .any(|w| is_bench(&w.metadata.name) || caused_by_bench(&w.metadata))
+            && !statuses.items.iter().any(|w| caused_by_bench(&w.metadata)))
     })
     .await
 }

@@ -20,12 +20,21 @@ pub enum Part {
     Objects,
     /// Cost as WECs grow, at a fixed number of objects.
     Wecs,
-    /// Our status agent alone: many objects on one WEC, then Pod create/delete cycles.
+    /// Our status agent alone: many objects on one WEC, one status change each.
     Agent,
+    /// Our status agent alone: Pod create/delete cycles, its memory over them.
+    Churn,
 }
 
 impl Part {
-    pub const ALL: [Part; 5] = [Part::Latency, Part::Bulk, Part::Objects, Part::Wecs, Part::Agent];
+    pub const ALL: [Part; 6] = [
+        Part::Latency,
+        Part::Bulk,
+        Part::Objects,
+        Part::Wecs,
+        Part::Agent,
+        Part::Churn,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -34,6 +43,7 @@ impl Part {
             Part::Objects => "objects",
             Part::Wecs => "wecs",
             Part::Agent => "agent",
+            Part::Churn => "churn",
         }
     }
 
@@ -43,7 +53,8 @@ impl Part {
             Part::Bulk => "Bulk: many objects, several namespaces and policies, created with kubectl",
             Part::Objects => "Scaling with objects",
             Part::Wecs => "Scaling with WECs",
-            Part::Agent => "Status agent (ours only)",
+            Part::Agent => "Status agent at many objects (ours only)",
+            Part::Churn => "Status agent over Pod create/delete cycles (ours only)",
         }
     }
 
