@@ -121,9 +121,19 @@ pub async fn wait_until<K>(
 where
     K: Resource + Clone + DeserializeOwned + std::fmt::Debug + Send + 'static,
 {
-    match tokio::time::timeout(deadline, await_condition(api, name, condition)).await {
-        Ok(result) => Ok(result?),
-        Err(_) => anyhow::bail!("{name}: not {what} within {deadline:?}"),
+    let until = tokio::time::Instant::now() + deadline;
+    loop {
+        let probe = |object: Option<&K>| condition.matches_object(object);
+        match tokio::time::timeout_at(until, await_condition(api.clone(), name, probe)).await {
+            Ok(Ok(found)) => return Ok(found),
+            // A watch can end with an error (410 Expired after etcd compacts): watch again, after
+            // a pause so that an apiserver that is down is not hammered.
+            Ok(Err(kube::runtime::wait::Error::ProbeFailed(e))) => {
+                tracing::debug!("{name}: watch failed, watching again: {e}");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(_) => anyhow::bail!("{name}: not {what} within {deadline:?}"),
+        }
     }
 }
 

@@ -16,9 +16,10 @@ use scenarios::{agent, binding, delivery, status, tracing_overhead};
 #[command(
     version,
     about = "Measurements on the running local stack (`make up` first)",
-    long_about = "Measurements on the running local stack (`make up` first). `compare` runs every scenario \
-                  against our hub and upstream KubeStellar v0.30.0's in turn (`make bench`); the others \
-                  measure one part of ours."
+    long_about = "Measurements on the running local stack (`make up` first). `compare` runs parts \
+                  (latency, bulk, objects, wecs, agent) against our hub and upstream KubeStellar v0.30.0's \
+                  in turn (`make bench`, `make bench SCENARIO=<part>`); `report` writes docs/benchmarks.md \
+                  again from the parts' results; the others measure one part of ours."
 )]
 struct Args {
     #[command(subcommand)]
@@ -74,15 +75,29 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         changes: usize,
     },
-    /// Every scenario against our hub and upstream KubeStellar v0.30.0's, alternating; prints a
-    /// table and writes it as JSON and Markdown.
+    /// Ours against upstream KubeStellar v0.30.0, alternating, in parts (`--scenario`); each
+    /// part's results go to docs/bench/<part>.json, and docs/benchmarks.md with its plots is
+    /// written again from every part's results present.
     Compare(compare::Knobs),
+    /// Writes docs/benchmarks.md and its plots again from the parts' results (no stack needed).
+    Report {
+        #[arg(long, default_value = "docs/bench")]
+        out_dir: std::path::PathBuf,
+        #[arg(long, default_value = "docs/benchmarks.md")]
+        markdown: std::path::PathBuf,
+    },
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // Parsed first: `--help` and usage errors need no stack.
     let command = Args::parse().command;
+    if let Command::Report { out_dir, markdown } = &command {
+        let (out_dir, markdown) = (compare::in_repo(out_dir), compare::in_repo(markdown));
+        compare::write_report(&out_dir, &markdown)?;
+        println!("written: {}", markdown.display());
+        return Ok(());
+    }
     let exe = std::env::current_exe()?;
     let stack = Stack::new(&repo_root(), 2, exe.parent().expect("binary directory"))?;
     anyhow::ensure!(stack.is_running(), "the stack is not running: run `make up` first");
@@ -98,5 +113,6 @@ async fn main() -> anyhow::Result<()> {
             changes,
         } => tracing_overhead::run(&stack, rounds, objects, changes).await,
         Command::Compare(knobs) => compare::run(&stack, &knobs).await,
+        Command::Report { .. } => unreachable!("handled above"),
     }
 }

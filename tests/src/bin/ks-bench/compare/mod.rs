@@ -1,133 +1,235 @@
-//! `ks-bench compare`: the same scenarios against our hub and upstream KubeStellar v0.30.0's
-//! (controller-manager and OCM transport controller) on the same stack, runs alternating
-//! between the two, each figure reported as median (min–max) over the repeats.
+//! `ks-bench compare`: our hub and upstream KubeStellar v0.30.0's (controller-manager and OCM
+//! transport controller) on the same stack, runs alternating between the two, in parts that run
+//! on their own (`--scenario`): each part's results go to `docs/bench/<part>.json`, and
+//! `docs/benchmarks.md` is written again from every part's results present.
 
 mod agent;
 mod bulk;
+mod curves;
+mod kubectl;
+mod latency;
+mod markdown;
 mod multi_wec;
+mod propagation;
 mod report;
+mod results;
 mod simulated;
+mod svg;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
-use ks_shared::api::{BindingPolicy, WorkStatus};
+use ks_shared::api::{Binding, BindingPolicy, WorkStatus};
 use ks_shared::names::ORIGIN_BINDING_LABEL;
 use ks_shared::ocm::ManifestWork;
+use ks_tests::harness::repo_root;
 use ks_tests::stack::{HubOptions, Stack, Tracing};
-use kube::api::{Api, DeleteParams, ListParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
-use agent::agent_churn;
-use bulk::bulk;
-use multi_wec::multi_wec_scale;
-use report::{Figures, Implementation, Unit, markdown};
-use simulated::{remove_simulated, simulated_wecs};
+pub use markdown::write_report;
+use report::Implementation;
+pub use results::Part;
+use results::{Output, PartResult};
+use simulated::remove_simulated;
 
 use crate::fixtures::MANAGER;
-use crate::scenarios::delivery::delivery;
-use crate::scenarios::status::singleton;
 
 const WDS: &str = "wds1";
-/// For bulk phases, which take long at 10,000 objects.
+/// For clean-up phases, which take long at 10,000 objects.
 const DEADLINE: Duration = Duration::from_secs(1800);
 /// For one object's change.
 const LATENCY_DEADLINE: Duration = Duration::from_secs(120);
+/// The real WECs of the stack (with OCM's work agent and our status agent).
+const REAL_WECS: [&str; 2] = ["cluster1", "cluster2"];
 
-/// Scale knobs of one comparison.
+/// Which parts to run and at what scale. The defaults are the full run: each part takes under
+/// an hour on a 2-core machine (`make bench`); `make bench QUICK=1` passes small knobs.
 #[derive(clap::Args, Clone, Debug)]
+#[command(
+    after_help = "Parts (--scenario, comma-separated or repeated; default: all; agent and churn run first, the others in this order):
+  latency  one object at a time: delivery to both WECs, singleton status, multi-WEC status (--repeats runs each)
+  bulk     --bulk-objects objects (half ConfigMaps, half Deployments) in --namespaces namespaces, each with its
+           own BindingPolicy, created with `kubectl apply` (--kubectl-parallel at once) to 2 real and
+           --simulated-wecs simulated WECs: time to every mailbox, hub RSS/CPU, writes, idle writes, and what
+           the ITS apiserver alone needs for the same ManifestWorks
+  objects  the bulk run at each of --curve-objects, to --curve-wecs-fixed WECs: the growth with objects
+  wecs     the bulk run at --curve-wec-objects objects, to each of --curve-wecs WECs: the growth with WECs
+  agent    ours only: --agent-objects Gauges on cluster1 (RSS every tenth), one status change each
+  churn    ours only: --agent-cycles Pod create/delete cycles, --agent-pods Pods at a time, the agent's RSS
+           over them (about 4 cycles a second here, so the default is what fits in about 45 minutes)
+
+Upstream runs stop after --upstream-cap-minutes (ours after --ours-cap-minutes) and are reported as
+\"did not finish in N min\"; a curve does not try upstream at larger points once one did not finish.
+Each part writes <out-dir>/<part>.json; <markdown> and the plots (<out-dir>/*.svg) are written again
+from every part's JSON present, so parts run on different days combine."
+)]
 pub struct Knobs {
-    /// Runs of every scenario per implementation (alternating which goes first).
+    /// Parts to run (latency, bulk, objects, wecs, agent, churn).
+    #[arg(long = "scenario", value_enum, value_delimiter = ',', default_values_t = Part::ALL)]
+    pub scenarios: Vec<Part>,
+    /// latency: runs per implementation (alternating which goes first).
     #[arg(long, default_value_t = 3)]
     pub repeats: usize,
-    /// Deployments created one after another for the delivery latency.
+    /// latency: Deployments created one after another for the delivery latency.
     #[arg(long, default_value_t = 50)]
     pub objects: usize,
-    /// Status changes timed for the status latencies.
+    /// latency: status changes timed for the status latencies.
     #[arg(long, default_value_t = 50)]
     pub changes: usize,
-    /// Object counts of the bulk scenario, comma-separated (half ConfigMaps, half Deployments).
-    #[arg(long, value_delimiter = ',', default_values_t = [1000, 10000])]
-    pub bulk: Vec<usize>,
-    /// Extra ManagedClusters with a mailbox but no agent, loading the hub in the bulk scenario.
+    /// bulk: objects (half ConfigMaps, half Deployments of 0 replicas).
+    #[arg(long, default_value_t = 10_000)]
+    pub bulk_objects: usize,
+    /// bulk, objects, wecs: namespaces the objects are spread over, each with its own policy.
+    #[arg(long, default_value_t = 10)]
+    pub namespaces: usize,
+    /// bulk: ManagedClusters with a mailbox but no agent, besides the 2 real WECs.
     #[arg(long, default_value_t = 50)]
     pub simulated_wecs: usize,
-    /// Seconds of idle after each bulk run during which writes are counted.
+    /// bulk, objects, wecs: `kubectl apply` processes at once (one file per namespace).
+    #[arg(long, default_value_t = 4)]
+    pub kubectl_parallel: usize,
+    /// objects: the object counts of the curve.
+    #[arg(long, value_delimiter = ',', default_values_t = [1000, 5000, 10_000])]
+    pub curve_objects: Vec<usize>,
+    /// objects: the WECs (2 real, the rest simulated) of every point.
+    #[arg(long, default_value_t = 12)]
+    pub curve_wecs_fixed: usize,
+    /// wecs: the WEC counts of the curve (2 real, the rest simulated).
+    #[arg(long, value_delimiter = ',', default_values_t = [12, 52, 102])]
+    pub curve_wecs: Vec<usize>,
+    /// wecs: the objects of every point.
+    #[arg(long, default_value_t = 1000)]
+    pub curve_wec_objects: usize,
+    /// bulk, objects, wecs: seconds of idle after each run during which the hub's writes are
+    /// counted (target 0).
     #[arg(long, default_value_t = 60)]
     pub idle: u64,
-    /// Objects on cluster1 for the agent scenario (ours only).
-    #[arg(long, default_value_t = 1000)]
+    /// Minutes an upstream run may take to full propagation before it is stopped and reported
+    /// as "did not finish".
+    #[arg(long, default_value_t = 20.0)]
+    pub upstream_cap_minutes: f64,
+    /// The same for ours (so a hang is reported, not waited on forever).
+    #[arg(long, default_value_t = 30.0)]
+    pub ours_cap_minutes: f64,
+    /// agent: Gauges delivered to cluster1 (in ManifestWorks of 100).
+    #[arg(long, default_value_t = 10_000)]
     pub agent_objects: usize,
-    /// Rounds of status churn over those objects.
-    #[arg(long, default_value_t = 5)]
-    pub agent_rounds: usize,
-    /// Where to write the figures as JSON.
-    #[arg(long, default_value = "target/bench/benchmarks.json")]
-    pub json: PathBuf,
-    /// Where to write the Markdown report (method and table).
+    /// churn: Pod create/delete cycles (the issue's 60,000 take about 4 hours here).
+    #[arg(long, default_value_t = 10_000)]
+    pub agent_cycles: usize,
+    /// churn: Pods created (and then deleted) per round of cycles, in ManifestWorks of 100 (at
+    /// most half the WEC node's 1,000 Pods, as a round's new Pods come before the old go).
+    #[arg(long, default_value_t = 500)]
+    pub agent_pods: usize,
+    /// Where each part's results (<part>.json) and the plots (*.svg) go.
+    #[arg(long, default_value = "docs/bench")]
+    pub out_dir: PathBuf,
+    /// The report written from every part's results.
     #[arg(long, default_value = "docs/benchmarks.md")]
     pub markdown: PathBuf,
 }
 
-/// Runs the comparison, puts the stack back to our hub as `make up` runs it, and writes the
-/// figures as JSON and the Markdown report.
-pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<()> {
-    anyhow::ensure!(
-        stack.has_upstream_hub(),
-        "upstream KubeStellar is not built: run `deps/build.sh kubestellar` (or `make bench`)"
-    );
-    let started = Instant::now();
-    let mut figures = Figures::default();
-    let outcome = compare(stack, knobs, &mut figures).await;
-    // Whatever happened, the stack goes back to running our hub as `make up` does.
-    stack.stop_upstream_hub(WDS)?;
-    stack.restart_hub(WDS, HubOptions::STACK).await?;
-    outcome?;
-    println!("\n{}", figures.text_table());
-    for note in &figures.notes {
-        println!("{note}");
+impl Knobs {
+    pub fn cap(&self, i: Implementation) -> f64 {
+        match i {
+            Implementation::Ours => self.ours_cap_minutes,
+            Implementation::Upstream => self.upstream_cap_minutes,
+        }
     }
-    if let Some(dir) = knobs.json.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    std::fs::write(&knobs.json, serde_json::to_string_pretty(&figures)?)?;
-    std::fs::write(&knobs.markdown, markdown(knobs, &figures, started.elapsed()))?;
-    println!(
-        "written: {} and {} ({:.0} s in all)",
-        knobs.json.display(),
-        knobs.markdown.display(),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
 }
 
-async fn compare(stack: &Stack, knobs: &Knobs, figures: &mut Figures) -> anyhow::Result<()> {
-    install_gauges(stack).await?;
-    remove_leftovers(stack).await?;
-    remove_simulated(stack).await?;
-    let simulated = simulated_wecs(stack, knobs.simulated_wecs).await?;
-    let outcome = alternate(stack, knobs, &simulated, figures).await;
-    remove_simulated(stack).await?;
+/// `--flag value` pairs for a part's report.
+fn knob(flag: &str, value: impl std::fmt::Display) -> (String, String) {
+    (format!("--{flag}"), value.to_string())
+}
+
+fn list(values: &[usize]) -> String {
+    values.iter().map(usize::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// A path relative to the repository root, unless absolute.
+pub fn in_repo(path: &Path) -> PathBuf {
+    if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        repo_root().join(path)
+    }
+}
+
+/// Runs the chosen parts in turn; after each, writes its JSON and the report again. Puts the
+/// stack back to our hub as `make up` runs it, whatever happened.
+pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<()> {
+    let mut parts = knobs.scenarios.clone();
+    // The agent parts first, while the agent has seen no other part's objects (its memory
+    // would start from their high-water mark).
+    parts.sort_by_key(|p| (![Part::Agent, Part::Churn].contains(p), *p));
+    parts.dedup();
+    if parts.iter().any(|p| ![Part::Agent, Part::Churn].contains(p)) {
+        anyhow::ensure!(
+            stack.has_upstream_hub(),
+            "upstream KubeStellar is not built: run `deps/build.sh kubestellar` (or `make bench`)"
+        );
+    }
+    let (out_dir, markdown) = (in_repo(&knobs.out_dir), in_repo(&knobs.markdown));
+    let mut outcome = Ok(());
+    for part in parts {
+        println!("==== part {}", part.name());
+        let started = Instant::now();
+        match run_part(stack, knobs, part, started).await {
+            Ok(result) => {
+                result.save(&out_dir)?;
+                write_report(&out_dir, &markdown)?;
+                println!(
+                    "part {}: {:.1} min; written {} and {}",
+                    part.name(),
+                    result.seconds / 60.0,
+                    part.json(&out_dir).display(),
+                    markdown.display()
+                );
+            }
+            Err(e) => {
+                outcome = Err(e.context(format!("part {}", part.name())));
+                break;
+            }
+        }
+    }
+    stack.stop_upstream_hub(WDS)?;
+    stack.restart_hub(WDS, HubOptions::STACK).await?;
     outcome
 }
 
-async fn alternate(stack: &Stack, knobs: &Knobs, simulated: &[String], figures: &mut Figures) -> anyhow::Result<()> {
-    for repeat in 0..knobs.repeats {
-        let order = if repeat % 2 == 0 {
-            [Implementation::Ours, Implementation::Upstream]
-        } else {
-            [Implementation::Upstream, Implementation::Ours]
-        };
-        for implementation in order {
-            println!("== run {} of {}: {implementation}", repeat + 1, knobs.repeats);
-            let started = Instant::now();
-            switch_to(stack, implementation).await?;
-            one_run(stack, knobs, implementation, simulated, figures).await?;
-            println!("   ({:.0} s)", started.elapsed().as_secs_f64());
-        }
+async fn run_part(stack: &Stack, knobs: &Knobs, part: Part, started: Instant) -> anyhow::Result<PartResult> {
+    install_gauges(stack).await?;
+    remove_leftovers(stack).await?;
+    remove_simulated(stack).await?;
+    let Output {
+        figures,
+        points,
+        samples,
+        knobs: knob_list,
+    } = match part {
+        Part::Latency => latency::run(stack, knobs).await?,
+        Part::Bulk => bulk::run(stack, knobs).await?,
+        Part::Objects | Part::Wecs => curves::run(stack, knobs, part).await?,
+        Part::Agent => agent::run(stack, knobs).await?,
+        Part::Churn => agent::churn(stack, knobs).await?,
+    };
+    remove_simulated(stack).await?;
+    let result = PartResult {
+        part,
+        date: results::now(),
+        seconds: started.elapsed().as_secs_f64(),
+        knobs: knob_list,
+        machine: results::machine(),
+        figures,
+        points,
+        samples,
+    };
+    if !result.figures.figures.is_empty() {
+        println!("\n{}", result.figures.text_table());
     }
-    switch_to(stack, Implementation::Ours).await?;
-    agent_churn(stack, knobs, figures).await
+    Ok(result)
 }
 
 async fn install_gauges(stack: &Stack) -> anyhow::Result<()> {
@@ -153,6 +255,12 @@ async fn switch_to(stack: &Stack, implementation: Implementation) -> anyhow::Res
     }
 }
 
+/// Stops whichever hub runs (for a clean-up that does not wait for it).
+fn stop_hubs(stack: &Stack) -> anyhow::Result<()> {
+    stack.stop_upstream_hub(WDS)?;
+    stack.procs.stop(&Stack::hub_process(WDS), Duration::from_secs(10))
+}
+
 /// Process ids of the running hub.
 fn hub_pids(stack: &Stack, implementation: Implementation) -> Vec<u32> {
     let names = match implementation {
@@ -162,96 +270,115 @@ fn hub_pids(stack: &Stack, implementation: Implementation) -> Vec<u32> {
     names.iter().filter_map(|n| stack.procs.running(n)).collect()
 }
 
-async fn one_run(
-    stack: &Stack,
-    knobs: &Knobs,
-    i: Implementation,
-    simulated: &[String],
-    figures: &mut Figures,
-) -> anyhow::Result<()> {
-    let delivery = delivery(stack, knobs.objects).await?;
-    quiesce(stack).await?;
-    figures.percentiles(i, "delivery: WDS create → on both WECs", delivery.total);
-    figures.add(
-        i,
-        "delivery: ManifestWork generations per object",
-        Unit::Count,
-        delivery.writes as f64 / knobs.objects.max(1) as f64,
-    );
-    let (singleton, writes) = singleton(stack, knobs.changes).await?;
-    figures.percentiles(i, "status: WEC change → WDS .status (singleton)", singleton);
-    figures.add(
-        i,
-        "status: WDS writes per change (singleton)",
-        Unit::Count,
-        writes as f64 / knobs.changes.max(1) as f64,
-    );
-    quiesce(stack).await?;
-    let multi = multi_wec_scale(stack, i, (knobs.changes / 5).max(2)).await?;
-    quiesce(stack).await?;
-    figures.percentiles(i, "status: WDS scale → aggregated readyReplicas (2 WECs)", multi);
-    for &count in &knobs.bulk {
-        bulk(stack, knobs, i, count, simulated, figures).await?;
-        quiesce(stack).await?;
+/// The order of the implementations in a repeat: alternating which goes first.
+fn order(repeat: usize) -> [Implementation; 2] {
+    if repeat.is_multiple_of(2) {
+        [Implementation::Ours, Implementation::Upstream]
+    } else {
+        [Implementation::Upstream, Implementation::Ours]
     }
-    Ok(())
+}
+
+fn is_bench(name: &Option<String>) -> bool {
+    name.as_deref().is_some_and(|n| n.starts_with("bench-"))
 }
 
 /// Deletes what an interrupted earlier run left (the bench's objects are all named `bench-…`),
 /// and waits until it is gone.
 async fn remove_leftovers(stack: &Stack) -> anyhow::Result<()> {
-    let bench = |name: &Option<String>| name.as_deref().is_some_and(|n| n.starts_with("bench-"));
-    let wds = stack.client(WDS).await?;
-    let policies = Api::<BindingPolicy>::all(wds.clone());
-    for policy in policies.list_metadata(&ListParams::default()).await?.items {
-        if bench(&policy.metadata.name) {
-            policies
-                .delete(&policy.metadata.name.unwrap_or_default(), &DeleteParams::default())
-                .await?;
-        }
-    }
+    delete_bench_objects(stack).await?;
+    quiesce(stack, DEADLINE).await
+}
+
+/// Deletes the bench's policies, Bindings and namespaces in the WDS, and the ManifestWorks in
+/// the ITS that bench policies caused or the agent part wrote; in mailboxes without an agent
+/// (the simulated WECs') their finalizers are dropped too, as no agent will.
+async fn delete_bench_objects(stack: &Stack) -> anyhow::Result<()> {
+    delete_wds_objects(stack).await?;
+    delete_bench_named(&Api::<Binding>::all(stack.client(WDS).await?)).await?;
     let its = stack.client("its1").await?;
     let works = Api::<ManifestWork>::all(its.clone());
+    let no_finalizers = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
     for work in works.list_metadata(&ListParams::default()).await?.items {
+        let from_bench = is_bench(&work.metadata.name) || caused_by_bench(&work.metadata);
         let (Some(name), Some(ns)) = (work.metadata.name, work.metadata.namespace) else {
             continue;
         };
-        // Only the agent scenario writes ManifestWorks itself; the hubs remove their own.
-        if name.starts_with("bench-churn") {
-            Api::<ManifestWork>::namespaced(its.clone(), &ns)
-                .delete(&name, &DeleteParams::default())
-                .await?;
-        }
-    }
-    for client in [wds, its] {
-        let namespaces = Api::<Namespace>::all(client);
-        for ns in namespaces.list_metadata(&ListParams::default()).await?.items {
-            if bench(&ns.metadata.name) {
-                namespaces
-                    .delete(&ns.metadata.name.unwrap_or_default(), &DeleteParams::default())
-                    .await?;
+        if from_bench {
+            let api = Api::<ManifestWork>::namespaced(its.clone(), &ns);
+            let _ = api.delete(&name, &DeleteParams::default()).await;
+            if !REAL_WECS.contains(&ns.as_str()) {
+                let _ = api.patch(&name, &PatchParams::default(), &no_finalizers).await;
             }
         }
     }
-    quiesce(stack).await
+    delete_bench_named(&Api::<Namespace>::all(its)).await
+}
+
+/// Deletes every object of `api` named `bench-…` (failures ignored: it may be gone already).
+async fn delete_bench_named<K>(api: &Api<K>) -> anyhow::Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for object in api.list_metadata(&ListParams::default()).await?.items {
+        if is_bench(&object.metadata.name) {
+            let _ = api
+                .delete(&object.metadata.name.unwrap_or_default(), &DeleteParams::default())
+                .await;
+        }
+    }
+    Ok(())
+}
+
+/// Whether a ManifestWork or WorkStatus comes from a bench policy's Binding.
+fn caused_by_bench(meta: &kube::api::ObjectMeta) -> bool {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(ORIGIN_BINDING_LABEL))
+        .is_some_and(|b| b.starts_with("bench-"))
+}
+
+/// After a run: its objects are gone from the WDS, the hub removes what it wrote. If that
+/// takes longer than `polite` (upstream's hub can be slow to), or the run did not finish, the
+/// hub is stopped and the bench deletes the ManifestWorks itself.
+async fn clean_up(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Result<()> {
+    let started = Instant::now();
+    if finished {
+        delete_wds_objects(stack).await?;
+        if quiesce(stack, polite).await.is_ok() {
+            return Ok(());
+        }
+        println!("   the hub has not cleaned up after {polite:?}: stopping it and deleting its ManifestWorks");
+    }
+    stop_hubs(stack)?;
+    delete_bench_objects(stack).await?;
+    quiesce(stack, DEADLINE).await?;
+    println!("   cleaned up in {:.0} s", started.elapsed().as_secs_f64());
+    Ok(())
+}
+
+/// Deletes the bench's policies and namespaces in the WDS (the hub removes the rest).
+async fn delete_wds_objects(stack: &Stack) -> anyhow::Result<()> {
+    let wds = stack.client(WDS).await?;
+    delete_bench_named(&Api::<BindingPolicy>::all(wds.clone())).await?;
+    delete_bench_named(&Api::<Namespace>::all(wds)).await
 }
 
 /// Waits until every scenario's leftovers are gone (namespaces in every space, ManifestWorks,
 /// WorkStatuses), so that the next scenario's counts hold only its own writes.
-async fn quiesce(stack: &Stack) -> anyhow::Result<()> {
+async fn quiesce(stack: &Stack, deadline: Duration) -> anyhow::Result<()> {
     let spaces = [WDS, "its1", "cluster1", "cluster2"];
     let mut clients = Vec::new();
     for space in spaces {
         clients.push(stack.client(space).await?);
     }
     let its = stack.client("its1").await?;
-    let bench = |name: &Option<String>| name.as_deref().is_some_and(|n| n.starts_with("bench-"));
-    ks_tests::stack::wait_for("the previous scenario's objects to be gone", DEADLINE, || async {
+    ks_tests::stack::wait_for("the previous scenario's objects to be gone", deadline, || async {
         for client in &clients {
             let namespaces = Api::<Namespace>::all(client.clone())
                 .list_metadata(&ListParams::default())
                 .await?;
-            if namespaces.items.iter().any(|n| bench(&n.metadata.name)) {
+            if namespaces.items.iter().any(|n| is_bench(&n.metadata.name)) {
                 return Ok(false);
             }
         }
@@ -261,14 +388,28 @@ async fn quiesce(stack: &Stack) -> anyhow::Result<()> {
         let statuses = Api::<WorkStatus>::all(its.clone())
             .list_metadata(&ListParams::default())
             .await?;
-        Ok(!works.items.iter().any(|w| bench(&w.metadata.name))
-            && !statuses.items.iter().any(|w| {
-                w.metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(ORIGIN_BINDING_LABEL))
-                    .is_some_and(|b| b.starts_with("bench-"))
-            }))
+        Ok(!works
+            .items
+            .iter()
+            .any(|w| is_bench(&w.metadata.name) || caused_by_bench(&w.metadata))
+            && !statuses.items.iter().any(|w| caused_by_bench(&w.metadata)))
     })
     .await
+}
+
+/// Polls `check` until it holds (true) or `until` passes (false).
+async fn within<F, Fut>(until: Instant, mut check: F) -> anyhow::Result<bool>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    loop {
+        if check().await? {
+            return Ok(true);
+        }
+        if Instant::now() >= until {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }

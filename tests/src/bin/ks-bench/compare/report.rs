@@ -1,15 +1,14 @@
-//! The comparison's figures, and the table, JSON and Markdown report they are written as.
+//! The comparison's figures and the table they are shown as: per implementation, every run's
+//! value, or that it did not finish within its cap (then the value is a lower bound).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use serde::Serialize;
-
-use super::Knobs;
+use serde::{Deserialize, Serialize};
 
 /// Which hub a figure was measured with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Implementation {
     Ours,
@@ -26,7 +25,7 @@ impl std::fmt::Display for Implementation {
 }
 
 /// What a figure counts.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Unit {
     Seconds,
@@ -36,7 +35,7 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn show(self, value: f64) -> String {
+    pub fn show(self, value: f64) -> String {
         match self {
             Unit::Seconds if value < 1.0 => format!("{:.0} ms", value * 1000.0),
             Unit::Seconds => format!("{value:.2} s"),
@@ -53,15 +52,29 @@ impl Unit {
 }
 
 /// One measured quantity, with a value per run of each implementation.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, Deserialize)]
 pub struct Figure {
     pub name: String,
     pub unit: Unit,
     pub runs: BTreeMap<Implementation, Vec<f64>>,
+    /// Implementations whose run did not finish: their values are what was measured until then,
+    /// so at least the value a finished run would have had.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub unfinished: BTreeMap<Implementation, Unfinished>,
+}
+
+/// How a figure of a run that did not finish within its cap is shown.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unfinished {
+    /// A time: the run was stopped after this many minutes.
+    Cap(f64),
+    /// A count, memory or CPU measured until the run was stopped.
+    AtLeast,
 }
 
 /// Every figure of a comparison, in the order first measured.
-#[derive(Default, Serialize)]
+#[derive(Default, Debug, Serialize, Deserialize)]
 pub struct Figures {
     pub figures: Vec<Figure>,
     /// Details that have no upstream counterpart or no single number (API writes by resource
@@ -71,6 +84,28 @@ pub struct Figures {
 
 impl Figures {
     pub fn add(&mut self, implementation: Implementation, name: &str, unit: Unit, value: f64) {
+        self.figure(name, unit)
+            .runs
+            .entry(implementation)
+            .or_default()
+            .push(value);
+    }
+
+    /// A figure of a run that did not finish: a time that ran out after `cap_minutes`.
+    pub fn did_not_finish(&mut self, implementation: Implementation, name: &str, cap_minutes: f64) {
+        let figure = self.figure(name, Unit::Seconds);
+        figure.runs.entry(implementation).or_default().push(cap_minutes * 60.0);
+        figure.unfinished.insert(implementation, Unfinished::Cap(cap_minutes));
+    }
+
+    /// A figure of a run that did not finish: what it had reached when stopped.
+    pub fn at_least(&mut self, implementation: Implementation, name: &str, unit: Unit, value: f64) {
+        let figure = self.figure(name, unit);
+        figure.runs.entry(implementation).or_default().push(value);
+        figure.unfinished.insert(implementation, Unfinished::AtLeast);
+    }
+
+    fn figure(&mut self, name: &str, unit: Unit) -> &mut Figure {
         let index = match self.figures.iter().position(|f| f.name == name) {
             Some(i) => i,
             None => {
@@ -78,11 +113,12 @@ impl Figures {
                     name: name.to_string(),
                     unit,
                     runs: BTreeMap::new(),
+                    unfinished: BTreeMap::new(),
                 });
                 self.figures.len() - 1
             }
         };
-        self.figures[index].runs.entry(implementation).or_default().push(value);
+        &mut self.figures[index]
     }
 
     /// p50, p90 and p99 of some latencies, as three figures.
@@ -103,25 +139,43 @@ impl Figures {
     }
 
     /// Rows: figure, ours and upstream as `median (min–max)`, and upstream ÷ ours of the medians
-    /// (above 1 means ours is better, whatever the unit).
+    /// (above 1 means ours is better, whatever the unit). A run that did not finish shows as
+    /// such, and the ratio it gives is a bound (`≥`).
     pub fn table(&self) -> Vec<[String; 4]> {
         self.figures
             .iter()
             .map(|f| {
-                let cell = |i| f.runs.get(&i).map(|v| spread(f.unit, v)).unwrap_or_else(|| "—".into());
+                let cell = |i| match (f.unfinished.get(&i), f.runs.get(&i)) {
+                    (Some(Unfinished::Cap(minutes)), _) => format!("did not finish in {minutes:.0} min"),
+                    (Some(Unfinished::AtLeast), Some(v)) => format!("≥ {}", spread(f.unit, v)),
+                    (None, Some(v)) => spread(f.unit, v),
+                    _ => "—".into(),
+                };
+                // Upstream unfinished: its value is a lower bound, so (lower being better) the
+                // ratio is too; ours unfinished: no honest ratio.
+                let bound = match (
+                    f.unfinished.contains_key(&Implementation::Ours),
+                    f.unfinished.contains_key(&Implementation::Upstream),
+                ) {
+                    (true, _) => None,
+                    (false, true) if f.unit.lower_is_better() => Some("≥ "),
+                    (false, true) => None,
+                    (false, false) => Some(""),
+                };
                 let ratio = match (
                     median_of(f, Implementation::Ours),
                     median_of(f, Implementation::Upstream),
                 ) {
+                    (_, _) if bound.is_none() => "—".into(),
                     (Some(ours), Some(upstream)) if ours > 0.0 && upstream > 0.0 => {
                         let r = if f.unit.lower_is_better() {
                             upstream / ours
                         } else {
                             ours / upstream
                         };
-                        format!("{r:.2}×")
+                        format!("{}{r:.2}×", bound.unwrap_or_default())
                     }
-                    (Some(ours), Some(upstream)) => format!("{ours:.0} vs {upstream:.0}"),
+                    (Some(ours), Some(upstream)) => format!("{ours:.0} vs {}{upstream:.0}", bound.unwrap_or_default()),
                     _ => "—".into(),
                 };
                 [
@@ -182,88 +236,6 @@ fn spread(unit: Unit, values: &[f64]) -> String {
     }
 }
 
-/// `docs/benchmarks.md`: what was run, how, and the table.
-pub fn markdown(knobs: &Knobs, figures: &Figures, took: Duration) -> String {
-    let machine = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|c| {
-            c.lines().find_map(|l| {
-                l.strip_prefix("model name")
-                    .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
-            })
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let notes: String = figures
-        .notes
-        .iter()
-        .map(|n| format!("- {}\n", n.replace('\n', "\n- ")))
-        .collect();
-    format!(
-        "# Benchmarks: ours and upstream KubeStellar side by side\n\n\
-Written by `make bench` (`ks-bench compare`) on {date}; {took:.0} s in all. Every figure is the median over \
-{repeats} runs per implementation, with the range (min–max) in brackets; \"ours better by\" is upstream's median \
-divided by ours for times, memory and counts (for rates, ours divided by upstream), so above 1× means ours is better.\n\n\
-{table}\n\
-## Method\n\n\
-- **Machine:** {cores} cores ({machine}), shared with the whole stack: every apiserver, etcd, OCM and Jaeger run \
-on the same cores, so absolute numbers are noisy; compare within a run.\n\
-- **Versions:** upstream KubeStellar v0.30.0's `controller-manager` (binding and status controllers) and \
-`ocm-transport-controller`, built from the Go module proxy by `deps/build.sh kubestellar`, run with their \
-binaries' defaults (QPS 5, burst 10, the same 512,000-byte and 512,000-object ManifestWork limits as ours), and \
-found through KubeFlex ControlPlane objects as in a real install. Ours: `ks-hub`, a release build like every \
-process of ours here (`make bench` builds them), with its shipped defaults and tracing on. Both against the same stack (`make up`): Kubernetes v1.34 apiservers, OCM v1.2.0, two WECs with \
-our status agent (upstream's ocm-status-addon is not served by the module proxy, so it cannot be built here; \
-upstream's status controller reads the WorkStatuses our agent writes, which are API-compatible).\n\
-- **Alternation:** each repeat runs every scenario against one implementation and then the other, the order \
-swapping between repeats; the hub not under test is stopped. Scenarios clean up after themselves, so each \
-starts from the same stack state.\n\
-- **Delivery** ({objects} Deployments, one after another): from the create call returning to the object \
-existing on both WECs (a watch on each WEC). ManifestWork generations per object counts the ITS writes that \
-changed a ManifestWork's spec.\n\
-- **Status, singleton** ({changes} changes): a Gauge (a custom resource with a status subresource and no \
-controller) bound to cluster1 with `wantSingletonReportedState`; the bench writes its `.status` on cluster1 \
-and times until the WDS Gauge shows it. Between the clocks: our agent, the WorkStatus, the hub's status controller.\n\
-- **Status, multi-WEC**: a Deployment bound to both WECs with `wantMultiWECReportedState`, scaled between 1 \
-and 2 replicas in the WDS; timed until the WDS status shows the new ready replicas aggregated over both WECs \
-(ours sums them, upstream v0.30.0 takes the minimum; upstream aggregates only apps kinds, hence a Deployment). \
-This includes delivery and the WECs' own controllers.\n\
-- **Bulk** ({bulk:?} objects, half ConfigMaps and half Deployments of 0 replicas, created 16 at a time) to \
-both WECs and {sims} simulated WECs (ManagedClusters with a mailbox namespace but no agent, to load the hub): \
-time to every mailbox holding every object (a watch on ManifestWorks) and to every object existing on both \
-real WECs; the hub's peak RSS (sampled every 250 ms, summed over upstream's two processes) and CPU seconds; \
-the writes the WDS and ITS apiservers served (their own `apiserver_request_total`, write verbs): the hub's \
-writes to the WDS (all but the bench's own applies, the ServiceAccount a new Namespace gets, Leases and \
-Events) and ManifestWork writes to the ITS (the hub's, plus the OCM agent's finalizer patch on each new \
-ManifestWork of a real WEC), then the same during {idle} s of idle afterwards (target 0). Every write per \
-resource and verb, the agents' WorkStatus writes included (they may still be catching up when a phase \
-ends), is listed under Details.\n\
-- **Physical limit:** the same final ManifestWorks, each written once into a namespace no agent reads, from \
-a tight client loop with 8 writes in flight: what the ITS apiserver alone needs.\n\
-- **Agent** (ours only): {agent} Gauges on cluster1 in ManifestWorks of 100, then {rounds} rounds each \
-changing every Gauge's status (16 writes in flight); WorkStatus writes per second over the rounds (the ITS \
-apiserver's count) and the agent's RSS after each round.\n\n\
-## Details\n\n{notes}",
-        date = chrono_like_now(),
-        took = took.as_secs_f64(),
-        repeats = knobs.repeats,
-        table = figures.markdown_table(),
-        objects = knobs.objects,
-        changes = knobs.changes,
-        bulk = knobs.bulk,
-        sims = knobs.simulated_wecs,
-        idle = knobs.idle,
-        agent = knobs.agent_objects,
-        rounds = knobs.agent_rounds,
-    )
-}
-
-/// Today's date (UTC) as YYYY-MM-DD.
-fn chrono_like_now() -> String {
-    let ts = k8s_openapi::jiff::Timestamp::now();
-    ts.strftime("%Y-%m-%d %H:%M UTC").to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -291,5 +263,25 @@ mod tests {
         }
         assert_eq!(f.table()[0][1], "2.00 s (1.00 s–3.00 s)");
         assert_eq!(f.table()[0][2], "—");
+    }
+
+    #[test]
+    fn an_unfinished_run_shows_its_cap_and_bounds_the_ratio() {
+        let mut f = Figures::default();
+        f.add(Implementation::Ours, "all in every mailbox", Unit::Seconds, 60.0);
+        f.did_not_finish(Implementation::Upstream, "all in every mailbox", 20.0);
+        f.add(Implementation::Ours, "hub peak RSS", Unit::MiB, 100.0);
+        f.at_least(Implementation::Upstream, "hub peak RSS", Unit::MiB, 250.0);
+        f.did_not_finish(Implementation::Ours, "stuck", 30.0);
+        f.add(Implementation::Upstream, "stuck", Unit::Seconds, 10.0);
+        let t = f.table();
+        assert_eq!(t[0][2], "did not finish in 20 min");
+        assert_eq!(t[0][3], "≥ 20.00×");
+        assert_eq!(t[1][2], "≥ 250 MiB");
+        assert_eq!(t[1][3], "≥ 2.50×");
+        assert_eq!(t[2][1], "did not finish in 30 min");
+        assert_eq!(t[2][3], "—");
+        let back: Figures = serde_json::from_str(&serde_json::to_string(&f).unwrap()).unwrap();
+        assert_eq!(back.table(), t);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use futures::TryStreamExt;
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use ks_shared::api::Binding;
 use ks_tests::harness::wait_until;
@@ -95,11 +95,15 @@ pub async fn delivery(stack: &Stack, objects: usize) -> anyhow::Result<Delivery>
                 .any(|m| m["metadata"]["name"] == json!(name))
         };
         let ours = watcher::Config::default().labels(&format!("{}={ns}", ks_shared::names::ORIGIN_BINDING_LABEL));
+        // Watch errors (an expired resource version) are retried by the backoff and skipped.
         let held = watcher(mailbox.clone(), ours)
+            .default_backoff()
             .applied_objects()
-            .try_filter(|w| std::future::ready(holds(w)));
+            .filter_map(|w| std::future::ready(w.ok().filter(|w| holds(w))));
         futures::pin_mut!(held);
-        tokio::time::timeout(Duration::from_secs(60), held.try_next()).await??;
+        tokio::time::timeout(Duration::from_secs(60), held.next())
+            .await?
+            .ok_or_else(|| anyhow::anyhow!("the ManifestWork watch ended"))?;
         to_work.push(started.elapsed());
         for wec in &wecs {
             let on_wec: Api<Deployment> = Api::namespaced(wec.clone(), &ns);

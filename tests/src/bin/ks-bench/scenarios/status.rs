@@ -82,10 +82,14 @@ pub async fn singleton(stack: &Stack, changes: usize) -> anyhow::Result<(Vec<Dur
     let last_seen = Arc::new(AtomicUsize::new(usize::MAX));
     let (counted, seen) = (writes.clone(), last_seen.clone());
     let fields = "metadata.name=g".to_string();
-    let events = watcher(in_wds.clone(), watcher::Config::default().fields(&fields)).applied_objects();
+    let events = watcher(in_wds.clone(), watcher::Config::default().fields(&fields))
+        .default_backoff()
+        .applied_objects();
     let watching = tokio::spawn(async move {
         tokio::pin!(events);
-        while let Some(Ok(gauge)) = events.next().await {
+        // Watch errors (an expired resource version) are retried by the backoff and skipped.
+        while let Some(event) = events.next().await {
+            let Ok(gauge) = event else { continue };
             counted.fetch_add(1, Ordering::Relaxed);
             let value = gauge.data["status"]["value"].as_u64().unwrap_or(u64::MAX);
             seen.store(usize::try_from(value).unwrap_or(usize::MAX), Ordering::Relaxed);

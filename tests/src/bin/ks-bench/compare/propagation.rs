@@ -1,0 +1,299 @@
+//! One run to full propagation, the unit of the bulk and curve parts: objects in several
+//! namespaces, each with its own BindingPolicy, created with `kubectl apply`, to both real WECs
+//! and some simulated ones; timed until every mailbox holds every object and both real WECs
+//! have them, with the hub's memory, CPU and apiserver writes meanwhile and when idle
+//! afterwards, against what the ITS apiserver alone needs to write the same ManifestWorks. A run
+//! that does not get there within the implementation's cap is stopped there.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::ConfigMap;
+use ks_shared::api::WorkStatus;
+use ks_shared::names::ORIGIN_BINDING_LABEL;
+use ks_shared::ocm::ManifestWork;
+use ks_tests::metrics::{Request, apiserver_writes, difference};
+use ks_tests::stack::Stack;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::json;
+
+use super::kubectl::{self, LABEL};
+use super::report::Implementation;
+use super::results::{Measured, Outcome};
+use super::simulated::SIMULATED_LABEL;
+use super::{Knobs, REAL_WECS, WDS, hub_pids, within};
+use crate::fixtures::{MANAGER, apply_namespace, unique};
+use crate::measure::Usage;
+
+/// How long the agents get to report every object before the idle window.
+const REPORTED_DEADLINE: Duration = Duration::from_secs(600);
+
+/// What one run sends where.
+pub struct Load<'a> {
+    pub objects: usize,
+    pub namespaces: usize,
+    pub simulated: &'a [String],
+}
+
+impl Load<'_> {
+    pub fn wecs(&self) -> usize {
+        REAL_WECS.len() + self.simulated.len()
+    }
+}
+
+/// One run with the running hub of `i`; its outcome and the writes it caused, per resource and
+/// verb. The caller cleans up.
+pub async fn propagate(
+    stack: &Stack,
+    knobs: &Knobs,
+    i: Implementation,
+    load: &Load<'_>,
+) -> anyhow::Result<(Outcome, String)> {
+    let its = stack.client("its1").await?;
+    let prefix = unique("bench-bulk");
+    let spreads = kubectl::spread(&prefix, load.objects, load.namespaces);
+    let clusters = json!([{"matchLabels": {"location-group": "edge"}}, {"matchLabels": {SIMULATED_LABEL: "true"}}]);
+    let dir = stack.state.join("tmp").join(&prefix);
+    let files = kubectl::write_files(&dir, &spreads, &clusters)?;
+
+    // Every mailbox's ManifestWorks of this run's policies, as manifests held per work.
+    let held: Arc<Mutex<HashMap<(String, String), usize>>> = Arc::default();
+    let works: Api<ManifestWork> = Api::all(its.clone());
+    let tracking = tokio::spawn({
+        let (works, seen, prefix) = (works.clone(), held.clone(), prefix.clone());
+        async move {
+            let events = watcher(works, watcher::Config::default().labels(ORIGIN_BINDING_LABEL))
+                .default_backoff()
+                .applied_objects();
+            futures::pin_mut!(events);
+            while let Some(event) = events.next().await {
+                // The watcher retries on its own.
+                let Ok(work) = event else { continue };
+                let ours = work
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(ORIGIN_BINDING_LABEL))
+                    .is_some_and(|b| b.starts_with(&format!("{prefix}-")));
+                if ours {
+                    let key = (
+                        work.metadata.namespace.clone().unwrap_or_default(),
+                        work.metadata.name.clone().unwrap_or_default(),
+                    );
+                    let n = work.spec.workload.manifests.len();
+                    seen.lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .insert(key, n);
+                }
+            }
+        }
+    });
+
+    let cap_minutes = knobs.cap(i);
+    let before = writes_now(stack).await?;
+    let usage = Usage::start(hub_pids(stack, i));
+    let started = Instant::now();
+    let until = started + Duration::from_secs_f64(cap_minutes * 60.0);
+    kubectl::apply(stack, &files, knobs.kubectl_parallel).await?;
+    let created = started.elapsed();
+    println!(
+        "   {} objects in {} namespaces created with kubectl in {:.1} s",
+        load.objects,
+        spreads.len(),
+        created.as_secs_f64()
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+
+    // Every mailbox holding every object and every Namespace.
+    let mailboxes: Vec<String> = REAL_WECS
+        .iter()
+        .map(|s| s.to_string())
+        .chain(load.simulated.iter().cloned())
+        .collect();
+    let target = load.objects + spreads.len();
+    let full = || {
+        let held = held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let full = mailboxes.iter().all(|m| {
+            held.iter()
+                .filter(|((ns, _), _)| ns == m)
+                .map(|(_, n)| n)
+                .sum::<usize>()
+                == target
+        });
+        std::future::ready(Ok(full))
+    };
+    let in_mailboxes = within(until, full).await?.then(|| started.elapsed());
+    let mut on_wecs = None;
+    if in_mailboxes.is_some() {
+        let wecs = [stack.client(REAL_WECS[0]).await?, stack.client(REAL_WECS[1]).await?];
+        let all_there = || async {
+            let mut all = true;
+            for wec in &wecs {
+                let labelled = ListParams::default().labels(LABEL);
+                let cms = Api::<ConfigMap>::all(wec.clone()).list_metadata(&labelled).await?;
+                let ds = Api::<Deployment>::all(wec.clone()).list_metadata(&labelled).await?;
+                all &= cms.items.len() + ds.items.len() == load.objects;
+            }
+            anyhow::Ok(all)
+        };
+        on_wecs = within(until, all_there).await?.then(|| started.elapsed());
+    }
+    let (peak, cpu) = usage.read();
+    drop(usage);
+    tracking.abort();
+    let after = writes_now(stack).await?;
+    let [wds_writes, its_writes] = [difference(&before[0], &after[0]), difference(&before[1], &after[1])];
+    let mut measured = Measured {
+        created_seconds: created.as_secs_f64(),
+        in_mailboxes_seconds: in_mailboxes.unwrap_or_default().as_secs_f64(),
+        on_wecs_seconds: on_wecs.unwrap_or_default().as_secs_f64(),
+        hub_peak_rss_mib: peak,
+        hub_cpu_seconds: cpu,
+        hub_wds_writes: hub_writes_in_wds(&wds_writes),
+        manifestwork_writes: manifest_work_writes(&its_writes),
+        binding_writes: ks_tests::metrics::total(&wds_writes, "bindings", None),
+        ..Measured::default()
+    };
+    let mut notes = format!(
+        "{i}, {} objects × {} WECs: WDS writes: {}\n{i}, {} objects × {} WECs: ITS writes: {}",
+        load.objects,
+        load.wecs(),
+        describe(&wds_writes),
+        load.objects,
+        load.wecs(),
+        describe(&its_writes)
+    );
+    if on_wecs.is_none() {
+        println!(
+            "   {i} did not finish in {cap_minutes} min (every mailbox full: {})",
+            in_mailboxes.is_some()
+        );
+        return Ok((
+            Outcome::DidNotFinish {
+                cap_minutes,
+                so_far: measured,
+            },
+            notes,
+        ));
+    }
+
+    // Idle: what the hub writes when nothing changes. First the agents report every object
+    // (status return is the hub's work too), then a measuring window.
+    let ours = format!("{ORIGIN_BINDING_LABEL} in ({})", names(&spreads).join(","));
+    let reported = || async {
+        let mut all = true;
+        for wec in REAL_WECS {
+            let statuses = Api::<WorkStatus>::namespaced(its.clone(), wec)
+                .list_metadata(&ListParams::default().labels(&ours))
+                .await?;
+            all &= statuses.items.len() >= target;
+        }
+        anyhow::Ok(all)
+    };
+    if !within(Instant::now() + REPORTED_DEADLINE, reported).await? {
+        println!("   the agents have not reported every object after {REPORTED_DEADLINE:?}: idle counted anyway");
+    }
+    let after = writes_now(stack).await?;
+    tokio::time::sleep(Duration::from_secs(knobs.idle)).await;
+    let idle = writes_now(stack).await?;
+    let idle_writes = [difference(&after[0], &idle[0]), difference(&after[1], &idle[1])];
+    measured.idle_writes = hub_writes_in_wds(&idle_writes[0]) + manifest_work_writes(&idle_writes[1]);
+    notes.push_str(&format!(
+        "\n{i}, {} objects × {} WECs: in {} s idle: WDS [{}] ITS [{}]",
+        load.objects,
+        load.wecs(),
+        knobs.idle,
+        describe(&idle_writes[0]),
+        describe(&idle_writes[1])
+    ));
+
+    let final_works = works.list(&ListParams::default().labels(&ours)).await?.items;
+    measured.apiserver_alone_seconds = physical_limit(&its, &final_works).await?.as_secs_f64();
+    println!(
+        "   {i}: every mailbox full in {:.1} s, both real WECs in {:.1} s; the ITS apiserver alone: {:.1} s",
+        measured.in_mailboxes_seconds, measured.on_wecs_seconds, measured.apiserver_alone_seconds
+    );
+    Ok((Outcome::Finished(measured), notes))
+}
+
+fn names(spreads: &[kubectl::Spread]) -> Vec<String> {
+    spreads.iter().map(|s| s.namespace.clone()).collect()
+}
+
+/// The time the ITS apiserver alone needs to accept `works` (their final content, each written
+/// once) from a tight client loop with 8 writes in flight, into a namespace no agent reads.
+async fn physical_limit(its: &kube::Client, works: &[ManifestWork]) -> anyhow::Result<Duration> {
+    let ns = unique("bench-floor");
+    let namespaces = apply_namespace(its, &ns, &json!({})).await?;
+    let apply = PatchParams::apply(MANAGER).force();
+    let api: Api<ManifestWork> = Api::namespaced(its.clone(), &ns);
+    let started = Instant::now();
+    futures::stream::iter(works.iter().enumerate())
+        .map(|(n, w)| {
+            let (api, apply) = (api.clone(), apply.clone());
+            let body = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+                              "metadata": {"name": format!("w-{n}")}, "spec": w.spec});
+            async move {
+                api.patch(&format!("w-{n}"), &apply, &Patch::Apply(body))
+                    .await
+                    .map(|_| ())
+            }
+        })
+        .buffer_unordered(8)
+        .try_collect::<Vec<()>>()
+        .await?;
+    let took = started.elapsed();
+    // The clean-up waits for it to be gone before the next run.
+    namespaces.delete(&ns, &DeleteParams::default()).await?;
+    Ok(took)
+}
+
+/// Write counts of the WDS and the ITS apiservers.
+async fn writes_now(stack: &Stack) -> anyhow::Result<[BTreeMap<Request, u64>; 2]> {
+    Ok([
+        apiserver_writes(&stack.client(WDS).await?).await?,
+        apiserver_writes(&stack.client("its1").await?).await?,
+    ])
+}
+
+/// WDS writes a hub makes: not the bench's own (kubectl's creates and patches of the objects,
+/// their Namespaces and the policies), the ServiceAccount the kube-controller-manager puts in a
+/// new Namespace, Leases or Events.
+fn hub_writes_in_wds(counts: &BTreeMap<Request, u64>) -> u64 {
+    let by_bench = |k: &Request| {
+        ["APPLY", "POST", "CREATE"].contains(&k.verb.as_str())
+            && k.subresource.is_empty()
+            && ["configmaps", "deployments", "namespaces", "bindingpolicies"].contains(&k.resource.as_str())
+    };
+    counts
+        .iter()
+        .filter(|(k, _)| !["leases", "events", "serviceaccounts"].contains(&k.resource.as_str()) && !by_bench(k))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// ManifestWork writes (main resource, every write verb: the hub's, and the OCM agent's
+/// finalizer patches, one per new ManifestWork on a real WEC).
+fn manifest_work_writes(counts: &BTreeMap<Request, u64>) -> u64 {
+    ks_tests::metrics::total(counts, "manifestworks", Some(""))
+}
+
+fn describe(counts: &BTreeMap<Request, u64>) -> String {
+    counts
+        .iter()
+        .filter(|(k, _)| !["leases", "events"].contains(&k.resource.as_str()))
+        .map(|(k, v)| {
+            let sub = if k.subresource.is_empty() {
+                String::new()
+            } else {
+                format!("/{}", k.subresource)
+            };
+            format!("{} {}{sub} {v}", k.verb, k.resource)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
