@@ -403,8 +403,8 @@ run's policies hold every object and Namespace), *all on both real WECs*. Meanwh
 apiservers served (their own `apiserver_request_total`, write verbs): the hub's writes to the WDS (all but \
 kubectl's creates, the ServiceAccount a new Namespace gets, Leases and Events) and ManifestWork writes to the \
 ITS (the hub's, plus the OCM agent's finalizer patch on each new ManifestWork of a real WEC); then, once the \
-agents on both real WECs have reported every object (a WorkStatus each), the hub's writes during `--idle` \
-seconds of idle (target 0). *ITS apiserver alone*: the same final \
+agents on both real WECs have reported every object (a WorkStatus each) and the WECs' reports (ManifestWork \
+status, WorkStatuses) have not changed for 5 s, the hub's writes during `--idle` seconds of idle (target 0). *ITS apiserver alone*: the same final \
 ManifestWorks, each written once into a namespace no agent reads, from a tight client loop with 8 writes in \
 flight — the physical limit. A run that has not reached every mailbox and both real WECs after \
 `--upstream-cap-minutes` (upstream) or `--ours-cap-minutes` (ours) is stopped and shown as \"did not finish\"; \

@@ -31,6 +31,9 @@ use crate::measure::Usage;
 
 /// How long the agents get to report every object before the idle window.
 const REPORTED_DEADLINE: Duration = Duration::from_secs(600);
+/// How long the WECs' reports must not change before the idle window, and the most to wait.
+const SETTLED_FOR: Duration = Duration::from_secs(5);
+const SETTLE_DEADLINE: Duration = Duration::from_secs(120);
 
 /// What one run sends where.
 pub struct Load<'a> {
@@ -197,6 +200,11 @@ pub async fn propagate(
     if !within(Instant::now() + REPORTED_DEADLINE, reported).await? {
         println!("   the agents have not reported every object after {REPORTED_DEADLINE:?}: idle counted anyway");
     }
+    // The hub rightly writes when its inputs change: the OCM work agents' ManifestWork status
+    // (Deployments becoming available) and the agents' WorkStatuses. Idle starts once they stop.
+    if !inputs_settled(stack).await? {
+        println!("   the WECs' reports still change after {SETTLE_DEADLINE:?}: idle counted anyway");
+    }
     let after = writes_now(stack).await?;
     tokio::time::sleep(Duration::from_secs(knobs.idle)).await;
     let idle = writes_now(stack).await?;
@@ -250,6 +258,29 @@ async fn physical_limit(its: &kube::Client, works: &[ManifestWork]) -> anyhow::R
     // The clean-up waits for it to be gone before the next run.
     namespaces.delete(&ns, &DeleteParams::default()).await?;
     Ok(took)
+}
+
+/// Whether the writes of the WECs' reports into the ITS (ManifestWork status, WorkStatuses)
+/// stopped for `SETTLED_FOR`, within `SETTLE_DEADLINE`.
+async fn inputs_settled(stack: &Stack) -> anyhow::Result<bool> {
+    let its = stack.client("its1").await?;
+    let reports = |counts: &BTreeMap<Request, u64>| {
+        ks_tests::metrics::total(counts, "manifestworks", Some("status"))
+            + ks_tests::metrics::total(counts, "workstatuses", None)
+    };
+    let until = Instant::now() + SETTLE_DEADLINE;
+    let (mut count, mut since) = (reports(&apiserver_writes(&its).await?), Instant::now());
+    while since.elapsed() < SETTLED_FOR {
+        if Instant::now() >= until {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now = reports(&apiserver_writes(&its).await?);
+        if now != count {
+            (count, since) = (now, Instant::now());
+        }
+    }
+    Ok(true)
 }
 
 /// Write counts of the WDS and the ITS apiservers.
