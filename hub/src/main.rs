@@ -104,8 +104,8 @@ struct Args {
     /// waits this long, a burst (objects created one after another) until it stops.
     #[arg(long, env = "KS_BINDING_DEBOUNCE_MS", default_value_t = 50, value_name = "MS")]
     binding_debounce_ms: u64,
-    /// The most milliseconds a policy's changes wait while they keep coming: a burst longer than
-    /// this is written once per this.
+    /// The most milliseconds a policy's changes first wait while they keep coming: a burst
+    /// longer than this is written after this, then after twice as long each time (up to 16×).
     #[arg(long, env = "KS_BINDING_DEBOUNCE_MAX_MS", default_value_t = 2000, value_name = "MS")]
     binding_debounce_max_ms: u64,
     /// Seconds start-up waits for every workload resource's cache to fill. A resource whose LIST

@@ -2,13 +2,18 @@
 //! changes stop for a quiet pause, or a longest wait after its first unwritten change. A lone
 //! change is written after the quiet pause alone (its latency stays short); a burst (objects
 //! created one after another) becomes one write, or one per longest wait while it lasts, not one
-//! per quiet pause.
+//! per quiet pause. While a burst goes on past its longest wait, each next wait doubles (up to
+//! [`LONGEST_GROWTH`] times the first): every write of a growing key rewrites all it holds, so
+//! a constant pace would make a long burst cost the square of its length.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 // Tokio's clock, so that tests with a paused clock drive it.
 use tokio::time::Instant;
+
+/// How far the longest wait grows while a burst goes on.
+pub const LONGEST_GROWTH: u32 = 16;
 
 /// The keys with unwritten changes, and when each is due.
 #[derive(Debug)]
@@ -20,13 +25,16 @@ pub struct Debounce<K> {
 
 #[derive(Clone, Copy, Debug)]
 struct Burst {
-    first: Instant,
+    /// The first unwritten change, if any: a key written while its burst goes on stays until
+    /// the burst stops, so that its next wait is longer.
+    first: Option<Instant>,
     last: Instant,
+    longest: Duration,
 }
 
 impl Burst {
-    fn due(self, quiet: Duration, longest: Duration) -> Instant {
-        (self.last + quiet).min(self.first + longest)
+    fn due(self, quiet: Duration) -> Option<Instant> {
+        self.first.map(|first| (self.last + quiet).min(first + self.longest))
     }
 }
 
@@ -43,44 +51,54 @@ impl<K: Ord + Clone> Debounce<K> {
 
     /// `key` changed at `now`.
     pub fn changed(&mut self, key: K, now: Instant) {
-        self.keys
-            .entry(key)
-            .and_modify(|burst| burst.last = now)
-            .or_insert(Burst { first: now, last: now });
+        let longest = self.longest;
+        let burst = self.keys.entry(key).or_insert(Burst {
+            first: None,
+            last: now,
+            longest,
+        });
+        burst.last = now;
+        burst.first.get_or_insert(now);
     }
 
     /// When the next key is due, if any waits.
     pub fn next_due(&self) -> Option<Instant> {
-        self.keys.values().map(|b| b.due(self.quiet, self.longest)).min()
+        self.keys.values().filter_map(|b| b.due(self.quiet)).min()
     }
 
-    /// Hands out the keys due at `now`; a change after this starts a new burst.
+    /// Hands out the keys due at `now`; a change after this starts a new wait, twice as long if
+    /// the burst goes on (a change within the quiet pause of the last one).
     pub fn take_due(&mut self, now: Instant) -> Vec<K> {
-        let (quiet, longest) = (self.quiet, self.longest);
-        let due: Vec<K> = self
-            .keys
-            .iter()
-            .filter(|(_, burst)| burst.due(quiet, longest) <= now)
-            .map(|(key, _)| key.clone())
-            .collect();
-        for key in &due {
-            self.keys.remove(key);
-        }
+        let (quiet, ceiling) = (self.quiet, self.longest * LONGEST_GROWTH);
+        let mut due = Vec::new();
+        self.keys.retain(|key, burst| {
+            if burst.due(quiet).is_some_and(|at| at <= now) {
+                due.push(key.clone());
+                burst.first = None;
+                burst.longest = (burst.longest * 2).min(ceiling);
+            }
+            // A burst that has stopped is forgotten once written.
+            burst.first.is_some() || burst.last + quiet > now
+        });
         due
     }
 
     /// Hands out every waiting key, due or not.
     pub fn take_all(&mut self) -> Vec<K> {
-        std::mem::take(&mut self.keys).into_keys().collect()
+        std::mem::take(&mut self.keys)
+            .into_iter()
+            .filter(|(_, burst)| burst.first.is_some())
+            .map(|(key, _)| key)
+            .collect()
     }
 
     /// How many keys wait.
     pub fn len(&self) -> usize {
-        self.keys.len()
+        self.keys.values().filter(|b| b.first.is_some()).count()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
+        self.len() == 0
     }
 }
 
@@ -127,15 +145,54 @@ mod tests {
         let t0 = Instant::now();
         let mut d = Debounce::new(QUIET, LONGEST);
         let mut writes = Vec::new();
-        // A change every 10 ms for 5 s.
-        for n in 0..500 {
+        // A change every 10 ms for 7 s.
+        for n in 0..700 {
             let now = t0 + ms(10 * n);
             if !d.take_due(now).is_empty() {
                 writes.push(now - t0);
             }
             d.changed("p", now);
         }
-        assert_eq!(writes, vec![ms(2000), ms(4000)]);
+        // Waits of 2 s, then 4 s: not every 2 s.
+        assert_eq!(writes, vec![ms(2000), ms(6000)]);
+    }
+
+    #[test]
+    fn a_long_burst_is_written_a_logarithmic_number_of_times() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        let mut writes = Vec::new();
+        // A change every 10 ms for 100 s: waits of 2, 4, 8, 16, then 32 s at most.
+        for n in 0..10_000 {
+            let now = t0 + ms(10 * n);
+            if !d.take_due(now).is_empty() {
+                writes.push((now - t0).as_secs());
+            }
+            d.changed("p", now);
+        }
+        assert_eq!(writes, vec![2, 6, 14, 30, 62, 94]);
+        assert_eq!(d.take_due(t0 + ms(99_990) + QUIET), vec!["p"]);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn the_wait_is_short_again_once_a_burst_stops() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        for n in 0..300 {
+            let now = t0 + ms(10 * n);
+            d.take_due(now);
+            d.changed("p", now);
+        }
+        // Written at 2 s (the next wait would be 4 s), then quiet: written and forgotten.
+        assert_eq!(d.take_due(t0 + ms(2990) + QUIET), vec!["p"]);
+        assert_eq!(d.next_due(), None);
+        // A new burst a second later waits 2 s again at most.
+        let t1 = t0 + ms(4000);
+        for n in 0..300 {
+            d.changed("p", t1 + ms(10 * n));
+        }
+        assert_eq!(d.next_due(), Some(t1 + LONGEST));
     }
 
     #[test]
