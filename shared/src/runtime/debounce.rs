@@ -57,6 +57,10 @@ impl<K: Ord + Clone> Debounce<K> {
             last: now,
             longest,
         });
+        if burst.first.is_none() && burst.last + self.quiet <= now {
+            // Its burst had stopped (not yet forgotten, as nothing was due since).
+            burst.longest = longest;
+        }
         burst.last = now;
         burst.first.get_or_insert(now);
     }
@@ -193,6 +197,27 @@ mod tests {
             d.changed("p", t1 + ms(10 * n));
         }
         assert_eq!(d.next_due(), Some(t1 + LONGEST));
+    }
+
+    #[test]
+    fn a_burst_that_stopped_unnoticed_does_not_lengthen_the_next_wait() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        for n in 0..=200 {
+            d.changed("p", t0 + ms(10 * n));
+        }
+        // Written at its longest wait; its last change comes with it, then nothing.
+        assert_eq!(d.take_due(t0 + LONGEST), vec!["p"]);
+        let later = t0 + ms(60_000);
+        d.changed("p", later);
+        d.changed("p", later + ms(10));
+        assert_eq!(d.take_due(later + ms(10) + QUIET), vec!["p"]);
+        d.changed("p", later + ms(100));
+        assert_eq!(d.next_due(), Some(later + ms(100) + QUIET));
+        for n in 1..300 {
+            d.changed("p", later + ms(100 + 10 * n));
+        }
+        assert_eq!(d.next_due(), Some(later + ms(100) + LONGEST));
     }
 
     #[test]
