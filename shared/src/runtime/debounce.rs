@@ -117,6 +117,20 @@ mod tests {
         Duration::from_millis(n)
     }
 
+    /// Changes "p" every 10 ms, `changes` times from `from`, taking what is due before each;
+    /// when "p" was written, counted from `from`.
+    fn steady_burst(d: &mut Debounce<&'static str>, from: Instant, changes: u64) -> Vec<Duration> {
+        let mut writes = Vec::new();
+        for n in 0..changes {
+            let now = from + ms(10 * n);
+            if !d.take_due(now).is_empty() {
+                writes.push(now - from);
+            }
+            d.changed("p", now);
+        }
+        writes
+    }
+
     #[test]
     fn a_lone_change_is_due_after_the_quiet_pause() {
         let t0 = Instant::now();
@@ -148,15 +162,8 @@ mod tests {
     fn a_burst_longer_than_the_longest_wait_is_written_at_that_pace() {
         let t0 = Instant::now();
         let mut d = Debounce::new(QUIET, LONGEST);
-        let mut writes = Vec::new();
         // A change every 10 ms for 7 s.
-        for n in 0..700 {
-            let now = t0 + ms(10 * n);
-            if !d.take_due(now).is_empty() {
-                writes.push(now - t0);
-            }
-            d.changed("p", now);
-        }
+        let writes = steady_burst(&mut d, t0, 700);
         // Waits of 2 s, then 4 s: not every 2 s.
         assert_eq!(writes, vec![ms(2000), ms(6000)]);
     }
@@ -165,15 +172,8 @@ mod tests {
     fn a_long_burst_is_written_a_logarithmic_number_of_times() {
         let t0 = Instant::now();
         let mut d = Debounce::new(QUIET, LONGEST);
-        let mut writes = Vec::new();
         // A change every 10 ms for 100 s: waits of 2, 4, 8, 16, then 32 s at most.
-        for n in 0..10_000 {
-            let now = t0 + ms(10 * n);
-            if !d.take_due(now).is_empty() {
-                writes.push((now - t0).as_secs());
-            }
-            d.changed("p", now);
-        }
+        let writes: Vec<u64> = steady_burst(&mut d, t0, 10_000).iter().map(Duration::as_secs).collect();
         assert_eq!(writes, vec![2, 6, 14, 30, 62, 94]);
         assert_eq!(d.take_due(t0 + ms(99_990) + QUIET), vec!["p"]);
         assert!(d.is_empty());
@@ -183,11 +183,7 @@ mod tests {
     fn the_wait_is_short_again_once_a_burst_stops() {
         let t0 = Instant::now();
         let mut d = Debounce::new(QUIET, LONGEST);
-        for n in 0..300 {
-            let now = t0 + ms(10 * n);
-            d.take_due(now);
-            d.changed("p", now);
-        }
+        assert_eq!(steady_burst(&mut d, t0, 300), vec![LONGEST]);
         // Written at 2 s (the next wait would be 4 s), then quiet: written and forgotten.
         assert_eq!(d.take_due(t0 + ms(2990) + QUIET), vec!["p"]);
         assert_eq!(d.next_due(), None);
