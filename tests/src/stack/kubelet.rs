@@ -14,12 +14,15 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::{StreamExt, stream};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Container, Secret};
+use ks_shared::runtime::watch_into_inputs;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
+use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::Stack;
 
@@ -209,26 +212,32 @@ fn crash_loop_backoff(restarts: u32) -> Duration {
 pub async fn run(stack: &Stack, space: &str, binaries: &Path) -> anyhow::Result<()> {
     let client = stack.client(space).await?;
     let deployments: Api<Deployment> = Api::all(client.clone());
-    let secrets: Api<Secret> = Api::all(client);
+    // Cached, never listed per change: a WEC receiving thousands of Deployments (the bulk bench)
+    // would be listed whole on each of their events, costing its apiserver the square of them.
+    let (inputs, mut changed) = mpsc::unbounded_channel();
+    let never = CancellationToken::new();
     let config = watcher::Config::default();
-    let changes = stream::select(
-        watcher(deployments.clone(), config.clone()).map(|e| e.map(|_| ())),
-        watcher(secrets.clone(), config).map(|e| e.map(|_| ())),
-    );
-    tokio::pin!(changes);
+    let cached = Caches {
+        deployments: watch_into_inputs(
+            deployments.clone(),
+            config.clone(),
+            &never,
+            &inputs,
+            |_| Some(()),
+            || (),
+        ),
+        secrets: watch_into_inputs(Api::all(client), config, &never, &inputs, |_| Some(()), || ()),
+    };
+    cached.deployments.wait_until_ready().await?;
+    cached.secrets.wait_until_ready().await?;
     let mut running: BTreeMap<String, Started> = BTreeMap::new();
     // Like a kubelet with restartPolicy Always, restart pods that exited (e.g. an agent that
     // lost its leader Lease); their processes are not our children, so only a look tells.
     let mut restarts = tokio::time::interval(RESTART_CHECK);
     loop {
         tokio::select! {
-            change = changes.next() => match change {
-                None => return Ok(()),
-                Some(Err(err)) => {
-                    eprintln!("{space}: watch: {err}");
-                    continue;
-                }
-                Some(Ok(())) => {}
+            change = changed.recv() => if change.is_none() {
+                return Ok(());
             },
             _ = restarts.tick() => {
                 if running.keys().all(|name| stack.procs.running(name).is_some()) {
@@ -236,31 +245,39 @@ pub async fn run(stack: &Stack, space: &str, binaries: &Path) -> anyhow::Result<
                 }
             }
         }
-        if let Err(err) = sync(stack, space, &deployments, &secrets, binaries, &mut running).await {
+        // The changes so far are one sync.
+        while changed.try_recv().is_ok() {}
+        if let Err(err) = sync(stack, space, &deployments, &cached, binaries, &mut running).await {
             eprintln!("{space}: {err:#}");
         }
     }
+}
+
+/// What the kubelet runs from: the space's Deployments and Secrets.
+struct Caches {
+    deployments: Store<Deployment>,
+    secrets: Store<Secret>,
 }
 
 async fn sync(
     stack: &Stack,
     space: &str,
     deployments: &Api<Deployment>,
-    secrets: &Api<Secret>,
+    cached: &Caches,
     binaries: &Path,
     running: &mut BTreeMap<String, Started>,
 ) -> anyhow::Result<()> {
     let mut by_namespace: BTreeMap<String, BTreeMap<String, Secret>> = BTreeMap::new();
-    for secret in secrets.list(&ListParams::default()).await? {
+    for secret in cached.secrets.state() {
         by_namespace
             .entry(secret.namespace().unwrap_or_default())
             .or_default()
-            .insert(secret.name_any(), secret);
+            .insert(secret.name_any(), (*secret).clone());
     }
     let none = BTreeMap::new();
     let pods_dir = stack.state.join("pods");
     let mut wanted = BTreeSet::new();
-    let listed = deployments.list(&ListParams::default()).await?;
+    let listed = cached.deployments.state();
     for deployment in &listed {
         let namespace = deployment.namespace().unwrap_or_default();
         let dir = pods_dir.join(space).join(&namespace).join(deployment.name_any());
