@@ -14,7 +14,7 @@ use ks_shared::api::{Binding, BindingPolicy, CustomTransform};
 use ks_shared::names::{
     CUSTOMIZATION_PROPERTIES_NAMESPACE, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER, field_manager,
 };
-use ks_shared::runtime::{Backoff, Failure, failure, watch_into_inputs, watch_trimmed_into_inputs};
+use ks_shared::runtime::{Backoff, Failure, Pacing, failure, watch_into_inputs, watch_trimmed_into_inputs};
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -45,6 +45,12 @@ const WRITE_CONCURRENCY: usize = 8;
 /// The first and the longest pause before a failed Binding is tried again.
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(60);
+/// A Binding whose ManifestWork writes took `d` rests `PACE × d` before its next (doubling while
+/// its changes keep coming, up to `LONGEST_REST`): while kubectl creates a policy's objects one by
+/// one, its ever larger ManifestWorks are rewritten a few times, not after every Binding write,
+/// and the ITS keeps most of its time for everything else.
+const PACE: u32 = 3;
+const LONGEST_REST: Duration = Duration::from_secs(30);
 
 /// What to reconcile.
 enum Input {
@@ -152,11 +158,14 @@ pub async fn run<P: Plugin>(
     };
     let mut pending: BTreeSet<String> = BTreeSet::new();
     let mut retries: Backoff<String> = Backoff::new(RETRY_MIN, RETRY_MAX);
+    let mut pacing: Pacing<String> = Pacing::new(PACE, LONGEST_REST);
+    // Bindings changed while resting, each with the end of its rest.
+    let mut resting: BTreeMap<String, Instant> = BTreeMap::new();
     let mut first = Some(Input::All);
     loop {
         // Take the next input (the first pass covers everything), then whatever else arrived,
         // so a burst becomes one pass.
-        let retry_due = retries.next_due();
+        let wake = retries.next_due().into_iter().chain(resting.values().copied()).min();
         let next = match first.take() {
             Some(input) => Some(input),
             None => tokio::select! {
@@ -165,7 +174,7 @@ pub async fn run<P: Plugin>(
                     None => return Ok(()),
                     input => input,
                 },
-                _ = tokio::time::sleep_until(retry_due.unwrap_or_else(Instant::now)), if retry_due.is_some() => None,
+                _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => None,
             },
         };
         let mut transforms_changed = false;
@@ -199,12 +208,20 @@ pub async fn run<P: Plugin>(
             pending.extend(transport.bindings.state().iter().map(|b| b.name_any()));
         }
         pending.extend(retries.take_due(Instant::now()));
+        pending.extend(std::mem::take(&mut resting).into_keys());
         let metrics = &transport.settings.metrics;
         metrics.queue_depth.set((pending.len() + retries.waiting()) as i64);
         for name in std::mem::take(&mut pending) {
+            if let Some(until) = pacing.hold(&name, Instant::now()) {
+                resting.insert(name, until);
+                continue;
+            }
             metrics.reconciles.inc();
             match transport.reconcile(&name).await {
-                Ok(()) => retries.succeeded(&name),
+                Ok(writing) => {
+                    retries.succeeded(&name);
+                    pacing.wrote(name, writing, Instant::now());
+                }
                 Err(err) => {
                     metrics.errors.inc();
                     tracing::warn!(binding = %name, error = chain(&err), "transport failed; retrying with back-off");
@@ -212,7 +229,7 @@ pub async fn run<P: Plugin>(
                 }
             }
         }
-        metrics.queue_depth.set(retries.waiting() as i64);
+        metrics.queue_depth.set((resting.len() + retries.waiting()) as i64);
     }
 }
 
@@ -222,6 +239,8 @@ struct Applied {
     rejections: Vec<String>,
     /// Some wait for objects to land in another.
     holding: bool,
+    /// How long the writes took (zero when nothing was written).
+    writing: Duration,
 }
 
 struct Transport<P: Plugin> {
@@ -273,12 +292,14 @@ impl<P: Plugin> Transport<P> {
             .collect()
     }
 
-    async fn reconcile(&self, name: &str) -> Result<(), Error> {
+    /// Brings the Binding's ManifestWorks and statuses in line; how long the ManifestWork writes
+    /// took.
+    async fn reconcile(&self, name: &str) -> Result<Duration, Error> {
         let api: Api<Binding> = Api::all(self.wds.clone());
         let Some(binding) = self.bindings.get(&ObjectRef::new(name)) else {
             // Gone: the finalizer made us clean up while it was being deleted.
             self.set_holding(name, false);
-            return Ok(());
+            return Ok(Duration::ZERO);
         };
         let has_finalizer = binding.finalizers().iter().any(|f| f == TRANSPORT_FINALIZER);
         if binding.metadata.deletion_timestamp.is_some() {
@@ -287,14 +308,16 @@ impl<P: Plugin> Transport<P> {
             if has_finalizer && !applied.holding {
                 crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, false).await?;
             }
-            return Ok(());
+            return Ok(applied.writing);
         }
         if !has_finalizer {
             crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, true).await?;
         }
         let Desired { works, mut errors } = self.desired(&binding, &self.informers.unsynced())?;
+        let mut writing = Duration::ZERO;
         if errors.is_empty() {
-            errors = self.apply_works(name, works).await?.rejections;
+            let applied = self.apply_works(name, works).await?;
+            (errors, writing) = (applied.rejections, applied.writing);
         }
         // Errors leave what the WECs have untouched; they are reported on the Binding.
         let status = binding.status.clone().unwrap_or_default();
@@ -304,7 +327,8 @@ impl<P: Plugin> Transport<P> {
                                "status": {"observedGeneration": generation, "errors": errors}});
             apply_status(&api, name, &patch).await?;
         }
-        self.report_propagation(&binding).await
+        self.report_propagation(&binding).await?;
+        Ok(writing)
     }
 
     /// Writes how far the Binding's objects got on each WEC into its BindingPolicy's status, when
@@ -439,16 +463,23 @@ impl<P: Plugin> Transport<P> {
                 changes.push(self.delete_work(stale).map(|r| r.map(|()| None)).boxed());
             }
         }
+        let started = Instant::now();
+        let writes = changes.len();
         let results: Vec<Result<Option<String>, Error>> = futures::stream::iter(changes)
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
             .await;
+        let writing = if writes == 0 { Duration::ZERO } else { started.elapsed() };
         let mut rejections = results
             .into_iter()
             .filter_map(Result::transpose)
             .collect::<Result<Vec<_>, Error>>()?;
         rejections.sort();
-        Ok(Applied { rejections, holding })
+        Ok(Applied {
+            rejections,
+            holding,
+            writing,
+        })
     }
 
     /// Records whether `binding` waits for another Binding's ManifestWorks.
