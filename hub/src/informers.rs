@@ -26,6 +26,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use ks_shared::names::field_manager;
 pub use ks_shared::workload::{GroupResource, WorkloadRef};
 
 /// A change seen by an informer.
@@ -398,7 +399,7 @@ impl WorkloadInformers {
         let stop = self.shutdown.child_token();
         let (events, token, first_seen) = (self.events.clone(), stop.clone(), self.first_seen.clone());
         let this = self.clone();
-        let stream = watcher(api, watcher::Config::default()).default_backoff();
+        let stream = watcher(api, watcher::Config::default()).default_backoff().modify(trim);
         let resource_label = ResourceLabel {
             resource: format!("{}/{}", gr.group, gr.resource),
         };
@@ -483,6 +484,16 @@ impl WorkloadInformers {
         };
         let _ = tokio::time::timeout(deadline, all_filled).await;
         self.unsynced()
+    }
+}
+
+/// What the cache keeps of a workload object's `managedFields`: our status writer's entries
+/// only, which tell whether the object has a `.status` of ours to clear
+/// (`status::plan::owns_status`). Everyone else's (kubectl's, the WDS's controllers') were most
+/// of a small object's cached size.
+fn trim(object: &mut DynamicObject) {
+    if let Some(entries) = &mut object.metadata.managed_fields {
+        entries.retain(|entry| entry.manager.as_deref() == Some(field_manager::STATUS));
     }
 }
 

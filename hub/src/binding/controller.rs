@@ -10,7 +10,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::{Binding, BindingPolicy, StatusCollector};
 use ks_shared::names::BINDING_POLICY_FINALIZER;
 use ks_shared::ocm::ManagedCluster;
-use ks_shared::runtime::{Backoff, Debounce, Failure, failure, watch_into_inputs};
+use ks_shared::runtime::{
+    Backoff, Debounce, Failure, failure, watch_into_inputs, watch_trimmed_into_inputs, without_managed_fields,
+};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
@@ -139,9 +141,10 @@ pub async fn run(
             || Input::Policies,
         ),
         // Only the Binding's content matters, which its policy's check compares.
-        bindings: watch_into_inputs(
+        bindings: watch_trimmed_into_inputs(
             Api::all(wds.clone()),
             watcher::Config::default(),
+            without_managed_fields,
             &shutdown,
             &inputs,
             |b| Some(Input::Binding(b.name_any())),

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
 use ks_shared::api::{
     CombinedStatus, CombinedStatusFields, Condition, StatusCollectorStatus, StatusDetails, WorkStatus,
     condition_reason, condition_type,
@@ -72,6 +72,18 @@ pub fn last_status_update(managed_fields: &[ManagedFieldsEntry]) -> Option<Time>
         .filter(|entry| touches_status(entry))
         .filter_map(|entry| entry.time.clone())
         .max_by_key(|time| time.0)
+}
+
+/// What the cache keeps of a WorkStatus's `managedFields`: what [`last_status_update`] reads (the
+/// entries touching `.status`, with their times), not which fields each one owns, which for a
+/// large object's status outweighed the rest of the WorkStatus.
+pub fn trim_work_status(work_status: &mut WorkStatus) {
+    if let Some(entries) = &mut work_status.metadata.managed_fields {
+        entries.retain(touches_status);
+        for entry in entries {
+            entry.fields_v1 = Some(FieldsV1(serde_json::json!({"f:status": {}})));
+        }
+    }
 }
 
 /// Whether we own any part of the object's `.status`: only then is there something to clear.
@@ -273,7 +285,6 @@ pub fn collector_status(generation: i64, validation: &[String], evaluation: Vec<
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
     use ks_shared::api::{DownsyncModulation, NamedAggregator, StatusCollectorSpec};
     use serde_json::json;
 
@@ -374,6 +385,31 @@ mod tests {
             Some("2025-01-01T00:00:03Z".to_string())
         );
         assert_eq!(last_status_update(&[]), None);
+    }
+
+    #[test]
+    fn a_trimmed_work_status_keeps_its_last_status_update() {
+        let mut work_status = WorkStatus::new("w", Default::default());
+        work_status.metadata.managed_fields = Some(vec![
+            managed(
+                "agent",
+                None,
+                json!({"f:spec": {"f:sourceRef": {}}}),
+                "2025-01-01T00:00:09Z",
+            ),
+            managed(
+                "agent",
+                Some("status"),
+                json!({"f:status": {"f:replicas": {}, "f:conditions": {}}}),
+                "2025-01-01T00:00:05Z",
+            ),
+        ]);
+        let before = last_status_update(work_status.metadata.managed_fields.as_deref().unwrap());
+        trim_work_status(&mut work_status);
+        let entries = work_status.metadata.managed_fields.as_deref().unwrap();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(last_status_update(entries), before);
+        assert!(before.is_some());
     }
 
     fn collector(name: &str) -> Collector {

@@ -56,7 +56,8 @@ pub enum Error {
 /// (docs/upstream-behaviour.md#manifestworks): an inventory of destinations, a mailbox per
 /// destination, and a wrapped object that carries objects there.
 pub trait Plugin: Send + Sync + 'static {
-    /// The object written into a mailbox (OCM: ManifestWork).
+    /// The object written into a mailbox (OCM: ManifestWork); it serializes with its
+    /// `apiVersion` and `kind`, as kube's `CustomResource` derive makes it.
     type Wrapped: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
         + Clone
         + Serialize

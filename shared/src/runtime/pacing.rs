@@ -1,11 +1,15 @@
 //! Pacing each key's costly writes ([`Pacing`]): after writes that took `d`, the key rests
-//! `factor × d` before it writes again, and changes that arrive meanwhile wait for the end of the
-//! rest, to be written together. When changes kept arriving during a rest and the next writes
-//! follow it, the burst goes on and the next rest is at least twice as long (up to a longest
-//! rest). So a key's writes take at most 1/(factor+1) of the time, and a burst that grows a key
-//! (a policy's objects created one by one, each write holding all so far) rewrites it a
-//! logarithmic number of times, not once per change. A small key's writes take milliseconds, and
-//! so do its rests: one change after a quiet spell is written at once.
+//! `factor × d` before it writes again, and changes that arrive meanwhile wait, to be written
+//! together. A rest ends early once its key has been quiet for half of it: the burst is over and
+//! what waits is final, so it is not held back for nothing. When a change waited during a rest,
+//! the burst goes on and the next rest is at least twice as long (up to a longest rest). So a key's writes take at most 1/(factor+1) of the time while it keeps changing, and a
+//! burst that grows a key (a policy's objects created one by one, each write holding all so far)
+//! rewrites it a logarithmic number of times, not once per change. A small key's writes take
+//! milliseconds, and so do its rests: one change after a quiet spell is written at once.
+//!
+//! A change is a new version of the key (a Binding's generation): inputs that leave the version
+//! as it was (the status of what was written) are never held, so they neither delay nor
+//! lengthen anything.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -15,24 +19,34 @@ use tokio::time::Instant;
 
 /// When each key that wrote lately may write again.
 #[derive(Debug)]
-pub struct Pacing<K> {
+pub struct Pacing<K, V> {
     factor: u32,
     longest: Duration,
-    rests: BTreeMap<K, Rest>,
+    rests: BTreeMap<K, Rest<V>>,
 }
 
 #[derive(Clone, Copy, Debug)]
-struct Rest {
+struct Rest<V> {
     until: Instant,
     length: Duration,
-    /// A change arrived during it.
-    held: bool,
+    /// The version written, or the last one seen since.
+    version: V,
+    /// The last change seen during the rest, which waits for its end.
+    waiting: Option<Instant>,
 }
 
-impl<K: Ord> Pacing<K> {
+impl<V> Rest<V> {
+    /// When the waiting change, if any, may be written: at the end of the rest, or once the key
+    /// has been quiet for half of it.
+    fn due(&self) -> Option<Instant> {
+        self.waiting.map(|last| self.until.min(last + self.length / 2))
+    }
+}
+
+impl<K: Ord, V: PartialEq> Pacing<K, V> {
     /// Writes that took `d` make their key rest `factor × d`, doubling while a burst goes on,
     /// at most `longest`.
-    pub fn new(factor: u32, longest: Duration) -> Pacing<K> {
+    pub fn new(factor: u32, longest: Duration) -> Pacing<K, V> {
         Pacing {
             factor,
             longest,
@@ -40,33 +54,44 @@ impl<K: Ord> Pacing<K> {
         }
     }
 
-    /// Whether `key`, changed at `now`, must wait: the end of its rest, if it rests.
-    pub fn hold(&mut self, key: &K, now: Instant) -> Option<Instant> {
+    /// Whether `key`, now at `version`, must wait at `now`: until when, if it must.
+    pub fn hold(&mut self, key: &K, version: V, now: Instant) -> Option<Instant> {
         let rest = self.rests.get_mut(key).filter(|r| r.until > now)?;
-        rest.held = true;
-        Some(rest.until)
+        if rest.version != version {
+            rest.version = version;
+            rest.waiting = Some(now);
+        }
+        rest.due().filter(|due| *due > now)
     }
 
-    /// `key`'s writes took `spent`, ending at `now` (nothing written: zero, and no rest).
-    pub fn wrote(&mut self, key: K, spent: Duration, now: Instant) {
-        let before = self.rests.remove(&key);
+    /// `key`'s writes of `version` took `spent`, ending at `now` (nothing written: zero, and the
+    /// rest it was in goes on).
+    pub fn wrote(&mut self, key: K, version: V, spent: Duration, now: Instant) {
         // Rests over are forgotten, so deleted keys do not pile up.
+        let mut before = self.rests.remove(&key);
         self.rests.retain(|_, r| r.until > now);
+        if spent.is_zero() {
+            if let Some(mut rest) = before.take().filter(|r| r.until > now) {
+                (rest.version, rest.waiting) = (version, None);
+                self.rests.insert(key, rest);
+            }
+            return;
+        }
         let mut length = spent.saturating_mul(self.factor);
-        if let Some(before) = before.filter(|r| r.held) {
+        // A change waited during the rest before these writes: the burst goes on.
+        if let Some(before) = before.filter(|r| r.waiting.is_some()) {
             length = length.max(before.length.saturating_mul(2));
         }
         let length = length.min(self.longest);
-        if !spent.is_zero() && !length.is_zero() {
-            self.rests.insert(
-                key,
-                Rest {
-                    until: now + length,
-                    length,
-                    held: false,
-                },
-            );
-        }
+        self.rests.insert(
+            key,
+            Rest {
+                until: now + length,
+                length,
+                version,
+                waiting: None,
+            },
+        );
     }
 }
 
@@ -84,80 +109,139 @@ mod tests {
     fn a_key_rests_its_factor_times_what_its_writes_took() {
         let mut pacing = Pacing::new(3, LONGEST);
         let t0 = Instant::now();
-        pacing.wrote("p", ms(400), t0);
-        assert_eq!(pacing.hold(&"p", t0 + ms(1199)), Some(t0 + ms(1200)));
-        assert_eq!(pacing.hold(&"p", t0 + ms(1200)), None);
+        pacing.wrote("p", 1, ms(400), t0);
+        assert_eq!(pacing.hold(&"p", 2, t0 + ms(1199)), Some(t0 + ms(1200)));
+        assert_eq!(pacing.hold(&"p", 2, t0 + ms(1200)), None);
         // Other keys are not held back by it.
-        assert_eq!(pacing.hold(&"q", t0), None);
+        assert_eq!(pacing.hold(&"q", 1, t0), None);
     }
 
     #[test]
-    fn nothing_written_means_no_rest() {
+    fn the_same_version_is_never_held() {
         let mut pacing = Pacing::new(3, LONGEST);
         let t0 = Instant::now();
-        pacing.wrote("p", ms(400), t0);
-        pacing.hold(&"p", t0 + ms(100));
-        pacing.wrote("p", Duration::ZERO, t0 + ms(1200));
-        assert_eq!(pacing.hold(&"p", t0 + ms(1200)), None);
+        pacing.wrote("p", 1, ms(400), t0);
+        assert_eq!(pacing.hold(&"p", 1, t0 + ms(10)), None);
+        // Nor does it count as a change: a new version is quiet from its own arrival.
+        assert_eq!(pacing.hold(&"p", 2, t0 + ms(20)), Some(t0 + ms(620)));
+        assert_eq!(pacing.hold(&"p", 2, t0 + ms(500)), Some(t0 + ms(620)));
+    }
+
+    #[test]
+    fn a_rest_ends_once_its_key_is_quiet_for_half_of_it() {
+        let mut pacing = Pacing::new(3, LONGEST);
+        let t0 = Instant::now();
+        pacing.wrote("p", 1, ms(1000), t0);
+        pacing.hold(&"p", 2, t0 + ms(100));
+        assert_eq!(pacing.hold(&"p", 3, t0 + ms(1000)), Some(t0 + ms(2500)));
+        assert_eq!(pacing.hold(&"p", 3, t0 + ms(2500)), None);
+        // The burst may go on: the next rest is twice as long, and ends the same way.
+        pacing.wrote("p", 3, ms(100), t0 + ms(2600));
+        assert_eq!(pacing.hold(&"p", 4, t0 + ms(2601)), Some(t0 + ms(5601)));
+    }
+
+    #[test]
+    fn nothing_written_leaves_the_rest_as_it_was() {
+        let mut pacing = Pacing::new(3, LONGEST);
+        let t0 = Instant::now();
+        pacing.wrote("p", 1, ms(400), t0);
+        pacing.wrote("p", 1, Duration::ZERO, t0 + ms(150));
+        assert_eq!(pacing.hold(&"p", 2, t0 + ms(200)), Some(t0 + ms(800)));
+        // A change that needed no writes waits no more.
+        pacing.wrote("p", 2, Duration::ZERO, t0 + ms(800));
+        assert_eq!(pacing.hold(&"p", 2, t0 + ms(900)), None);
+        // Once the rest is over, nothing written means no rest.
+        pacing.wrote("p", 3, Duration::ZERO, t0 + ms(1200));
+        assert_eq!(pacing.hold(&"p", 4, t0 + ms(1200)), None);
+    }
+
+    /// Drives `pacing` with a change of "p" every 10 ms from `start` until `end`, each write
+    /// taking `cost` of the time since `start`; each write's time and the rest that followed.
+    fn burst(
+        pacing: &mut Pacing<&'static str, u128>,
+        start: Instant,
+        end: Instant,
+        cost: impl Fn(Duration) -> Duration,
+    ) -> Vec<(Duration, Duration)> {
+        let (mut now, mut writes, mut written) = (start, Vec::new(), None);
+        while now < end {
+            let version = (now - start).as_millis() / 10;
+            if written == Some(version) {
+                now = start + ms(10) * (version as u32 + 1);
+                continue;
+            }
+            if let Some(until) = pacing.hold(&"p", version, now) {
+                now = until.min(now + ms(10));
+                continue;
+            }
+            let spent = cost(now - start);
+            now += spent;
+            pacing.wrote("p", version, spent, now);
+            written = Some(version);
+            writes.push((spent, pacing.rests["p"].length));
+        }
+        writes
     }
 
     #[test]
     fn a_burst_doubles_the_rest_up_to_the_longest() {
         let mut pacing = Pacing::new(3, LONGEST);
-        let mut now = Instant::now();
-        let mut rests = Vec::new();
-        for _ in 0..8 {
-            pacing.wrote("p", ms(100), now);
-            let until = pacing.hold(&"p", now + ms(1)).expect("resting");
-            rests.push((until - now).as_millis());
-            now = until;
-        }
-        assert_eq!(rests, [300, 600, 1200, 2400, 4800, 9600, 19200, 30000]);
+        let t0 = Instant::now();
+        let writes = burst(&mut pacing, t0, t0 + Duration::from_secs(70), |_| ms(100));
+        let rests: Vec<u128> = writes.iter().map(|(_, rest)| rest.as_millis()).collect();
+        assert_eq!(rests, [300, 600, 1200, 2400, 4800, 9600, 19200, 30000, 30000]);
     }
 
     #[test]
     fn a_change_after_the_rest_starts_over() {
         let mut pacing = Pacing::new(3, LONGEST);
         let t0 = Instant::now();
-        pacing.wrote("p", ms(100), t0);
-        pacing.hold(&"p", t0 + ms(10));
-        pacing.wrote("p", ms(100), t0 + ms(400));
-        // Not held during the 600 ms rest: the next change comes after it, a burst no more.
-        pacing.wrote("p", ms(100), t0 + ms(2000));
-        assert_eq!(pacing.hold(&"p", t0 + ms(2001)), Some(t0 + ms(2300)));
+        pacing.wrote("p", 1, ms(100), t0);
+        pacing.hold(&"p", 2, t0 + ms(200));
+        // Written at the end of the rest: the burst went on, the next rest is twice as long.
+        pacing.wrote("p", 2, ms(100), t0 + ms(400));
+        assert_eq!(pacing.hold(&"p", 3, t0 + ms(401)), Some(t0 + ms(701)));
+        pacing.wrote("p", 3, ms(100), t0 + ms(1100));
+        // Not held during that rest: the next change comes after it, a burst no more.
+        pacing.wrote("p", 4, ms(100), t0 + ms(3000));
+        assert_eq!(pacing.hold(&"p", 5, t0 + ms(3001)), Some(t0 + ms(3151)));
     }
 
     #[test]
     fn rests_that_are_over_are_forgotten() {
         let mut pacing = Pacing::new(3, LONGEST);
         let t0 = Instant::now();
-        pacing.wrote("gone", ms(10), t0);
-        pacing.wrote("p", ms(10), t0 + ms(30));
+        pacing.wrote("gone", 1, ms(10), t0);
+        pacing.wrote("p", 1, ms(10), t0 + ms(30));
         assert_eq!(pacing.rests.len(), 1);
     }
 
     /// A key whose writes grow with each change (every write holding all created so far), that
     /// changes every 10 ms for 100 s, each write costing 1 ms per 100 changes so far (100 ms at
-    /// the end): 10,000 changes written 16 times (rests doubling from 3 ms to 30 s in 14 writes,
-    /// then one per 30 s), under a quarter of the time spent writing.
+    /// the end). While its writes are cheaper than a third of the pause between changes, each
+    /// change is written at once; from then on its rests double, and the costly writes (from
+    /// 10 ms on, the last 90 s) are a few. Under a quarter of the time goes to writing.
     #[test]
     fn a_growing_burst_is_written_a_few_times() {
         let mut pacing = Pacing::new(3, LONGEST);
         let t0 = Instant::now();
-        let end = t0 + Duration::from_secs(100);
-        let (mut now, mut writes, mut writing) = (t0, 0, Duration::ZERO);
-        while now < end {
-            if let Some(until) = pacing.hold(&"p", now) {
-                now = until;
-                continue;
-            }
-            let spent = ms(((now - t0).as_millis() / 1000).max(1) as u64);
-            now += spent;
-            writing += spent;
-            writes += 1;
-            pacing.wrote("p", spent, now);
-        }
-        assert!(writes <= 16, "{writes} writes");
-        assert!(writing * 4 <= end - t0, "{writing:?} writing");
+        let writes = burst(&mut pacing, t0, t0 + Duration::from_secs(100), |elapsed| {
+            ms((elapsed.as_millis() / 1000).max(1) as u64)
+        });
+        let costly = writes.iter().filter(|(spent, _)| *spent >= ms(10)).count();
+        assert!(costly <= 6, "{costly} writes of 10 ms or more: {writes:?}");
+        let writing: Duration = writes.iter().map(|(spent, _)| *spent).sum();
+        assert!(writing * 4 <= Duration::from_secs(100), "{writing:?} writing");
+    }
+
+    /// Once the burst stops, its last change is written after half the rest, not all of it.
+    #[test]
+    fn the_end_of_a_burst_is_written_before_its_rest_is_over() {
+        let mut pacing = Pacing::new(3, LONGEST);
+        let t0 = Instant::now();
+        pacing.wrote("p", 1, Duration::from_secs(10), t0);
+        let last = t0 + Duration::from_secs(1);
+        assert_eq!(pacing.hold(&"p", 2, last), Some(last + Duration::from_secs(15)));
+        assert_eq!(pacing.hold(&"p", 2, last + Duration::from_secs(15)), None);
     }
 }

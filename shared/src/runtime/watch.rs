@@ -94,6 +94,12 @@ where
     watch_trimmed_into_inputs(api, config, |_| {}, stop, inputs, changed, listed)
 }
 
+/// A trim for objects whose `managedFields` nobody reads: they are most of a large object's
+/// metadata (a Binding's list every entry of its spec).
+pub fn without_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+}
+
 /// [`watch_into_inputs`], caching only what `trim` leaves of each object: for objects whose
 /// large parts the controller never reads again.
 pub fn watch_trimmed_into_inputs<K, I>(

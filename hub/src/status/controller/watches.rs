@@ -4,7 +4,7 @@
 
 use ks_shared::api::{Binding, CombinedStatus, StatusCollector, WorkStatus};
 use ks_shared::names::ORIGIN_WDS_LABEL;
-use ks_shared::runtime::watch_into_inputs;
+use ks_shared::runtime::{watch_into_inputs, watch_trimmed_into_inputs, without_managed_fields};
 use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::runtime::watcher;
@@ -12,6 +12,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
+use crate::status::plan;
 use crate::status::state::CachedName;
 
 /// A change seen by one of our watches.
@@ -50,17 +51,19 @@ impl Stores {
         let ours = watcher::Config::default().labels(&format!("{ORIGIN_WDS_LABEL}={wds_name}"));
         let all = watcher::Config::default;
         Stores {
-            work_statuses: watch_into_inputs(
+            work_statuses: watch_trimmed_into_inputs(
                 Api::all(its.clone()),
                 ours,
+                plan::trim_work_status,
                 stop,
                 inputs,
                 |w| Some(Input::WorkStatus(cached_name(w))),
                 || Input::WorkStatusesListed,
             ),
-            bindings: watch_into_inputs(
+            bindings: watch_trimmed_into_inputs(
                 Api::all(wds.clone()),
                 all(),
+                without_managed_fields,
                 stop,
                 inputs,
                 |b| Some(Input::Binding(b.name_any())),
