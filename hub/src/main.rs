@@ -16,6 +16,10 @@ use ks_shared::names::field_manager;
 use ks_shared::names::{CP_TYPE_ITS, CP_TYPE_WDS};
 use kube::Client;
 
+// Returns freed memory to the system (see the workspace's Cargo.toml).
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const ABOUT: &str = "KubeStellar hub: the binding, transport and status controllers for one WDS";
 
 #[derive(Parser, Debug)]
