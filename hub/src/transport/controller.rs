@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::{Binding, BindingPolicy, CustomTransform};
@@ -29,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use super::Metrics;
 use super::moves::WorkKey;
 use super::plan::{self, Cached, Desired, Entry};
+use super::schedule::Schedule;
 use super::sharding::Limits;
 use super::{Error, Plugin, moves, propagation, template, trace, wrap};
 use crate::informers::{GroupResource, WorkloadInformers};
@@ -42,7 +44,10 @@ pub struct Settings {
     pub metrics: Metrics,
 }
 
-/// How many ManifestWork writes or deletes of one Binding are in flight at once.
+/// How many Bindings are reconciled at once.
+const BINDING_CONCURRENCY: usize = 4;
+/// How many ManifestWork writes or deletes are in flight at once, over all Bindings: what the
+/// ITS is asked at a time, and the writes' memory (up to 512 kB each), do not grow with them.
 const WRITE_CONCURRENCY: usize = 8;
 /// The first and the longest pause before a failed Binding is tried again.
 const RETRY_MIN: Duration = Duration::from_secs(1);
@@ -159,17 +164,21 @@ pub async fn run<P: Plugin>(
         clusters,
         customizations,
         holding: Default::default(),
+        writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
     };
-    let mut pending: BTreeSet<String> = BTreeSet::new();
-    let mut retries: Backoff<String> = Backoff::new(RETRY_MIN, RETRY_MAX);
-    let mut pacing: Pacing<String, Option<i64>> = Pacing::new(PACE, LONGEST_REST);
-    // Bindings changed while resting, each with the end of its rest.
-    let mut resting: BTreeMap<String, Instant> = BTreeMap::new();
+    let mut schedule = Schedule::new(
+        BINDING_CONCURRENCY,
+        Pacing::new(PACE, LONGEST_REST),
+        Backoff::new(RETRY_MIN, RETRY_MAX),
+    );
+    let transport = &transport;
+    let mut running: FuturesUnordered<BoxFuture<'_, Reconciled>> = FuturesUnordered::new();
+    let metrics = &transport.settings.metrics;
     let mut first = Some(Input::All);
     loop {
-        // Take the next input (the first pass covers everything), then whatever else arrived,
-        // so a burst becomes one pass.
-        let wake = retries.next_due().into_iter().chain(resting.values().copied()).min();
+        // Take the next input or finished reconcile (the first pass covers everything), then
+        // whatever else arrived, so a burst becomes one pass.
+        let wake = schedule.wake();
         let next = match first.take() {
             Some(input) => Some(input),
             None => tokio::select! {
@@ -178,6 +187,14 @@ pub async fn run<P: Plugin>(
                     None => return Ok(()),
                     input => input,
                 },
+                Some((name, generation, result)) = running.next() => {
+                    let outcome = result.map_err(|err| {
+                        metrics.errors.inc();
+                        tracing::warn!(binding = %name, error = chain(&err), "transport failed; retrying with back-off");
+                    });
+                    schedule.finished(name, generation, outcome, Instant::now());
+                    None
+                }
                 _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => None,
             },
         };
@@ -185,63 +202,56 @@ pub async fn run<P: Plugin>(
         for input in next.into_iter().chain(std::iter::from_fn(|| received.try_recv().ok())) {
             match input {
                 Input::Binding(name) => {
-                    pending.insert(name);
+                    schedule.changed(name);
                     // A ManifestWork applied elsewhere may be what one waits for.
-                    pending.extend(
-                        transport
-                            .holding
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            .iter()
-                            .cloned(),
-                    );
+                    let holding = transport
+                        .holding
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .clone();
+                    holding.into_iter().for_each(|b| schedule.changed(b));
                 }
                 Input::All => transforms_changed = true,
-                Input::Cluster(cluster) => pending.extend(
-                    transport
-                        .bindings
-                        .state()
-                        .iter()
-                        .filter(|b| b.spec.destinations.iter().any(|d| d.cluster_id == cluster))
-                        .map(|b| b.name_any()),
-                ),
+                Input::Cluster(cluster) => transport
+                    .bindings
+                    .state()
+                    .iter()
+                    .filter(|b| b.spec.destinations.iter().any(|d| d.cluster_id == cluster))
+                    .for_each(|b| schedule.changed(b.name_any())),
             }
         }
         if transforms_changed {
             transport.report_transforms().await;
-            pending.extend(transport.bindings.state().iter().map(|b| b.name_any()));
-        }
-        pending.extend(retries.take_due(Instant::now()));
-        pending.extend(std::mem::take(&mut resting).into_keys());
-        let metrics = &transport.settings.metrics;
-        metrics.queue_depth.set((pending.len() + retries.waiting()) as i64);
-        for name in std::mem::take(&mut pending) {
-            // A new generation is a change of what to write; the status of the ManifestWorks,
-            // the policy's, is not.
-            let generation = transport
+            transport
                 .bindings
-                .get(&ObjectRef::new(&name))
-                .and_then(|b| b.metadata.generation);
-            if let Some(until) = pacing.hold(&name, generation, Instant::now()) {
-                resting.insert(name, until);
-                continue;
-            }
-            metrics.reconciles.inc();
-            match transport.reconcile(&name).await {
-                Ok(writing) => {
-                    retries.succeeded(&name);
-                    pacing.wrote(name, generation, writing, Instant::now());
-                }
-                Err(err) => {
-                    metrics.errors.inc();
-                    tracing::warn!(binding = %name, error = chain(&err), "transport failed; retrying with back-off");
-                    retries.failed(name, Instant::now());
-                }
-            }
+                .state()
+                .iter()
+                .for_each(|b| schedule.changed(b.name_any()));
         }
-        metrics.queue_depth.set((resting.len() + retries.waiting()) as i64);
+        // A new generation is a change of what to write; the status of the ManifestWorks, the
+        // policy's, is not.
+        let generation = |name: &str| {
+            transport
+                .bindings
+                .get(&ObjectRef::new(name))
+                .and_then(|b| b.metadata.generation)
+        };
+        for (name, generation) in schedule.start(Instant::now(), generation) {
+            metrics.reconciles.inc();
+            running.push(
+                async move {
+                    let result = transport.reconcile(&name).await;
+                    (name, generation, result)
+                }
+                .boxed(),
+            );
+        }
+        metrics.queue_depth.set(schedule.waiting() as i64);
     }
 }
+
+/// A Binding reconciled: its name, the generation it was at, and what its writes took.
+type Reconciled = (String, Option<i64>, Result<Duration, Error>);
 
 /// What writing a Binding's ManifestWorks did.
 struct Applied {
@@ -269,6 +279,8 @@ struct Transport<P: Plugin> {
     /// Bindings with a ManifestWork held back until the objects it loses land in another (of the
     /// same Binding or another): passed again on every Binding's change.
     holding: std::sync::Mutex<BTreeSet<String>>,
+    /// Permits for ManifestWork writes, [`WRITE_CONCURRENCY`] in all, shared by the Bindings.
+    writes: tokio::sync::Semaphore,
 }
 
 impl<P: Plugin> Transport<P> {
@@ -464,17 +476,22 @@ impl<P: Plugin> Transport<P> {
             if !existing.is_some_and(|existing| self.plugin.same_content(existing, work))
                 && !held.contains(&(mailbox.clone(), name.clone()))
             {
-                changes.push(self.write_work(mailbox, name, work).boxed());
+                changes.push(self.permitted(self.write_work(mailbox, name, work)).boxed());
             }
         }
         for stale in &current {
             let key = key(stale);
             if !desired.contains_key(&key) && !held.contains(&key) {
-                changes.push(self.delete_work(stale).map(|r| r.map(|()| None)).boxed());
+                changes.push(
+                    self.permitted(self.delete_work(stale).map(|r| r.map(|()| None)))
+                        .boxed(),
+                );
             }
         }
         let started = Instant::now();
         let writes = changes.len();
+        // Waiting for permits that other Bindings hold counts as writing: a busy ITS lengthens
+        // the rest after.
         let results: Vec<Result<Option<String>, Error>> = futures::stream::iter(changes)
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
@@ -490,6 +507,13 @@ impl<P: Plugin> Transport<P> {
             holding,
             writing,
         })
+    }
+
+    /// `write`, once one of the write permits shared by the Bindings is free.
+    async fn permitted<T>(&self, write: impl Future<Output = T>) -> T {
+        // The semaphore is never closed: the permit is always granted.
+        let _permit = self.writes.acquire().await;
+        write.await
     }
 
     /// Records whether `binding` waits for another Binding's ManifestWorks.

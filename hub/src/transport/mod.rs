@@ -14,6 +14,7 @@ pub mod jsonpath;
 pub mod moves;
 mod plan;
 pub mod propagation;
+mod schedule;
 pub mod sharding;
 pub mod template;
 pub mod trace;

@@ -68,10 +68,10 @@ impl<K: Ord, V: PartialEq> Pacing<K, V> {
     /// rest it was in goes on).
     pub fn wrote(&mut self, key: K, version: V, spent: Duration, now: Instant) {
         // Rests over are forgotten, so deleted keys do not pile up.
-        let mut before = self.rests.remove(&key);
+        let before = self.rests.remove(&key);
         self.rests.retain(|_, r| r.until > now);
         if spent.is_zero() {
-            if let Some(mut rest) = before.take().filter(|r| r.until > now) {
+            if let Some(mut rest) = before.filter(|r| r.until > now) {
                 (rest.version, rest.waiting) = (version, None);
                 self.rests.insert(key, rest);
             }

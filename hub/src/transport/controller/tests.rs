@@ -43,6 +43,7 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
         clusters: reflector::store().0,
         customizations: reflector::store().0,
         holding: Default::default(),
+        writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
     }
 }
 
