@@ -18,7 +18,7 @@ use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
 use ks_shared::runtime::{Backoff, RETRY_MAX, RETRY_MIN};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
+use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -76,6 +76,12 @@ impl Retries {
 
     fn key(addon: &ManagedClusterAddOn) -> (String, String) {
         (addon.namespace().unwrap_or_default(), addon.name_any())
+    }
+
+    /// `key`'s add-on is gone: nothing is left to retry.
+    fn forget(&self, key: &(String, String)) {
+        let mut backoff = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        backoff.succeeded(key);
     }
 
     /// `addon` failed: the pause before it is tried again.
@@ -152,10 +158,29 @@ pub async fn run(
         .watches(configs, watcher::Config::default(), referencing)
         .reconcile_all_on(regrant)
         .graceful_shutdown_on(shutdown.cancelled_owned())
-        .run(reconcile, error_policy, context)
-        .for_each(|_| async {})
+        .run(reconcile, error_policy, context.clone())
+        .for_each(|result| {
+            // A retry of an add-on deleted meanwhile finds it gone.
+            if let Err(controller::Error::ObjectNotFound(gone)) = result {
+                context.forget(&gone.namespace.unwrap_or_default(), &gone.name);
+            }
+            async {}
+        })
         .await;
     Ok(())
+}
+
+impl Context {
+    /// The add-on `name` in `cluster` is gone: forget its retry and what we wrote to it.
+    fn forget(&self, cluster: &str, name: &str) {
+        self.retries.forget(&(cluster.to_string(), name.to_string()));
+        self.metrics.common.queue_depth.set(self.retries.waiting() as i64);
+        let prefix = format!("{cluster}/");
+        self.applied_status
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .retain(|key, _| !key.starts_with(&prefix));
+    }
 }
 
 fn error_policy(addon: Arc<ManagedClusterAddOn>, error: &ReconcileError, context: Arc<Context>) -> Action {
@@ -402,6 +427,16 @@ mod tests {
         let mut addon = ManagedClusterAddOn::new(STATUS_ADDON_NAME, Default::default());
         addon.metadata.namespace = Some(cluster.into());
         addon
+    }
+
+    #[test]
+    fn an_addon_gone_while_waiting_for_a_retry_no_longer_counts() {
+        let retries = Retries::new();
+        let (a, b) = (addon("cluster-a"), addon("cluster-b"));
+        retries.failed(&a);
+        retries.failed(&b);
+        retries.forget(&Retries::key(&a));
+        assert_eq!(retries.waiting(), 1);
     }
 
     #[test]
