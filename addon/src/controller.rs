@@ -78,7 +78,7 @@ impl Retries {
         (addon.namespace().unwrap_or_default(), addon.name_any())
     }
 
-    /// `key`'s add-on is gone: nothing is left to retry.
+    /// `key`'s add-on succeeded or is gone: it no longer waits for a retry.
     fn forget(&self, key: &(String, String)) {
         let mut backoff = self.0.lock().unwrap_or_else(PoisonError::into_inner);
         backoff.succeeded(key);
@@ -92,8 +92,7 @@ impl Retries {
 
     /// `addon` succeeded: its next failure waits the shortest pause again.
     fn succeeded(&self, addon: &ManagedClusterAddOn) {
-        let mut backoff = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        backoff.succeeded(&Self::key(addon));
+        self.forget(&Self::key(addon));
     }
 
     /// How many add-ons wait for a retry.

@@ -184,9 +184,9 @@ pub async fn run<P: Plugin>(
         let next = match first.take() {
             Some(input) => Some(input),
             None => tokio::select! {
-                _ = shutdown.cancelled() => return Ok(()),
+                _ = shutdown.cancelled() => break,
                 input = received.recv() => match input {
-                    None => return Ok(()),
+                    None => break,
                     input => input,
                 },
                 Some((name, generation, result)) = running.next() => {
@@ -250,6 +250,9 @@ pub async fn run<P: Plugin>(
         }
         metrics.queue_depth.set(schedule.waiting() as i64);
     }
+    // Writes under way finish rather than land half done (or late, after the next leader's).
+    while running.next().await.is_some() {}
+    Ok(())
 }
 
 /// A Binding reconciled: its name, the generation it was at, and what its writes took.

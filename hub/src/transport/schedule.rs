@@ -111,6 +111,13 @@ mod tests {
         )
     }
 
+    /// Binding `a` changed, ran at version 1 and finished at `at` with `outcome`.
+    fn ran_a(schedule: &mut Schedule, outcome: Result<Duration, ()>, at: Instant) {
+        schedule.changed("a".into());
+        assert_eq!(names(&schedule.start(at, |_| Some(1))), ["a"]);
+        schedule.finished("a".into(), Some(1), outcome, at);
+    }
+
     fn names(started: &[(String, Version)]) -> Vec<&str> {
         started.iter().map(|(n, _)| n.as_str()).collect()
     }
@@ -149,9 +156,7 @@ mod tests {
     fn a_failed_binding_comes_back_after_its_back_off() {
         let mut schedule = schedule(4);
         let t0 = Instant::now();
-        schedule.changed("a".into());
-        schedule.start(t0, |_| Some(1));
-        schedule.finished("a".into(), Some(1), Err(()), t0);
+        ran_a(&mut schedule, Err(()), t0);
         assert!(schedule.start(t0, |_| Some(1)).is_empty());
         assert_eq!(schedule.wake(), Some(t0 + Duration::from_secs(1)));
         assert_eq!(names(&schedule.start(t0 + Duration::from_secs(1), |_| Some(1))), ["a"]);
@@ -161,9 +166,7 @@ mod tests {
     fn a_change_during_a_rest_waits_for_its_end_without_taking_a_place() {
         let mut schedule = schedule(1);
         let t0 = Instant::now();
-        schedule.changed("a".into());
-        schedule.start(t0, |_| Some(1));
-        schedule.finished("a".into(), Some(1), Ok(ms(400)), t0);
+        ran_a(&mut schedule, Ok(ms(400)), t0);
         schedule.changed("a".into());
         schedule.changed("b".into());
         // `a` rests 3 × 400 ms (or until quiet for half of that); `b` runs meanwhile.
