@@ -117,6 +117,13 @@ struct Informers {
     next_id: u64,
 }
 
+impl Informers {
+    fn unsynced(&self) -> BTreeSet<GroupResource> {
+        let filling = self.filling.keys().filter(|gr| !self.serving.contains_key(*gr));
+        filling.chain(&self.undiscovered).cloned().collect()
+    }
+}
+
 /// The resource label of the informers' metrics, e.g. `apps/deployments`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabel {
@@ -231,21 +238,19 @@ impl WorkloadInformers {
         self.lock().serving.len()
     }
 
-    fn update_gauges(&self) {
-        self.metrics.serving.set(self.count() as i64);
-        self.metrics.unsynced.set(self.unsynced().len() as i64);
+    /// Sets the gauges from `informers` while their lock is held: computed outside it, an
+    /// older count could be set after a newer one and stay (a CRD deleted while its informer
+    /// relisted left the gauge one too high).
+    fn update_gauges(&self, informers: &Informers) {
+        self.metrics.serving.set(informers.serving.len() as i64);
+        self.metrics.unsynced.set(informers.unsynced().len() as i64);
     }
 
     /// The resources to watch whose objects are not known: their informer is still filling its
     /// cache (or cannot: its LIST fails), or discovery does not list them yet. Their objects
     /// must not be taken for deleted.
     pub fn unsynced(&self) -> BTreeSet<GroupResource> {
-        let informers = self.lock();
-        let filling = informers
-            .filling
-            .keys()
-            .filter(|gr| !informers.serving.contains_key(*gr));
-        filling.chain(&informers.undiscovered).cloned().collect()
+        self.lock().unsynced()
     }
 
     /// The cached object.
@@ -387,8 +392,7 @@ impl WorkloadInformers {
         }
         let complete = undiscovered.is_empty();
         informers.undiscovered = undiscovered;
-        drop(informers);
-        self.update_gauges();
+        self.update_gauges(&informers);
         Ok(complete)
     }
 
@@ -466,8 +470,8 @@ impl WorkloadInformers {
                 replaced.stop.cancel();
             }
         }
+        self.update_gauges(&informers);
         drop(informers);
-        self.update_gauges();
         self.filled.send_modify(|n| *n += 1);
     }
 
