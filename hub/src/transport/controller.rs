@@ -3,6 +3,7 @@
 //! the built-in transforms and CustomTransforms, sharded stably, written only when they change,
 //! and removed from every mailbox (found by label) when no longer wanted.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -448,9 +449,10 @@ impl<P: Plugin> Transport<P> {
 
     /// Writes the desired ManifestWorks that differ and deletes this Binding's others, several
     /// at a time (they are mostly in different WECs' mailboxes). One that would drop an object
-    /// moving to another (of this Binding or another) waits until that one is applied (its
-    /// status change brings the Binding back). Returns the ITS's rejections of ManifestWorks, for
-    /// the Binding's status, and whether any waits; other failures are errors (to retry).
+    /// moving to another (of this Binding or another) keeps it until that one is applied (its
+    /// status change brings the Binding back); one to delete waits whole. Returns the ITS's
+    /// rejections of ManifestWorks, for the Binding's status, and whether any waits; other
+    /// failures are errors (to retry).
     async fn apply_works(&self, binding: &str, desired: BTreeMap<WorkKey, P::Wrapped>) -> Result<Applied, Error> {
         let current = self.current_works(binding);
         let key = |w: &P::Wrapped| (w.namespace().unwrap_or_default(), w.name_any());
@@ -460,33 +462,46 @@ impl<P: Plugin> Transport<P> {
             .map(|(k, w)| (k.clone(), self.plugin.gloss(w).into_iter().collect()))
             .collect();
         let dropped = moves::dropped(&now, &wanted);
-        if !dropped.is_empty() {
-            self.add_takers(binding, &dropped, &mut now, &mut wanted);
-        }
-        let held = moves::held_back(&now, &wanted);
-        let holding = current.iter().any(|w| held.contains(&key(w)));
+        let taken = if dropped.is_empty() {
+            BTreeMap::new()
+        } else {
+            self.add_takers(binding, &dropped, &mut now, &mut wanted)
+        };
+        let kept = moves::kept(&now, &wanted);
+        let holding = current.iter().any(|w| kept.contains_key(&key(w)));
         if holding {
             tracing::debug!(
                 binding,
-                ?held,
-                "ManifestWorks wait for the objects they lose to be applied elsewhere"
+                ?kept,
+                "ManifestWorks keep the objects they lose until those are applied elsewhere"
             );
         }
         self.set_holding(binding, holding);
         let mut changes: Vec<BoxFuture<'_, Result<Option<String>, Error>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
+            let work_key = (mailbox.clone(), name.clone());
+            let work = match kept.get(&work_key) {
+                Some(objects) => Cow::Owned(self.keeping(work, objects, &desired, &taken)),
+                None => Cow::Borrowed(work),
+            };
             let existing = current
                 .iter()
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
-            if !existing.is_some_and(|existing| self.plugin.same_content(existing, work))
-                && !held.contains(&(mailbox.clone(), name.clone()))
-            {
-                changes.push(self.permitted(self.write_work(mailbox, name, work)).boxed());
+            if !existing.is_some_and(|existing| self.plugin.same_content(existing, &work)) {
+                // Written over the version it was planned from, or not at all: a write behind
+                // the cache, or one that lands late (after a timeout that the client retried),
+                // cannot overwrite a newer one.
+                let mut work = work.into_owned();
+                work.meta_mut().resource_version = existing.and_then(|e| e.resource_version());
+                changes.push(
+                    self.permitted(async move { self.write_work(mailbox, name, &work).await })
+                        .boxed(),
+                );
             }
         }
         for stale in &current {
             let key = key(stale);
-            if !desired.contains_key(&key) && !held.contains(&key) {
+            if !desired.contains_key(&key) && !kept.contains_key(&key) {
                 changes.push(
                     self.permitted(self.delete_work(stale).map(|r| r.map(|()| None)))
                         .boxed(),
@@ -539,19 +554,49 @@ impl<P: Plugin> Transport<P> {
         }
     }
 
+    /// `work` also holding `objects`, as the desired wrapped objects of the same mailbox that
+    /// they move to (this Binding's, or the Bindings' that take them over) hold them.
+    fn keeping(
+        &self,
+        work: &P::Wrapped,
+        objects: &BTreeSet<wrap::Identity>,
+        desired: &BTreeMap<WorkKey, P::Wrapped>,
+        taken: &BTreeMap<WorkKey, P::Wrapped>,
+    ) -> P::Wrapped {
+        let mailbox = work.namespace();
+        let mut kept = work.clone();
+        for source in desired.values().chain(taken.values()) {
+            if source.namespace() != mailbox || source.name_any() == work.name_any() {
+                continue;
+            }
+            let moving: BTreeSet<wrap::Identity> = self
+                .plugin
+                .gloss(source)
+                .into_iter()
+                .filter(|o| objects.contains(o))
+                .collect();
+            if !moving.is_empty() {
+                kept = self.plugin.keeping(&kept, source, &moving);
+            }
+        }
+        kept
+    }
+
     /// Adds the wrapped objects, as they are and as they should be, of the other live Bindings
-    /// that list an object `binding` drops: one they take over waits for them.
+    /// that list an object `binding` drops: one they take over waits for them. Returns those
+    /// Bindings' desired wrapped objects.
     fn add_takers(
         &self,
         binding: &str,
         dropped: &BTreeSet<wrap::Identity>,
         now: &mut BTreeMap<WorkKey, moves::Current>,
         wanted: &mut BTreeMap<WorkKey, BTreeSet<wrap::Identity>>,
-    ) {
+    ) -> BTreeMap<WorkKey, P::Wrapped> {
         let names: BTreeSet<(&str, &str)> = dropped
             .iter()
             .map(|(_, _, ns, name)| (ns.as_str(), name.as_str()))
             .collect();
+        let mut taken = BTreeMap::new();
         let takers: BTreeSet<String> = self
             .bindings
             .state()
@@ -566,7 +611,8 @@ impl<P: Plugin> Transport<P> {
                 // A Binding in error writes nothing, so it takes nothing over.
                 errors.is_empty().then(|| {
                     for (key, work) in works {
-                        wanted.insert(key, self.plugin.gloss(&work).into_iter().collect());
+                        wanted.insert(key.clone(), self.plugin.gloss(&work).into_iter().collect());
+                        taken.insert(key, work);
                     }
                     other.name_any()
                 })
@@ -584,6 +630,7 @@ impl<P: Plugin> Transport<P> {
                 );
             }
         }
+        taken
     }
 
     /// Writes one wrapped object; `Some(why)` when the ITS rejects it or the mailbox is missing

@@ -87,6 +87,14 @@ pub trait Plugin: Send + Sync + 'static {
     fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity> {
         self.manifests(wrapped).iter().map(|m| wrap::identity(m)).collect()
     }
+    /// `work` also holding `objects` as `source` holds them (with their options): what it is
+    /// written as while objects it loses to `source` have not landed there.
+    fn keeping(
+        &self,
+        work: &Self::Wrapped,
+        source: &Self::Wrapped,
+        objects: &std::collections::BTreeSet<wrap::Identity>,
+    ) -> Self::Wrapped;
     /// What the transport's cache keeps of an existing wrapped object: no more than
     /// [`Plugin::gloss`], [`Plugin::same_content`], [`Plugin::applied`], [`Plugin::landed`] and
     /// the trace bookkeeping read. At 10,000 objects to 50 WECs the whole objects would take

@@ -3,6 +3,8 @@
 //! removed where they were. A destination
 //! deletes an object that leaves a wrapped object unless another wrapped object it has applied
 //! holds it too (OCM's work agent then only drops the old owner), so the removal waits for that.
+//! Only the removal: the wrapped object is written with everything else it is to hold (a
+//! destination whose agent is down would otherwise never get what it gains).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -19,27 +21,31 @@ pub struct Current {
     pub applied: bool,
 }
 
-/// The current wrapped objects whose write or deletion must wait: each would drop an object that
-/// another wrapped object of the same mailbox is to hold but does not hold, applied, yet.
-pub fn held_back(
+/// The objects each current wrapped object must keep for now, by wrapped object: `desired` takes
+/// them out of it, and another wrapped object of the same mailbox is to hold them but does not
+/// hold them, applied, yet.
+pub fn kept(
     current: &BTreeMap<WorkKey, Current>,
     desired: &BTreeMap<WorkKey, BTreeSet<Identity>>,
-) -> BTreeSet<WorkKey> {
+) -> BTreeMap<WorkKey, BTreeSet<Identity>> {
     let elsewhere = |key: &WorkKey, other: &WorkKey| other != key && other.0 == key.0;
     current
         .iter()
-        .filter(|(key, now)| {
-            drops(key, now, desired).any(|object| {
-                let arriving = desired
-                    .iter()
-                    .any(|(other, holds)| elsewhere(key, other) && holds.contains(object));
-                let landed = current
-                    .iter()
-                    .any(|(other, c)| elsewhere(key, other) && c.applied && c.objects.contains(object));
-                arriving && !landed
-            })
+        .filter_map(|(key, now)| {
+            let kept: BTreeSet<Identity> = drops(key, now, desired)
+                .filter(|object| {
+                    let arriving = desired
+                        .iter()
+                        .any(|(other, holds)| elsewhere(key, other) && holds.contains(*object));
+                    let landed = current
+                        .iter()
+                        .any(|(other, c)| elsewhere(key, other) && c.applied && c.objects.contains(*object));
+                    arriving && !landed
+                })
+                .cloned()
+                .collect();
+            (!kept.is_empty()).then(|| (key.clone(), kept))
         })
-        .map(|(key, _)| key.clone())
         .collect()
 }
 
@@ -90,22 +96,44 @@ mod tests {
         }
     }
 
+    fn keeps(entries: &[(&str, &[&str])]) -> BTreeMap<WorkKey, BTreeSet<Identity>> {
+        entries
+            .iter()
+            .map(|(name, names)| (key("c1", name), holding(names)))
+            .collect()
+    }
+
     #[test]
-    fn a_work_losing_an_object_to_another_waits_until_that_one_has_applied_it() {
+    fn a_work_losing_an_object_to_another_keeps_it_until_that_one_has_applied_it() {
         let desired = BTreeMap::from([(key("c1", "w-0"), holding(&["a"])), (key("c1", "w-1"), holding(&["b"]))]);
         // w-1 is new: w-0 keeps b until w-1 exists and is applied.
         let before = BTreeMap::from([(key("c1", "w-0"), current(&["a", "b"], true))]);
-        assert_eq!(held_back(&before, &desired), BTreeSet::from([key("c1", "w-0")]));
+        assert_eq!(kept(&before, &desired), keeps(&[("w-0", &["b"])]));
         let written = BTreeMap::from([
             (key("c1", "w-0"), current(&["a", "b"], true)),
             (key("c1", "w-1"), current(&["b"], false)),
         ]);
-        assert_eq!(held_back(&written, &desired), BTreeSet::from([key("c1", "w-0")]));
+        assert_eq!(kept(&written, &desired), keeps(&[("w-0", &["b"])]));
         let applied = BTreeMap::from([
             (key("c1", "w-0"), current(&["a", "b"], true)),
             (key("c1", "w-1"), current(&["b"], true)),
         ]);
-        assert!(held_back(&applied, &desired).is_empty());
+        assert!(kept(&applied, &desired).is_empty());
+    }
+
+    #[test]
+    fn only_the_objects_that_have_not_landed_elsewhere_are_kept() {
+        // b moves to w-1 (applied), c to w-2 (not yet), e is deselected.
+        let desired = BTreeMap::from([
+            (key("c1", "w-0"), holding(&["a", "d"])),
+            (key("c1", "w-1"), holding(&["b"])),
+            (key("c1", "w-2"), holding(&["c"])),
+        ]);
+        let now = BTreeMap::from([
+            (key("c1", "w-0"), current(&["a", "b", "c", "e"], true)),
+            (key("c1", "w-1"), current(&["b"], true)),
+        ]);
+        assert_eq!(kept(&now, &desired), keeps(&[("w-0", &["c"])]));
     }
 
     #[test]
@@ -118,7 +146,7 @@ mod tests {
             (key("c1", "w-0"), current(&["a", "b"], true)),
             (key("c1", "uid-a"), current(&["a"], true)),
         ]);
-        assert_eq!(held_back(&before, &desired), BTreeSet::from([key("c1", "w-0")]));
+        assert_eq!(kept(&before, &desired), keeps(&[("w-0", &["b"])]));
     }
 
     #[test]
@@ -127,10 +155,10 @@ mod tests {
         let ours = BTreeMap::from([(key("c1", "one-w"), current(&["a", "b"], true))]);
         assert_eq!(dropped(&ours, &BTreeMap::new()), holding(&["a", "b"]));
         let desired = BTreeMap::from([(key("c1", "two-w"), holding(&["a"]))]);
-        assert_eq!(held_back(&ours, &desired), BTreeSet::from([key("c1", "one-w")]));
+        assert_eq!(kept(&ours, &desired), keeps(&[("one-w", &["a"])]));
         let mut landed = ours.clone();
         landed.insert(key("c1", "two-w"), current(&["a"], true));
-        assert!(held_back(&landed, &desired).is_empty());
+        assert!(kept(&landed, &desired).is_empty());
     }
 
     #[test]
@@ -138,7 +166,7 @@ mod tests {
         // b is deselected; c goes to another WEC (a different destination): both just leave.
         let desired = BTreeMap::from([(key("c1", "w-0"), holding(&["a"])), (key("c2", "w-0"), holding(&["c"]))]);
         let before = BTreeMap::from([(key("c1", "w-0"), current(&["a", "b", "c"], true))]);
-        assert!(held_back(&before, &desired).is_empty());
-        assert!(held_back(&before, &BTreeMap::new()).is_empty());
+        assert!(kept(&before, &desired).is_empty());
+        assert!(kept(&before, &BTreeMap::new()).is_empty());
     }
 }

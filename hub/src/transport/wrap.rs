@@ -2,7 +2,7 @@
 //! shard of a Binding's objects, named and labelled as upstream does so that upstream's status
 //! add-on recognises it (docs/upstream-behaviour.md#manifestworks).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ks_shared::names::{
@@ -103,29 +103,22 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
     });
     let labels = origin_labels(origin);
     let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
-    let digest = content_digest(&labels, deliveries, &manifest_configs);
+    let texts: Vec<&str> = deliveries.iter().map(|d| &*d.digest_text).collect();
+    let digest = content_digest(&labels, &texts, &manifest_configs);
     let manifests: Vec<Arc<Value>> = deliveries.iter().map(|d| d.manifest.clone()).collect();
-    let groups: std::collections::BTreeSet<&str> = manifests
-        .iter()
-        .map(|m| manifest_group(m))
-        .filter(|g| !g.is_empty())
-        .collect();
     ManifestWork {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
             namespace: Some(mailbox.to_string()),
-            labels: Some(labels),
             annotations: Some(BTreeMap::from([
                 (
                     ORIGIN_BINDING_GENERATION_ANNOTATION.to_string(),
                     origin.binding_generation.to_string(),
                 ),
                 (CONTENT_DIGEST_ANNOTATION.to_string(), digest),
-                (
-                    API_GROUPS_ANNOTATION.to_string(),
-                    groups.into_iter().collect::<Vec<_>>().join(","),
-                ),
+                (API_GROUPS_ANNOTATION.to_string(), api_groups(&manifests)),
             ])),
+            labels: Some(labels),
             ..Default::default()
         },
         spec: ManifestWorkSpec {
@@ -137,20 +130,72 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
     }
 }
 
+/// The API groups of `manifests` (the core group left out), sorted and comma-separated.
+fn api_groups(manifests: &[Arc<Value>]) -> String {
+    let groups: std::collections::BTreeSet<&str> = manifests
+        .iter()
+        .map(|m| manifest_group(m))
+        .filter(|g| !g.is_empty())
+        .collect();
+    groups.into_iter().collect::<Vec<_>>().join(",")
+}
+
+/// `work` also holding `objects` as `source` holds them, manifests and create-only options: what
+/// it is written as while objects it loses to `source` have not landed there.
+pub fn keeping(work: &ManifestWork, source: &ManifestWork, objects: &BTreeSet<Identity>) -> ManifestWork {
+    let mut kept = work.clone();
+    let held: BTreeSet<Identity> = gloss(work).into_iter().collect();
+    let manifests = &mut kept.spec.workload.manifests;
+    manifests.extend(
+        source
+            .spec
+            .workload
+            .manifests
+            .iter()
+            .filter(|m| {
+                let identity = identity(m);
+                objects.contains(&identity) && !held.contains(&identity)
+            })
+            .cloned(),
+    );
+    // An option names the object by resource, not kind: matched by group, namespace and name.
+    let named = |c: &ManifestConfigOption| {
+        let r = &c.resource_identifier;
+        objects
+            .iter()
+            .any(|(group, _, namespace, name)| (group, namespace, name) == (&r.group, &r.namespace, &r.name))
+    };
+    for option in source.spec.manifest_configs.iter().filter(|c| named(c)) {
+        if !kept.spec.manifest_configs.contains(option) {
+            kept.spec.manifest_configs.push(option.clone());
+        }
+    }
+    let texts: Vec<String> = kept
+        .spec
+        .workload
+        .manifests
+        .iter()
+        .map(|m| without_trace_annotations(m).to_string())
+        .collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let labels = kept.metadata.labels.clone().unwrap_or_default();
+    let digest = content_digest(&labels, &texts, &kept.spec.manifest_configs);
+    let groups = api_groups(&kept.spec.workload.manifests);
+    let annotations = kept.metadata.annotations.get_or_insert_default();
+    annotations.insert(CONTENT_DIGEST_ANNOTATION.to_string(), digest);
+    annotations.insert(API_GROUPS_ANNOTATION.to_string(), groups);
+    kept
+}
+
 /// SHA-256 (hex) of what a ManifestWork asks for: our labels, the manifests without trace
 /// annotations (a new trace alone is no reason to write) and the manifest configs, as the JSON
 /// object `{"labels", "manifestConfigs", "manifests"}`. serde_json's maps are sorted by key, so
 /// equal content always serialises, and digests, the same. Assembled from each delivery's text
 /// rather than serialised whole: the same bytes, without serialising every object for every WEC.
-fn content_digest(
-    labels: &BTreeMap<String, String>,
-    deliveries: &[&Delivery],
-    configs: &[ManifestConfigOption],
-) -> String {
+fn content_digest(labels: &BTreeMap<String, String>, manifests: &[&str], configs: &[ManifestConfigOption]) -> String {
     let labels = serde_json::to_string(labels).unwrap_or_default();
     // Through a Value, whose maps sort the configs' fields as the whole object's did.
     let configs = serde_json::to_value(configs).unwrap_or_default().to_string();
-    let manifests: Vec<&str> = deliveries.iter().map(|d| &*d.digest_text).collect();
     let content = format!(
         r#"{{"labels":{labels},"manifestConfigs":{configs},"manifests":[{}]}}"#,
         manifests.join(",")
@@ -183,6 +228,10 @@ impl super::Plugin for Ocm {
 
     fn trim(work: &mut ManifestWork) {
         trim(work);
+    }
+
+    fn keeping(&self, work: &ManifestWork, source: &ManifestWork, objects: &BTreeSet<Identity>) -> ManifestWork {
+        keeping(work, source, objects)
     }
 
     fn same_content(&self, existing: &ManifestWork, desired: &ManifestWork) -> bool {
@@ -555,7 +604,10 @@ mod tests {
             Delivery::new(a, "configmaps", false),
             Delivery::new(b, "configmaps", false),
         );
-        assert_eq!(content_digest(&labels, &[&a], &[]), content_digest(&labels, &[&b], &[]));
+        assert_eq!(
+            content_digest(&labels, &[&a.digest_text], &[]),
+            content_digest(&labels, &[&b.digest_text], &[])
+        );
     }
 
     /// The digest as it was first written, serialised whole: ManifestWorks written then must keep
@@ -576,6 +628,22 @@ mod tests {
         let hex: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
         assert!(!work.spec.manifest_configs.is_empty());
         assert_eq!(work.metadata.annotations.unwrap()[CONTENT_DIGEST_ANNOTATION], hex);
+    }
+
+    #[test]
+    fn a_work_keeping_an_object_says_what_wrapping_it_there_says() {
+        let mut moving = configmap(json!({"x": "y"}));
+        moving.create_only = true;
+        let staying = namespace_delivery();
+        let source = wrap(&origin(), "c", "w-1", &[&moving]);
+        let objects = BTreeSet::from([identity(&moving.manifest)]);
+        let kept = keeping(&wrap(&origin(), "c", "w-0", &[&staying]), &source, &objects);
+        let wrapped = wrap(&origin(), "c", "w-0", &[&staying, &moving]);
+        assert!(same_content(&kept, &wrapped));
+        assert_eq!(kept.spec.manifest_configs, wrapped.spec.manifest_configs);
+        assert_eq!(kept.metadata.annotations, wrapped.metadata.annotations);
+        // Kept once, however often it is asked.
+        assert!(same_content(&keeping(&kept, &source, &objects), &wrapped));
     }
 
     fn namespace_delivery() -> Delivery {

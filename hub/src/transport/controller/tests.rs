@@ -108,7 +108,9 @@ async fn an_unchanged_work_is_not_written() {
 #[tokio::test]
 async fn a_changed_work_is_applied_server_side_as_the_transport() {
     let (client, server) = mock::client();
-    let transport = with_works(&client, &[work("b-wds1-0", &["a"])]);
+    let mut cached = work("b-wds1-0", &["a"]);
+    cached.metadata.resource_version = Some("7".into());
+    let transport = with_works(&client, &[cached]);
     let changed = work("b-wds1-0", &["a", "b"]);
     let (applied, asked) = tokio::join!(
         transport.apply_works("b", desired(std::slice::from_ref(&changed))),
@@ -123,6 +125,8 @@ async fn a_changed_work_is_applied_server_side_as_the_transport() {
     assert_eq!(asked.body["apiVersion"], "work.open-cluster-management.io/v1");
     assert_eq!(asked.body["kind"], "ManifestWork");
     assert_eq!(asked.body["metadata"]["name"], "b-wds1-0");
+    // Over the version it was planned from: the ITS refuses it if that is not the latest.
+    assert_eq!(asked.body["metadata"]["resourceVersion"], "7");
     let names: Vec<&serde_json::Value> = asked.body["spec"]["workload"]["manifests"]
         .as_array()
         .unwrap()
@@ -201,6 +205,40 @@ async fn a_work_losing_an_object_to_a_new_one_waits_until_that_one_is_applied() 
     assert!(applied.unwrap().holding);
     assert_eq!(asked.uri.split_once('?').unwrap().0, format!("{WORKS}/b-wds1-1"));
     assert!(transport.holding.lock().unwrap().contains("b"));
+}
+
+#[tokio::test]
+async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_loses() {
+    let (client, mut server) = mock::client();
+    let mut applied_before = work("b-wds1-0", &["a", "b"]);
+    applied_before.metadata.generation = Some(1);
+    applied_before.status = serde_json::from_value(json!({"conditions": [
+        {"type": "Applied", "status": "True", "observedGeneration": 1, "reason": "r", "message": "",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+    .unwrap();
+    let transport = with_works(&client, &[applied_before]);
+    // d is new in w-0; b moves to the new w-1, which no agent has applied.
+    let wanted = desired(&[work("b-wds1-0", &["a", "d"]), work("b-wds1-1", &["b"])]);
+    let answers = async {
+        let mut written = BTreeMap::new();
+        let some_work = serde_json::to_value(work("any", &[])).unwrap();
+        for _ in 0..2 {
+            let asked = server.answer(200, some_work.clone()).await;
+            let names: Vec<String> = asked.body["spec"]["workload"]["manifests"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+                .collect();
+            written.insert(asked.body["metadata"]["name"].as_str().unwrap().to_string(), names);
+        }
+        written
+    };
+    let (applied, written) = tokio::join!(transport.apply_works("b", wanted), answers);
+    assert!(applied.unwrap().holding);
+    // w-0 gets d now and keeps b until w-1 is applied; w-1 is written as it should be.
+    assert_eq!(written["b-wds1-0"], ["a", "d", "b"]);
+    assert_eq!(written["b-wds1-1"], ["b"]);
 }
 
 #[tokio::test]
