@@ -17,6 +17,7 @@ use ks_shared::names::{CP_TYPE_ITS, CP_TYPE_WDS};
 use kube::Client;
 
 // Returns freed memory to the system (see the workspace's Cargo.toml).
+#[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

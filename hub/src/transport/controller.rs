@@ -453,6 +453,11 @@ impl<P: Plugin> Transport<P> {
     /// status change brings the Binding back); one to delete waits whole. Returns the ITS's
     /// rejections of ManifestWorks, for the Binding's status, and whether any waits; other
     /// failures are errors (to retry).
+    ///
+    /// Writes carry no resourceVersion precondition: OCM's agents write every ManifestWork's
+    /// status, and with one 24 of 43 reconciles at 10,000 objects failed with a conflict. A write
+    /// planned from a cache that was behind, or one that lands late, shows in the watch of
+    /// ManifestWorks, which brings the Binding back to write what it should hold.
     async fn apply_works(&self, binding: &str, desired: BTreeMap<WorkKey, P::Wrapped>) -> Result<Applied, Error> {
         let current = self.current_works(binding);
         let key = |w: &P::Wrapped| (w.namespace().unwrap_or_default(), w.name_any());
@@ -488,11 +493,6 @@ impl<P: Plugin> Transport<P> {
                 .iter()
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
             if !existing.is_some_and(|existing| self.plugin.same_content(existing, &work)) {
-                // Written over the version it was planned from, or not at all: a write behind
-                // the cache, or one that lands late (after a timeout that the client retried),
-                // cannot overwrite a newer one.
-                let mut work = work.into_owned();
-                work.meta_mut().resource_version = existing.and_then(|e| e.resource_version());
                 changes.push(
                     self.permitted(async move { self.write_work(mailbox, name, &work).await })
                         .boxed(),

@@ -398,7 +398,8 @@ both real WECs and every simulated one), the Namespace and its objects, applied 
 (client-side apply, as users do; `--kubectl-parallel` kubectl processes at once) in the WDS. Simulated WECs are \
 ManagedClusters with a mailbox namespace but no agent. Timed from the first `kubectl apply`: *created in the \
 WDS* (every kubectl returned), *all in every mailbox* (a watch on ManifestWorks: every mailbox's works of the \
-run's policies hold every object and Namespace), *all on both real WECs*. kubectl shares the machine with \
+run's policies hold every object and Namespace; *after kubectl finished* is the part of it after *created in the \
+WDS*, the hub's tail), *all on both real WECs*. kubectl shares the machine with \
 everything downstream: a hub that delivers while kubectl runs (the WECs' apiservers and agents applying \
 thousands of objects, their reports flowing back) slows kubectl down, and one that delivers little does not, \
 so *created in the WDS* compares what the whole machine did meanwhile, not the hubs alone. Meanwhile the hub's peak RSS \
