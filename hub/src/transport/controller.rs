@@ -565,22 +565,12 @@ impl<P: Plugin> Transport<P> {
         taken: &BTreeMap<WorkKey, P::Wrapped>,
     ) -> P::Wrapped {
         let mailbox = work.namespace();
-        let mut kept = work.clone();
-        for source in desired.values().chain(taken.values()) {
-            if source.namespace() != mailbox || source.name_any() == work.name_any() {
-                continue;
-            }
-            let moving: BTreeSet<wrap::Identity> = self
-                .plugin
-                .gloss(source)
-                .into_iter()
-                .filter(|o| objects.contains(o))
-                .collect();
-            if !moving.is_empty() {
-                kept = self.plugin.keeping(&kept, source, &moving);
-            }
-        }
-        kept
+        let sources: Vec<&P::Wrapped> = desired
+            .values()
+            .chain(taken.values())
+            .filter(|source| source.namespace() == mailbox && source.name_any() != work.name_any())
+            .collect();
+        self.plugin.keeping(work, &sources, objects)
     }
 
     /// Adds the wrapped objects, as they are and as they should be, of the other live Bindings

@@ -87,12 +87,12 @@ pub trait Plugin: Send + Sync + 'static {
     fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity> {
         self.manifests(wrapped).iter().map(|m| wrap::identity(m)).collect()
     }
-    /// `work` also holding `objects` as `source` holds them (with their options): what it is
-    /// written as while objects it loses to `source` have not landed there.
+    /// `work` also holding `objects` as the first of `sources` that holds each holds it (with its
+    /// options): what it is written as while objects it loses to those have not landed there.
     fn keeping(
         &self,
         work: &Self::Wrapped,
-        source: &Self::Wrapped,
+        sources: &[&Self::Wrapped],
         objects: &std::collections::BTreeSet<wrap::Identity>,
     ) -> Self::Wrapped;
     /// What the transport's cache keeps of an existing wrapped object: no more than

@@ -31,7 +31,7 @@ pub struct Delivery {
 impl Delivery {
     pub fn new(manifest: Value, resource: impl Into<String>, create_only: bool) -> Delivery {
         Delivery {
-            digest_text: without_trace_annotations(&manifest).to_string().into(),
+            digest_text: digest_text(&manifest).into(),
             manifest: Arc::new(manifest),
             resource: resource.into(),
             create_only,
@@ -46,7 +46,7 @@ impl Delivery {
     /// read of it current.
     pub fn update<T>(&mut self, change: impl FnOnce(&mut Value) -> T) -> T {
         let result = change(Arc::make_mut(&mut self.manifest));
-        self.digest_text = without_trace_annotations(&self.manifest).to_string().into();
+        self.digest_text = digest_text(&self.manifest).into();
         result
     }
 }
@@ -132,7 +132,7 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
 
 /// The API groups of `manifests` (the core group left out), sorted and comma-separated.
 fn api_groups(manifests: &[Arc<Value>]) -> String {
-    let groups: std::collections::BTreeSet<&str> = manifests
+    let groups: BTreeSet<&str> = manifests
         .iter()
         .map(|m| manifest_group(m))
         .filter(|g| !g.is_empty())
@@ -140,43 +140,39 @@ fn api_groups(manifests: &[Arc<Value>]) -> String {
     groups.into_iter().collect::<Vec<_>>().join(",")
 }
 
-/// `work` also holding `objects` as `source` holds them, manifests and create-only options: what
-/// it is written as while objects it loses to `source` have not landed there.
-pub fn keeping(work: &ManifestWork, source: &ManifestWork, objects: &BTreeSet<Identity>) -> ManifestWork {
+/// `work` also holding `objects` as the first of `sources` that holds each holds it (manifest
+/// and create-only option): what it is written as while objects it loses to those have not
+/// landed there.
+pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSet<Identity>) -> ManifestWork {
     let mut kept = work.clone();
-    let held: BTreeSet<Identity> = gloss(work).into_iter().collect();
-    let manifests = &mut kept.spec.workload.manifests;
-    manifests.extend(
-        source
-            .spec
-            .workload
-            .manifests
-            .iter()
-            .filter(|m| {
-                let identity = identity(m);
-                objects.contains(&identity) && !held.contains(&identity)
-            })
-            .cloned(),
-    );
-    // An option names the object by resource, not kind: matched by group, namespace and name.
-    let named = |c: &ManifestConfigOption| {
-        let r = &c.resource_identifier;
-        objects
-            .iter()
-            .any(|(group, _, namespace, name)| (group, namespace, name) == (&r.group, &r.namespace, &r.name))
-    };
-    for option in source.spec.manifest_configs.iter().filter(|c| named(c)) {
-        if !kept.spec.manifest_configs.contains(option) {
-            kept.spec.manifest_configs.push(option.clone());
+    let mut held: BTreeSet<Identity> = gloss(work).into_iter().collect();
+    for source in sources {
+        let mut taken = BTreeSet::new();
+        for manifest in &source.spec.workload.manifests {
+            let identity = identity(manifest);
+            if objects.contains(&identity) && !held.contains(&identity) {
+                kept.spec.workload.manifests.push(manifest.clone());
+                held.insert(identity.clone());
+                taken.insert(identity);
+            }
+        }
+        // An option names the object by resource, not kind: matched by group, namespace and name.
+        let named = |c: &ManifestConfigOption| {
+            let r = &c.resource_identifier;
+            taken
+                .iter()
+                .any(|(group, _, namespace, name)| (group, namespace, name) == (&r.group, &r.namespace, &r.name))
+        };
+        for option in source.spec.manifest_configs.iter().filter(|c| named(c)) {
+            if !kept.spec.manifest_configs.contains(option) {
+                kept.spec.manifest_configs.push(option.clone());
+            }
         }
     }
-    let texts: Vec<String> = kept
-        .spec
-        .workload
-        .manifests
-        .iter()
-        .map(|m| without_trace_annotations(m).to_string())
-        .collect();
+    if kept.spec.workload.manifests.len() == work.spec.workload.manifests.len() {
+        return kept;
+    }
+    let texts: Vec<String> = kept.spec.workload.manifests.iter().map(|m| digest_text(m)).collect();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
     let labels = kept.metadata.labels.clone().unwrap_or_default();
     let digest = content_digest(&labels, &texts, &kept.spec.manifest_configs);
@@ -230,8 +226,8 @@ impl super::Plugin for Ocm {
         trim(work);
     }
 
-    fn keeping(&self, work: &ManifestWork, source: &ManifestWork, objects: &BTreeSet<Identity>) -> ManifestWork {
-        keeping(work, source, objects)
+    fn keeping(&self, work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSet<Identity>) -> ManifestWork {
+        keeping(work, sources, objects)
     }
 
     fn same_content(&self, existing: &ManifestWork, desired: &ManifestWork) -> bool {
@@ -288,6 +284,11 @@ pub fn same_content(existing: &ManifestWork, desired: &ManifestWork) -> bool {
     };
     let desired = ours(desired);
     desired.1.is_some() && ours(existing) == desired
+}
+
+/// What the content digest reads of a manifest: its JSON without trace annotations.
+fn digest_text(manifest: &Value) -> String {
+    without_trace_annotations(manifest).to_string()
 }
 
 fn without_trace_annotations(manifest: &Value) -> Value {
@@ -631,19 +632,27 @@ mod tests {
     }
 
     #[test]
-    fn a_work_keeping_an_object_says_what_wrapping_it_there_says() {
+    fn a_work_keeping_objects_says_what_wrapping_them_there_says() {
         let mut moving = configmap(json!({"x": "y"}));
         moving.create_only = true;
         let staying = namespace_delivery();
-        let source = wrap(&origin(), "c", "w-1", &[&moving]);
-        let objects = BTreeSet::from([identity(&moving.manifest)]);
-        let kept = keeping(&wrap(&origin(), "c", "w-0", &[&staying]), &source, &objects);
-        let wrapped = wrap(&origin(), "c", "w-0", &[&staying, &moving]);
+        let other = Delivery::new(
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "n"}}),
+            "deployments",
+            false,
+        );
+        let sources = [
+            &wrap(&origin(), "c", "w-1", &[&moving]),
+            &wrap(&origin(), "c", "w-2", &[&other, &moving]),
+        ];
+        let objects = BTreeSet::from([identity(&moving.manifest), identity(&other.manifest)]);
+        let kept = keeping(&wrap(&origin(), "c", "w-0", &[&staying]), &sources, &objects);
+        let wrapped = wrap(&origin(), "c", "w-0", &[&staying, &moving, &other]);
         assert!(same_content(&kept, &wrapped));
         assert_eq!(kept.spec.manifest_configs, wrapped.spec.manifest_configs);
         assert_eq!(kept.metadata.annotations, wrapped.metadata.annotations);
         // Kept once, however often it is asked.
-        assert!(same_content(&keeping(&kept, &source, &objects), &wrapped));
+        assert!(same_content(&keeping(&kept, &sources, &objects), &wrapped));
     }
 
     fn namespace_delivery() -> Delivery {
