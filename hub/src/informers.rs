@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope, verbs};
 use kube::runtime::reflector::store::Writer;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -28,6 +28,11 @@ use tokio_util::sync::CancellationToken;
 
 use ks_shared::names::field_manager;
 pub use ks_shared::workload::{GroupResource, WorkloadRef};
+
+mod cached;
+pub use cached::CachedObject;
+
+use crate::transport::transforms::LAST_APPLIED;
 
 /// A change seen by an informer.
 #[derive(Clone, Debug)]
@@ -97,7 +102,7 @@ impl ResourceFilter {
 struct Informer {
     resource: ApiResource,
     namespaced: bool,
-    store: Store<DynamicObject>,
+    store: Store<CachedObject>,
     stop: CancellationToken,
     /// Tells this informer from a later one of the same resource.
     id: u64,
@@ -185,7 +190,7 @@ pub struct FirstSeen(Arc<Mutex<HashMap<(String, i64), SystemTime>>>);
 const FIRST_SEEN_KEPT: Duration = Duration::from_secs(600);
 
 impl FirstSeen {
-    fn note(&self, object: &DynamicObject) {
+    fn note(&self, object: &CachedObject) {
         let (Some(uid), Some(generation)) = (object.uid(), object.metadata.generation) else {
             return;
         };
@@ -254,7 +259,7 @@ impl WorkloadInformers {
     }
 
     /// The cached object.
-    pub fn get(&self, object: &WorkloadRef) -> Option<Arc<DynamicObject>> {
+    pub fn get(&self, object: &WorkloadRef) -> Option<Arc<CachedObject>> {
         let informers = self.lock();
         let informer = informers.serving.get(&object.resource)?;
         let key = ObjectRef::new_with(&object.name, informer.resource.clone());
@@ -271,7 +276,7 @@ impl WorkloadInformers {
     }
 
     /// Every cached object of every resource, with its group/resource.
-    pub fn all_objects(&self) -> Vec<(GroupResource, ApiResource, Arc<DynamicObject>)> {
+    pub fn all_objects(&self) -> Vec<(GroupResource, ApiResource, Arc<CachedObject>)> {
         let informers = self.lock();
         informers
             .serving
@@ -287,7 +292,7 @@ impl WorkloadInformers {
     }
 
     /// Every cached object of one resource.
-    pub fn objects_of(&self, resource: &GroupResource) -> Vec<Arc<DynamicObject>> {
+    pub fn objects_of(&self, resource: &GroupResource) -> Vec<Arc<CachedObject>> {
         self.lock()
             .serving
             .get(resource)
@@ -397,7 +402,7 @@ impl WorkloadInformers {
     }
 
     fn start(&self, gr: GroupResource, resource: ApiResource, namespaced: bool, id: u64) -> Informer {
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
+        let api: Api<CachedObject> = Api::all_with(self.client.clone(), &resource);
         let mut writer = Writer::new(resource.clone());
         let store = writer.as_reader();
         let stop = self.shutdown.child_token();
@@ -425,7 +430,7 @@ impl WorkloadInformers {
                     }
                 };
                 writer.apply_watcher_event(&event);
-                let change = |o: &DynamicObject| {
+                let change = |o: &CachedObject| {
                     WorkloadEvent::Changed(WorkloadRef {
                         resource: gr.clone(),
                         namespace: o.namespace(),
@@ -491,13 +496,18 @@ impl WorkloadInformers {
     }
 }
 
-/// What the cache keeps of a workload object's `managedFields`: our status writer's entries
-/// only, which tell whether the object has a `.status` of ours to clear
-/// (`status::plan::owns_status`). Everyone else's (kubectl's, the WDS's controllers') were most
-/// of a small object's cached size.
-fn trim(object: &mut DynamicObject) {
+/// What the cache keeps of a workload object's metadata. Of `managedFields`, our status
+/// writer's entries only, which tell whether the object has a `.status` of ours to clear
+/// (`status::plan::owns_status`): everyone else's (kubectl's, the WDS's controllers') were most
+/// of a small object's cached size. Not kubectl's last-applied configuration, a copy of the
+/// object that no WEC gets (`transforms::prepare_for_wec`); an empty `annotations` stays, as
+/// it is delivered.
+fn trim(object: &mut CachedObject) {
     if let Some(entries) = &mut object.metadata.managed_fields {
         entries.retain(|entry| entry.manager.as_deref() == Some(field_manager::STATUS));
+    }
+    if let Some(annotations) = &mut object.metadata.annotations {
+        annotations.remove(LAST_APPLIED);
     }
 }
 
@@ -566,6 +576,23 @@ mod tests {
             unavailable_aggregated(&services),
             BTreeSet::from([("down.example.com".to_string(), "v1".to_string())])
         );
+    }
+
+    #[test]
+    fn the_cache_keeps_neither_others_managed_fields_nor_the_last_applied_copy() {
+        let mut object: CachedObject = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "cm", "annotations": {LAST_APPLIED: "{\"data\":{}}"},
+                         "managedFields": [{"manager": "kubectl-client-side-apply", "operation": "Update"},
+                                           {"manager": field_manager::STATUS, "operation": "Apply"}]},
+            "data": {"k": "v"}
+        }))
+        .unwrap();
+        trim(&mut object);
+        let kept = object.to_value();
+        assert_eq!(kept["metadata"]["annotations"], serde_json::json!({}), "delivered as before");
+        assert_eq!(kept["metadata"]["managedFields"][0]["manager"], field_manager::STATUS);
+        assert_eq!(kept["metadata"]["managedFields"].as_array().unwrap().len(), 1);
+        assert_eq!(kept["data"], serde_json::json!({"k": "v"}));
     }
 
     #[test]

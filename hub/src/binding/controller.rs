@@ -14,7 +14,7 @@ use ks_shared::runtime::{
     Backoff, Debounce, Failure, failure, watch_into_inputs, watch_trimmed_into_inputs, without_managed_fields,
 };
 use ks_shared::serve::ReadyGate;
-use kube::api::{Api, DynamicObject};
+use kube::api::Api;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
@@ -27,7 +27,7 @@ use super::Metrics;
 use super::state::{Resolutions, StatusRequest};
 use super::writes;
 use super::{Labels, ObjectIdentity, Wec, WorkloadObject};
-use crate::informers::{WorkloadEvent, WorkloadInformers, WorkloadRef};
+use crate::informers::{CachedObject, WorkloadEvent, WorkloadInformers, WorkloadRef};
 
 /// Settings of the binding controller.
 #[derive(Clone, Debug)]
@@ -103,7 +103,7 @@ impl Caches {
 }
 
 /// The selection view of a cached object.
-fn workload_object(resource: &ApiResource, object: &DynamicObject) -> WorkloadObject {
+fn workload_object(resource: &ApiResource, object: &CachedObject) -> WorkloadObject {
     WorkloadObject {
         identity: ObjectIdentity {
             group: resource.group.clone(),

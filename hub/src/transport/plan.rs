@@ -12,16 +12,15 @@ use std::sync::Arc;
 use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus, Propagation};
 use ks_shared::names::{EXPAND_TEMPLATES_ANNOTATION, WDS_GENERATION_ANNOTATION};
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::moves::WorkKey;
 use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
 use super::wrap::{self, Delivery, Origin, work_name};
 use super::{Error, Plugin, jsonpath, propagation, template, trace};
-use crate::informers::{FirstSeen, GroupResource, WorkloadRef};
+use crate::informers::{CachedObject, FirstSeen, GroupResource, WorkloadRef};
 
 /// An object a Binding lists.
 pub(super) struct Entry {
@@ -52,7 +51,7 @@ pub(super) fn entries(binding: &Binding) -> impl Iterator<Item = Entry> {
 /// What the WDS caches hold of a listed object.
 pub(super) enum Cached {
     /// The object, and the resource (version, kind) its cache serves it as.
-    Found(Arc<DynamicObject>, ApiResource),
+    Found(Arc<CachedObject>, ApiResource),
     /// Not in its filled cache: deleted from the WDS, so the Binding's WECs lose it too.
     Gone,
     /// Its cache is not filled: not known, not gone.
@@ -243,7 +242,7 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<Workload
             create_only,
         } = entry;
         let gr = &key.resource;
-        let mut manifest = serde_json::to_value(&**object).unwrap_or(Value::Null);
+        let mut manifest = object.to_value();
         // Listed items need not carry their type; the informer knows it.
         manifest["apiVersion"] = json!(served_as.api_version);
         manifest["kind"] = json!(served_as.kind);

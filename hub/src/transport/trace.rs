@@ -13,11 +13,10 @@ use ks_shared::names::{TRACE_ANNOTATION_PREFIX, WDS_GENERATION_ANNOTATION};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::telemetry::{extract_context, inject_context};
 use kube::ResourceExt;
-use kube::api::DynamicObject;
 use serde_json::Value;
 
 use super::wrap::Identity;
-use crate::informers::FirstSeen;
+use crate::informers::{CachedObject, FirstSeen};
 
 /// Trace annotations of a manifest.
 pub type TraceAnnotations = BTreeMap<String, String>;
@@ -42,7 +41,7 @@ impl Packaging {
     /// it, else those of a new packaging span (none when nothing is traced).
     pub fn annotations(
         &self,
-        object: &DynamicObject,
+        object: &CachedObject,
         delivered: Option<&TraceAnnotations>,
         first_seen: &FirstSeen,
         subject: &Subject<'_>,

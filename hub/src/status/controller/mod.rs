@@ -19,7 +19,6 @@ use ks_shared::api::{CombinedStatus, condition_type};
 use ks_shared::names::{REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::runtime::{Backoff, Failure, failure};
-use kube::api::DynamicObject;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Client, ResourceExt};
@@ -34,7 +33,7 @@ use super::plan::{self, StatusAction, Subject, WecStatus};
 use super::state::{BindingView, Bindings, CachedName, EvaluationErrors, Index, WorkloadRef};
 use super::writes;
 use crate::binding::ObjectIdentity;
-use crate::informers::WorkloadInformers;
+use crate::informers::{CachedObject, WorkloadInformers};
 use watches::{Input, Stores, cached_name};
 
 /// Settings of the status controller.
@@ -366,7 +365,7 @@ impl StatusController {
             .iter()
             .any(|(_, _, e)| !e.modulation.status_collectors.is_empty());
         let whole = if collecting {
-            let mut whole = serde_json::to_value(&*object).unwrap_or_default();
+            let mut whole = object.to_value();
             whole["apiVersion"] = json!(resource.api_version);
             whole["kind"] = json!(resource.kind);
             whole
@@ -406,22 +405,22 @@ impl StatusController {
     async fn write_status(
         &mut self,
         key: &WorkloadRef,
-        object: &DynamicObject,
+        object: &CachedObject,
         resource: &ApiResource,
         action: StatusAction,
     ) -> kube::Result<bool> {
-        let current = object.data.get("status");
+        let current = object.status();
         let status = match action {
             StatusAction::Leave => return Ok(false),
             StatusAction::Clear if !plan::owns_status(object.managed_fields()) => return Ok(false),
             StatusAction::Clear => json!({}),
-            StatusAction::Set(status) if current == Some(&status) => return Ok(false),
+            StatusAction::Set(status) if current.as_ref() == Some(&status) => return Ok(false),
             StatusAction::Set(status) => status,
         };
         let unchanged_since_ours = self
             .applied
             .get(key)
-            .is_some_and(|(applied, stored)| *applied == status && stored.as_ref() == current);
+            .is_some_and(|(applied, stored)| *applied == status && stored.as_ref() == current.as_ref());
         if unchanged_since_ours {
             return Ok(false);
         }
@@ -440,7 +439,7 @@ impl StatusController {
             // Refused (e.g. a Job's status cannot lose its completion): not again until the
             // object's status or what we want changes.
             Err(err) if failure(&err) != Failure::Transient => {
-                self.applied.insert(key.clone(), (status, current.cloned()));
+                self.applied.insert(key.clone(), (status, current));
                 Err(err)
             }
             Err(err) => Err(err),

@@ -3,6 +3,7 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::CustomTransformSpec;
 use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
 use ks_shared::ocm::{ManifestCondition, ManifestResourceStatus, ManifestWork, ManifestWorkStatus};
+use serde_json::Value;
 
 use super::*;
 use crate::transport::sharding::DEFAULT_LIMITS;
@@ -33,7 +34,7 @@ fn config_maps(names: &[&str]) -> Binding {
 }
 
 /// A cached ConfigMap `name` in `ns`, with server-set metadata.
-fn config_map(name: &str, annotations: Value, data: Value) -> (Arc<DynamicObject>, ApiResource) {
+fn config_map(name: &str, annotations: Value, data: Value) -> (Arc<CachedObject>, ApiResource) {
     let object = json!({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
                                      "resourceVersion": "9", "annotations": annotations},
@@ -44,12 +45,12 @@ fn config_map(name: &str, annotations: Value, data: Value) -> (Arc<DynamicObject
     )
 }
 
-fn plain(name: &str) -> (Arc<DynamicObject>, ApiResource) {
+fn plain(name: &str) -> (Arc<CachedObject>, ApiResource) {
     config_map(name, json!({}), json!({"k": "v"}))
 }
 
 /// A cached Deployment `web` in `ns` at `generation`.
-fn deployment(generation: i64) -> (Arc<DynamicObject>, ApiResource) {
+fn deployment(generation: i64) -> (Arc<CachedObject>, ApiResource) {
     let object = json!({"apiVersion": "apps/v1", "kind": "Deployment",
                         "metadata": {"name": "web", "namespace": "ns", "uid": "uid-web", "generation": generation,
                                      "annotations": {}},
@@ -64,7 +65,7 @@ fn deployment(generation: i64) -> (Arc<DynamicObject>, ApiResource) {
 struct Case {
     binding: Binding,
     /// Listed objects not here are gone from their cache.
-    cached: Vec<(Arc<DynamicObject>, ApiResource)>,
+    cached: Vec<(Arc<CachedObject>, ApiResource)>,
     unfilled: BTreeSet<GroupResource>,
     removals: Removals,
     properties: BTreeMap<String, BTreeMap<String, String>>,
@@ -73,7 +74,7 @@ struct Case {
 }
 
 impl Case {
-    fn new(binding: Binding, cached: Vec<(Arc<DynamicObject>, ApiResource)>) -> Self {
+    fn new(binding: Binding, cached: Vec<(Arc<CachedObject>, ApiResource)>) -> Self {
         Case {
             binding,
             cached,
@@ -406,7 +407,7 @@ fn bench_plan_at_scale() {
         .map(|name| ("", "configmaps", name.as_str(), false))
         .collect();
     let b = binding(&wec_refs, &listed);
-    let cached: BTreeMap<String, (Arc<DynamicObject>, ApiResource)> = names
+    let cached: BTreeMap<String, (Arc<CachedObject>, ApiResource)> = names
         .iter()
         .map(|n| (n.clone(), config_map(n, json!({}), json!({"k": "v".repeat(200)}))))
         .collect();
