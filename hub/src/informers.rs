@@ -589,7 +589,11 @@ mod tests {
         .unwrap();
         trim(&mut object);
         let kept = object.to_value();
-        assert_eq!(kept["metadata"]["annotations"], serde_json::json!({}), "delivered as before");
+        assert_eq!(
+            kept["metadata"]["annotations"],
+            serde_json::json!({}),
+            "delivered as before"
+        );
         assert_eq!(kept["metadata"]["managedFields"][0]["manager"], field_manager::STATUS);
         assert_eq!(kept["metadata"]["managedFields"].as_array().unwrap().len(), 1);
         assert_eq!(kept["data"], serde_json::json!({"k": "v"}));
