@@ -6,7 +6,7 @@
 //! the differences.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus, Propagation};
@@ -183,8 +183,10 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
                 continue;
             }
         };
-        let sizes = items.iter().map(|(k, item)| (k, item.size)).collect();
-        let previous = previous_shards(inputs.plugin, inputs.current, &origin, mailbox, &items);
+        // By position in key order from here: maps keyed by object were most of the plan's time.
+        let listed: Vec<(&WorkloadRef, &Item)> = items.iter().collect();
+        let sizes: Vec<(&WorkloadRef, usize)> = listed.iter().map(|(k, item)| (*k, item.size)).collect();
+        let previous = previous_shards(inputs.plugin, inputs.current, &origin, mailbox, &listed);
         let assigned = match sharding::assign(&sizes, &previous, inputs.limits) {
             Ok(assigned) => assigned,
             Err(err) => {
@@ -193,8 +195,8 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
             }
         };
         let mut shards: BTreeMap<usize, Vec<&Item>> = BTreeMap::new();
-        for (key, shard) in &assigned {
-            shards.entry(*shard).or_default().push(&items[*key]);
+        for ((_, item), shard) in listed.iter().zip(assigned) {
+            shards.entry(shard).or_default().push(item);
         }
         for (shard, mut members) in shards {
             members.sort_by_key(|item| apply_order(&item.delivery));
@@ -335,24 +337,24 @@ fn customized<'a>(
     }
 }
 
-/// Which shard each object is in now, read from the existing wrapped objects' contents: one
-/// pass over what they hold, however many objects and shards there are.
-fn previous_shards<'a, P: Plugin>(
+/// Where each of `listed` is now, by the existing wrapped objects' contents (one pass over
+/// what they hold, however many objects and shards there are).
+fn previous_shards<P: Plugin>(
     plugin: &P,
     current: &[Arc<P::Wrapped>],
     origin: &Origin<'_>,
     mailbox: &str,
-    items: &'a BTreeMap<WorkloadRef, Item>,
-) -> BTreeMap<&'a WorkloadRef, usize> {
-    let mut held: BTreeMap<wrap::Identity, usize> = BTreeMap::new();
+    listed: &[(&WorkloadRef, &Item)],
+) -> Vec<Option<usize>> {
+    let mut held: HashMap<wrap::Identity, usize> = HashMap::new();
     for work in current.iter().filter(|w| w.namespace().as_deref() == Some(mailbox)) {
         if let Some(shard) = wrap::shard_of(origin, &work.name_any()) {
             held.extend(plugin.gloss(work).into_iter().map(|identity| (identity, shard)));
         }
     }
-    items
+    listed
         .iter()
-        .filter_map(|(key, item)| Some((key, *held.get(&item.identity)?)))
+        .map(|(_, item)| held.get(&item.identity).copied())
         .collect()
 }
 

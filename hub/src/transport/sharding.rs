@@ -38,15 +38,17 @@ impl Fill {
     }
 }
 
-/// Assigns each `(key, size)` object a shard index. `previous` is the assignment the current
-/// wrapped objects show; objects keep their shard while it has room (in key order), the rest go
-/// to the lowest shard with room, opening new ones as needed.
-pub fn assign<K: Ord + Clone + std::fmt::Display>(
-    objects: &BTreeMap<K, usize>,
-    previous: &BTreeMap<K, usize>,
+/// Assigns each object a shard index: `objects` are `(key, size)` in key order, `previous[i]`
+/// the shard object `i` is in now (as the current wrapped objects show). Objects keep their
+/// shard while it has room (in key order), the rest go to the lowest shard with room, opening
+/// new ones as needed. Returns each object's shard, by position: the transport plans thousands
+/// of objects for each WEC, and maps keyed by object were most of its time.
+pub fn assign<K: std::fmt::Display>(
+    objects: &[(K, usize)],
+    previous: &[Option<usize>],
     limits: Limits,
-) -> Result<BTreeMap<K, usize>, ShardError> {
-    if let Some((key, size)) = objects.iter().find(|(_, size)| **size >= limits.max_size) {
+) -> Result<Vec<usize>, ShardError> {
+    if let Some((key, size)) = objects.iter().find(|(_, size)| *size >= limits.max_size) {
         return Err(ShardError::TooLarge {
             key: key.to_string(),
             size: *size,
@@ -54,29 +56,32 @@ pub fn assign<K: Ord + Clone + std::fmt::Display>(
         });
     }
     let mut fills: BTreeMap<usize, Fill> = BTreeMap::new();
-    let mut assigned = BTreeMap::new();
-    let mut homeless = Vec::new();
-    for (key, size) in objects {
-        match previous.get(key) {
-            Some(shard) if fills.get(shard).copied().unwrap_or_default().takes(*size, limits) => {
-                let fill = fills.entry(*shard).or_default();
-                fill.bytes += size;
-                fill.count += 1;
-                assigned.insert(key.clone(), *shard);
-            }
-            _ => homeless.push((key, *size)),
+    let mut assigned = vec![None; objects.len()];
+    for (i, (_, size)) in objects.iter().enumerate() {
+        if let Some(shard) = previous.get(i).copied().flatten()
+            && fills.get(&shard).copied().unwrap_or_default().takes(*size, limits)
+        {
+            let fill = fills.entry(shard).or_default();
+            fill.bytes += size;
+            fill.count += 1;
+            assigned[i] = Some(shard);
         }
     }
-    for (key, size) in homeless {
-        let shard = (0..)
-            .find(|s| fills.get(s).copied().unwrap_or_default().takes(size, limits))
-            .unwrap_or(0);
-        let fill = fills.entry(shard).or_default();
-        fill.bytes += size;
-        fill.count += 1;
-        assigned.insert(key.clone(), shard);
-    }
-    Ok(assigned)
+    Ok(objects
+        .iter()
+        .zip(assigned)
+        .map(|((_, size), kept)| {
+            kept.unwrap_or_else(|| {
+                let shard = (0..)
+                    .find(|s| fills.get(s).copied().unwrap_or_default().takes(*size, limits))
+                    .unwrap_or(0);
+                let fill = fills.entry(shard).or_default();
+                fill.bytes += size;
+                fill.count += 1;
+                shard
+            })
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -90,48 +95,53 @@ mod tests {
         max_count: 3,
     };
 
-    fn objects(entries: &[(&str, usize)]) -> BTreeMap<String, usize> {
-        entries.iter().map(|(k, s)| (k.to_string(), *s)).collect()
+    /// `(key, size)`s in key order, as the transport lists them.
+    fn objects(entries: &[(&str, usize)]) -> Vec<(String, usize)> {
+        let sorted: BTreeMap<String, usize> = entries.iter().map(|(k, s)| (k.to_string(), *s)).collect();
+        sorted.into_iter().collect()
+    }
+
+    /// Each object's shard, by key.
+    fn by_key(objects: &[(String, usize)], assigned: &[usize]) -> BTreeMap<String, usize> {
+        objects
+            .iter()
+            .map(|(k, _)| k.clone())
+            .zip(assigned.iter().copied())
+            .collect()
+    }
+
+    /// What the shards of `before` say of each of `objects`: the `previous` of a later plan.
+    fn carried(before: &BTreeMap<String, usize>, objects: &[(String, usize)]) -> Vec<Option<usize>> {
+        objects.iter().map(|(k, _)| before.get(k).copied()).collect()
     }
 
     #[test]
     fn packs_by_count_and_size() {
-        let by_count = assign(
-            &objects(&[("a", 1), ("b", 1), ("c", 1), ("d", 1)]),
-            &BTreeMap::new(),
-            SMALL,
-        )
-        .unwrap();
+        let four = objects(&[("a", 1), ("b", 1), ("c", 1), ("d", 1)]);
+        let by_count = by_key(&four, &assign(&four, &[], SMALL).unwrap());
         assert_eq!(by_count.values().filter(|s| **s == 0).count(), 3);
         assert_eq!(by_count["d"], 1);
-        let by_size = assign(&objects(&[("a", 60), ("b", 60)]), &BTreeMap::new(), SMALL).unwrap();
-        assert_ne!(by_size["a"], by_size["b"], "60 + 60 does not fit under 100");
+        let two = objects(&[("a", 60), ("b", 60)]);
+        let by_size = assign(&two, &[], SMALL).unwrap();
+        assert_ne!(by_size[0], by_size[1], "60 + 60 does not fit under 100");
     }
 
     #[test]
     fn an_object_alone_over_the_limit_is_an_error() {
-        let err = assign(&objects(&[("big", 100)]), &BTreeMap::new(), SMALL).unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("failed to wrap object that is larger than max size")
+        let err = assign(&objects(&[("big", 100)]), &[], SMALL).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "failed to wrap object that is larger than max size: big is 100 bytes, the limit is 100"
         );
     }
 
     #[test]
     fn adding_an_object_moves_no_other() {
-        let before = assign(
-            &objects(&[("b", 1), ("c", 1), ("d", 1), ("e", 1)]),
-            &BTreeMap::new(),
-            SMALL,
-        )
-        .unwrap();
+        let first = objects(&[("b", 1), ("c", 1), ("d", 1), ("e", 1)]);
+        let before = by_key(&first, &assign(&first, &[], SMALL).unwrap());
         // "a" sorts first: positional packing would shift everything after it.
-        let after = assign(
-            &objects(&[("a", 1), ("b", 1), ("c", 1), ("d", 1), ("e", 1)]),
-            &before,
-            SMALL,
-        )
-        .unwrap();
+        let next = objects(&[("a", 1), ("b", 1), ("c", 1), ("d", 1), ("e", 1)]);
+        let after = by_key(&next, &assign(&next, &carried(&before, &next), SMALL).unwrap());
         for (key, shard) in &before {
             assert_eq!(after[key], *shard, "{key} stayed");
         }
@@ -145,12 +155,13 @@ mod tests {
         #[test]
         fn every_shard_is_within_limits(objects in sizes(), max_count in 1usize..5) {
             let limits = Limits { max_size: 100, max_count };
-            let assigned = assign(&objects, &BTreeMap::new(), limits).unwrap();
+            let objects: Vec<(String, usize)> = objects.into_iter().collect();
+            let assigned = assign(&objects, &[], limits).unwrap();
             prop_assert_eq!(assigned.len(), objects.len());
             let mut fills: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
-            for (key, shard) in &assigned {
+            for ((_, size), shard) in objects.iter().zip(&assigned) {
                 let fill = fills.entry(*shard).or_default();
-                fill.0 += objects[key];
+                fill.0 += size;
                 fill.1 += 1;
             }
             for (bytes, count) in fills.values() {
@@ -161,12 +172,14 @@ mod tests {
         #[test]
         fn unchanged_objects_keep_their_shard(objects in sizes(), change in sizes(), max_count in 1usize..5) {
             let limits = Limits { max_size: 100, max_count };
-            let before = assign(&objects, &BTreeMap::new(), limits).unwrap();
+            let first: Vec<(String, usize)> = objects.clone().into_iter().collect();
+            let before = by_key(&first, &assign(&first, &[], limits).unwrap());
             // Add and remove some objects; the ones present in both keep their shard.
             let mut next: BTreeMap<String, usize> = objects.iter().filter(|(k, _)| !change.contains_key(*k)).map(|(k, s)| (k.clone(), *s)).collect();
             next.extend(change.iter().filter(|(k, _)| !objects.contains_key(*k)).map(|(k, s)| (k.clone(), *s)));
-            let after = assign(&next, &before, limits).unwrap();
-            for key in next.keys().filter(|k| objects.contains_key(*k)) {
+            let next: Vec<(String, usize)> = next.into_iter().collect();
+            let after = by_key(&next, &assign(&next, &carried(&before, &next), limits).unwrap());
+            for (key, _) in next.iter().filter(|(k, _)| objects.contains_key(k)) {
                 prop_assert_eq!(after[key], before[key]);
             }
         }
