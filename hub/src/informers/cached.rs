@@ -36,6 +36,14 @@ impl CachedObject {
         Value::Object(whole)
     }
 
+    /// The object as JSON, with the `apiVersion` and `kind` that `resource` serves it as.
+    pub fn as_served(&self, resource: &ApiResource) -> Value {
+        let mut whole = self.to_value();
+        whole["apiVersion"] = Value::from(resource.api_version.as_str());
+        whole["kind"] = Value::from(resource.kind.as_str());
+        whole
+    }
+
     /// The object's `.status`, if it has one.
     pub fn status(&self) -> Option<Value> {
         #[derive(Deserialize)]
@@ -143,6 +151,11 @@ mod tests {
         assert_eq!(cached.to_value(), sent);
         assert_eq!(cached.metadata.labels.as_ref().unwrap()["app"], "web");
         assert_eq!(cached.status(), Some(json!({"readyReplicas": 1})));
+        let served_as = ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
+        assert_eq!(
+            cached.as_served(&served_as),
+            serde_json::from_str::<Value>(DEPLOYMENT).unwrap()
+        );
     }
 
     #[test]

@@ -183,7 +183,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
                 continue;
             }
         };
-        // By position in key order from here: maps keyed by object were most of the plan's time.
+        // By position in key order from here (see `sharding::assign`).
         let listed: Vec<(&WorkloadRef, &Item)> = items.iter().collect();
         let sizes: Vec<(&WorkloadRef, usize)> = listed.iter().map(|(k, item)| (*k, item.size)).collect();
         let previous = previous_shards(inputs.plugin, inputs.current, &origin, mailbox, &listed);
@@ -244,10 +244,7 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<Workload
             create_only,
         } = entry;
         let gr = &key.resource;
-        let mut manifest = object.to_value();
-        // Listed items need not carry their type; the informer knows it.
-        manifest["apiVersion"] = json!(served_as.api_version);
-        manifest["kind"] = json!(served_as.kind);
+        let mut manifest = object.as_served(served_as);
         prepare_for_wec(&mut manifest);
         // Tells the status agent which WDS generation the WEC object is (statusDetails), and
         // carries the rollout's trace.

@@ -36,6 +36,11 @@ impl Fill {
     fn takes(&self, size: usize, limits: Limits) -> bool {
         self.bytes + size < limits.max_size && self.count < limits.max_count
     }
+
+    fn add(&mut self, size: usize) {
+        self.bytes += size;
+        self.count += 1;
+    }
 }
 
 /// Assigns each object a shard index: `objects` are `(key, size)` in key order, `previous[i]`
@@ -61,9 +66,7 @@ pub fn assign<K: std::fmt::Display>(
         if let Some(shard) = previous.get(i).copied().flatten()
             && fills.get(&shard).copied().unwrap_or_default().takes(*size, limits)
         {
-            let fill = fills.entry(shard).or_default();
-            fill.bytes += size;
-            fill.count += 1;
+            fills.entry(shard).or_default().add(*size);
             assigned[i] = Some(shard);
         }
     }
@@ -75,9 +78,7 @@ pub fn assign<K: std::fmt::Display>(
                 let shard = (0..)
                     .find(|s| fills.get(s).copied().unwrap_or_default().takes(*size, limits))
                     .unwrap_or(0);
-                let fill = fills.entry(shard).or_default();
-                fill.bytes += size;
-                fill.count += 1;
+                fills.entry(shard).or_default().add(*size);
                 shard
             })
         })

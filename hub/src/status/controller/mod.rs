@@ -365,10 +365,7 @@ impl StatusController {
             .iter()
             .any(|(_, _, e)| !e.modulation.status_collectors.is_empty());
         let whole = if collecting {
-            let mut whole = object.to_value();
-            whole["apiVersion"] = json!(resource.api_version);
-            whole["kind"] = json!(resource.kind);
-            whole
+            object.as_served(&resource)
         } else {
             Json::Null
         };
