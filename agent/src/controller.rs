@@ -151,6 +151,7 @@ pub async fn run(
     spawn_watch(&agent, "manifestworks", manifest_works, listed, Agent::on_manifest_work);
     let work_statuses = watcher(Api::<WorkStatus>::namespaced(hub.clone(), &mailbox), config)
         .default_backoff()
+        .modify(report::trim)
         .reflect(work_statuses_writer);
     let listed = agent.work_statuses_listed.clone();
     spawn_watch(&agent, "workstatuses", work_statuses, listed, Agent::on_work_status);

@@ -1,5 +1,5 @@
 //! One dynamic informer per delivered GVR on the WEC, started and stopped as the tracker's
-//! reference counts say. Each keeps a cache (without managedFields, which nobody here reads)
+//! reference counts say. Each keeps a cache (of metadata and status only, all that is read)
 //! and reports which objects changed, and when it has listed everything.
 
 use std::collections::HashMap;
@@ -11,6 +11,7 @@ use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
 use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use crate::kinds::Kind;
@@ -72,7 +73,7 @@ impl Informers {
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let stream = watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(|object: &mut DynamicObject| object.metadata.managed_fields = None)
+            .modify(keep_what_is_reported)
             .reflect(writer);
         let id = gvr.clone();
         let has_listed = listed.clone();
@@ -131,5 +132,48 @@ impl Informers {
     /// How many informers run.
     pub fn len(&self) -> usize {
         self.running.len()
+    }
+}
+
+/// Keeps of a WEC object what a WorkStatus reports (see `report::desired`): its metadata without
+/// managedFields, and its `.status`. The rest, a Pod's or Deployment's spec above all, was most
+/// of the cache.
+fn keep_what_is_reported(object: &mut DynamicObject) {
+    object.metadata.managed_fields = None;
+    let status = object.data.get_mut("status").map(Value::take);
+    object.data = Value::Object(status.map(|s| ("status".to_string(), s)).into_iter().collect());
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn the_cache_keeps_metadata_and_status() {
+        let object = |spec: Value, status: Option<Value>| {
+            let mut whole = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "web", "namespace": "ns", "generation": 3,
+                             "labels": {"app": "web"}, "annotations": {"a": "b"},
+                             "managedFields": [{"manager": "work-agent", "operation": "Apply"}]},
+                "spec": spec});
+            if let Some(status) = status {
+                whole["status"] = status;
+            }
+            serde_json::from_value::<DynamicObject>(whole).unwrap()
+        };
+        let mut deployment = object(json!({"replicas": 2}), Some(json!({"observedGeneration": 3})));
+        let metadata = deployment.metadata.clone();
+        keep_what_is_reported(&mut deployment);
+        assert_eq!(deployment.data, json!({"status": {"observedGeneration": 3}}));
+        assert_eq!(deployment.metadata.managed_fields, None);
+        assert_eq!(deployment.metadata.labels, metadata.labels);
+        assert_eq!(deployment.metadata.annotations, metadata.annotations);
+        assert_eq!(deployment.metadata.generation, Some(3));
+
+        let mut statusless = object(json!({"data": "x"}), None);
+        keep_what_is_reported(&mut statusless);
+        assert_eq!(statusless.data, json!({}));
     }
 }

@@ -17,8 +17,9 @@ pub struct OwnWrites {
 }
 
 impl OwnWrites {
-    /// Remembers what a write returned.
-    pub fn record(&self, written: WorkStatus) {
+    /// Remembers what a write returned, trimmed as the cache would keep it.
+    pub fn record(&self, mut written: WorkStatus) {
+        crate::report::trim(&mut written);
         let name = written.name_any();
         self.lock().insert(name, Arc::new(written));
     }

@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, OwnerReference, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, OwnerReference, Time};
 use ks_shared::api::{SourceRef, StatusDetails, WorkStatus};
 use ks_shared::names::{self, SINGLETON_STATUS_LABEL, WDS_GENERATION_ANNOTATION};
 use ks_shared::ocm::ManifestWork;
@@ -220,6 +220,27 @@ fn our_labels(existing: &WorkStatus) -> BTreeMap<String, String> {
         .flat_map(|l| l.keys().filter_map(|k| k.strip_prefix("f:")).map(str::to_string))
         .collect::<std::collections::BTreeSet<_>>();
     labels.into_iter().filter(|(k, _)| owned.contains(k)).collect()
+}
+
+/// Drops from a cached WorkStatus the managedFields the agent never reads: every entry but our
+/// main apply's, and of that one all but the labels it owns (what [`our_labels`] reads). They
+/// were a large part of the agent's memory per object.
+pub fn trim(ws: &mut WorkStatus) {
+    let Some(entries) = ws.metadata.managed_fields.take() else {
+        return;
+    };
+    let ours = entries
+        .into_iter()
+        .filter(is_our_main_apply)
+        .map(|mut entry| {
+            entry.fields_v1 = entry.fields_v1.map(|fields| {
+                let labels = fields.0.get("f:metadata").and_then(|m| m.get("f:labels")).cloned();
+                FieldsV1(json!({"f:metadata": {"f:labels": labels.unwrap_or_else(|| json!({}))}}))
+            });
+            entry
+        })
+        .collect();
+    ws.metadata.managed_fields = Some(ours);
 }
 
 fn is_our_main_apply(entry: &ManagedFieldsEntry) -> bool {
@@ -439,6 +460,59 @@ mod tests {
             panic!("the generation is written");
         };
         assert_eq!(main["statusDetails"]["lastCurrencyUpdateTime"], "1970-01-01T00:00:09Z");
+    }
+
+    #[test]
+    fn trimming_keeps_what_the_plan_reads() {
+        let d = desired(&key(), &deployment(1, json!({"replicas": 1})), &work(&[KS])).unwrap();
+        let Plan::Apply {
+            main: Some(main),
+            status,
+        } = plan("cluster1", Some(&d), None, time(5))
+        else {
+            panic!("a new WorkStatus is written");
+        };
+        let mut existing = as_written(&main, status.as_ref());
+        existing
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert("team".into(), "a".into());
+        let entry = |manager: &str, subresource: Option<&str>, fields: Value| ManagedFieldsEntry {
+            manager: Some(manager.into()),
+            operation: Some("Apply".into()),
+            subresource: subresource.map(str::to_string),
+            fields_v1: Some(FieldsV1(fields)),
+            ..Default::default()
+        };
+        let ours = existing.metadata.managed_fields.as_mut().unwrap();
+        ours[0].fields_v1.as_mut().unwrap().0["f:spec"] = json!({"f:sourceRef": {"f:name": {}}});
+        ours.push(entry(
+            FIELD_MANAGER,
+            Some("status"),
+            json!({"f:status": {"f:replicas": {}}}),
+        ));
+        ours.push(entry(
+            "kubectl",
+            None,
+            json!({"f:metadata": {"f:labels": {"f:team": {}}}}),
+        ));
+        let untrimmed = existing.clone();
+
+        trim(&mut existing);
+        let kept = existing.metadata.managed_fields.as_ref().unwrap();
+        assert_eq!(kept.len(), 1, "only our main apply is kept: {kept:?}");
+        assert!(kept[0].fields_v1.as_ref().unwrap().0.get("f:spec").is_none());
+        assert_eq!(our_labels(&existing), our_labels(&untrimmed));
+        assert!(!our_labels(&existing).contains_key("team"));
+        assert_eq!(plan("cluster1", Some(&d), Some(&existing), time(9)), Plan::Nothing);
+        let mut unlabelled = d.clone();
+        unlabelled.labels.remove(SINGLETON_STATUS_LABEL);
+        assert_eq!(
+            plan("cluster1", Some(&unlabelled), Some(&existing), time(9)),
+            plan("cluster1", Some(&unlabelled), Some(&untrimmed), time(9)),
+        );
     }
 
     #[test]
