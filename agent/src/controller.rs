@@ -30,6 +30,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::existing::Existing;
 use crate::informers::{InformerEvent, Informers, Lookup, OnEvent};
 use crate::kinds::Kinds;
 use crate::metrics::{Metrics, Verb};
@@ -73,7 +74,7 @@ pub struct Agent {
     applied_listed: Arc<AtomicBool>,
     applied: Store<AppliedManifestWork>,
     manifest_works: Store<ManifestWork>,
-    work_statuses: Store<WorkStatus>,
+    work_statuses: Store<Existing>,
     manifest_works_listed: Arc<AtomicBool>,
     work_statuses_listed: Arc<AtomicBool>,
     /// Our own writes the WorkStatus cache may not show yet.
@@ -101,7 +102,7 @@ pub async fn run(
 ) {
     let (applied, applied_writer) = reflector::store::<AppliedManifestWork>();
     let (manifest_works, manifest_works_writer) = reflector::store::<ManifestWork>();
-    let (work_statuses, work_statuses_writer) = reflector::store::<WorkStatus>();
+    let (work_statuses, work_statuses_writer) = reflector::store::<Existing>();
     let agent = Arc::new_cyclic(|me| Agent {
         mailbox: mailbox.clone(),
         hub: hub.clone(),
@@ -149,9 +150,8 @@ pub async fn run(
         .reflect(manifest_works_writer);
     let listed = agent.manifest_works_listed.clone();
     spawn_watch(&agent, "manifestworks", manifest_works, listed, Agent::on_manifest_work);
-    let work_statuses = watcher(Api::<WorkStatus>::namespaced(hub.clone(), &mailbox), config)
+    let work_statuses = watcher(Api::<Existing>::namespaced(hub.clone(), &mailbox), config)
         .default_backoff()
-        .modify(report::trim)
         .reflect(work_statuses_writer);
     let listed = agent.work_statuses_listed.clone();
     spawn_watch(&agent, "workstatuses", work_statuses, listed, Agent::on_work_status);
@@ -238,7 +238,7 @@ impl Agent {
         }
     }
 
-    fn on_work_status(&self, seen: Seen<'_, WorkStatus>) {
+    fn on_work_status(&self, seen: Seen<'_, Existing>) {
         match seen {
             Seen::Changed(ws) => {
                 let key = lock(&self.tracker).by_work_status(&ws.name_any()).cloned();
@@ -263,7 +263,7 @@ impl Agent {
 
     /// True for one of our WorkStatuses that no reporting delivery owns any more. Not before
     /// settling: until then which delivery reports an object may still change.
-    fn is_leftover(&self, ws: &WorkStatus) -> bool {
+    fn is_leftover(&self, ws: &Existing) -> bool {
         let owner = ws
             .owner_references()
             .iter()

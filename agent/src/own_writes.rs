@@ -10,18 +10,19 @@ use std::sync::{Arc, Mutex, PoisonError};
 use ks_shared::api::WorkStatus;
 use kube::ResourceExt;
 
+use crate::existing::Existing;
+
 /// The objects our writes returned, by WorkStatus name, until the cache shows them.
 #[derive(Default)]
 pub struct OwnWrites {
-    written: Mutex<HashMap<String, Arc<WorkStatus>>>,
+    written: Mutex<HashMap<String, Arc<Existing>>>,
 }
 
 impl OwnWrites {
-    /// Remembers what a write returned, trimmed as the cache would keep it.
-    pub fn record(&self, mut written: WorkStatus) {
-        crate::report::trim(&mut written);
+    /// Remembers what a write returned, as much of it as the cache keeps.
+    pub fn record(&self, written: WorkStatus) {
         let name = written.name_any();
-        self.lock().insert(name, Arc::new(written));
+        self.lock().insert(name, Arc::new(Existing::from(written)));
     }
 
     /// Forgets `name` (deleted).
@@ -36,7 +37,7 @@ impl OwnWrites {
 
     /// The newer of the cached object and our last write of `name`; forgets the write once the
     /// cache has caught up with it.
-    pub fn latest(&self, name: &str, cached: Option<Arc<WorkStatus>>) -> Option<Arc<WorkStatus>> {
+    pub fn latest(&self, name: &str, cached: Option<Arc<Existing>>) -> Option<Arc<Existing>> {
         let mut written = self.lock();
         let Some(ours) = written.get(name) else {
             return cached;
@@ -48,7 +49,7 @@ impl OwnWrites {
         Some(ours.clone())
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<WorkStatus>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Existing>>> {
         self.written.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -61,8 +62,8 @@ impl OwnWrites {
 /// True when `cached` predates `ours`. resourceVersions are opaque to clients in principle, but
 /// every apiserver backed by etcd hands out increasing integers, which is what lets us tell;
 /// anything else is taken as not older (the cache wins, as it would without this module).
-fn is_older(cached: &WorkStatus, ours: &WorkStatus) -> bool {
-    let version = |ws: &WorkStatus| ws.resource_version().and_then(|v| v.parse::<u64>().ok());
+fn is_older(cached: &Existing, ours: &Existing) -> bool {
+    let version = |ws: &Existing| ws.resource_version().and_then(|v| v.parse::<u64>().ok());
     matches!((version(cached), version(ours)), (Some(c), Some(o)) if c < o)
 }
 
@@ -83,13 +84,13 @@ mod tests {
         let own = OwnWrites::default();
         assert!(own.latest("ws", None).is_none());
         own.record(at("10"));
-        let got = own.latest("ws", Some(Arc::new(at("9")))).unwrap();
+        let got = own.latest("ws", Some(Arc::new(at("9").into()))).unwrap();
         assert_eq!(got.resource_version().as_deref(), Some("10"));
         assert_eq!(
             own.latest("ws", None).unwrap().resource_version().as_deref(),
             Some("10")
         );
-        let got = own.latest("ws", Some(Arc::new(at("10")))).unwrap();
+        let got = own.latest("ws", Some(Arc::new(at("10").into()))).unwrap();
         assert_eq!(got.resource_version().as_deref(), Some("10"));
         assert_eq!(own.len(), 0, "forgotten once the cache has it");
         own.record(at("11"));

@@ -11,13 +11,14 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, OwnerReference, Time};
-use ks_shared::api::{SourceRef, StatusDetails, WorkStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
+use ks_shared::api::{SourceRef, StatusDetails};
 use ks_shared::names::{self, SINGLETON_STATUS_LABEL, WDS_GENERATION_ANNOTATION};
 use ks_shared::ocm::ManifestWork;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
+use crate::existing::Existing;
 use crate::objects::ObjectKey;
 
 /// The field manager of every write the agent makes.
@@ -136,7 +137,7 @@ pub enum Plan {
 
 /// Compares `desired` with `existing`, ignoring trace annotations and any field another
 /// manager owns. `now` stamps `lastCurrencyUpdateTime` when the generation facts change.
-pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&WorkStatus>, now: Time) -> Plan {
+pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existing>, now: Time) -> Plan {
     let Some(desired) = desired else {
         return if existing.is_some() {
             Plan::Delete
@@ -144,25 +145,28 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&WorkSt
             Plan::Nothing
         };
     };
-    let existing_details = existing.and_then(|e| e.spec.status_details.as_ref());
+    let existing_details = existing.and_then(|e| e.status_details.as_ref());
     let generation_same = existing_details.is_some_and(|d| {
         d.last_generation == desired.last_generation
             && d.last_generation_is_applied == desired.last_generation_is_applied
     });
     let main_same = existing.is_some_and(|e| {
         generation_same
-            && e.spec.spec.source_ref == desired.source_ref
+            && e.source_ref == desired.source_ref
             && e.metadata
                 .owner_references
                 .iter()
                 .flatten()
                 .any(|o| o == &desired.owner)
-            && our_labels(e) == desired.labels
+            && e.metadata
+                .labels
+                .as_ref()
+                .map_or(desired.labels.is_empty(), |l| *l == desired.labels)
     });
     let status_same = match (existing, &desired.status) {
         (None, None) => true,
         (None, Some(_)) => false,
-        (Some(e), wanted) => e.status.as_ref().map(|s| &s.0) == wanted.as_ref(),
+        (Some(e), wanted) => e.status.as_ref() == wanted.as_ref(),
     };
     if main_same && status_same {
         return Plan::Nothing;
@@ -205,55 +209,11 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&WorkSt
     Plan::Apply { main, status }
 }
 
-/// The labels of `existing` that our field manager applied: exactly the set an apply of ours
-/// replaces (labels others added are theirs and are left alone).
-fn our_labels(existing: &WorkStatus) -> BTreeMap<String, String> {
-    let labels = existing.metadata.labels.clone().unwrap_or_default();
-    let owned = existing
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|m| is_our_main_apply(m))
-        .filter_map(|m| m.fields_v1.as_ref())
-        .filter_map(|f| f.0.get("f:metadata")?.get("f:labels")?.as_object())
-        .flat_map(|l| l.keys().filter_map(|k| k.strip_prefix("f:")).map(str::to_string))
-        .collect::<std::collections::BTreeSet<_>>();
-    labels.into_iter().filter(|(k, _)| owned.contains(k)).collect()
-}
-
-/// Drops from a cached WorkStatus the managedFields the agent never reads: every entry but our
-/// main apply's, and of that one all but the labels it owns (what [`our_labels`] reads). They
-/// were a large part of the agent's memory per object.
-pub fn trim(ws: &mut WorkStatus) {
-    let Some(entries) = ws.metadata.managed_fields.take() else {
-        return;
-    };
-    let ours = entries
-        .into_iter()
-        .filter(is_our_main_apply)
-        .map(|mut entry| {
-            entry.fields_v1 = entry.fields_v1.map(|fields| {
-                let labels = fields.0.get("f:metadata").and_then(|m| m.get("f:labels")).cloned();
-                FieldsV1(json!({"f:metadata": {"f:labels": labels.unwrap_or_else(|| json!({}))}}))
-            });
-            entry
-        })
-        .collect();
-    ws.metadata.managed_fields = Some(ours);
-}
-
-fn is_our_main_apply(entry: &ManagedFieldsEntry) -> bool {
-    entry.manager.as_deref() == Some(FIELD_MANAGER)
-        && entry.operation.as_deref() == Some("Apply")
-        && entry.subresource.as_deref().unwrap_or("").is_empty()
-}
-
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
     use k8s_openapi::jiff::Timestamp;
-    use ks_shared::api::{WorkStatusFields, WorkStatusSpec};
+    use ks_shared::api::WorkStatus;
 
     use super::*;
     use crate::objects::Gvr;
@@ -385,7 +345,7 @@ mod tests {
     }
 
     /// The WorkStatus as the hub would return it after our applies of `main` and `status`.
-    fn as_written(main: &Value, status: Option<&Value>) -> WorkStatus {
+    fn work_status(main: &Value, status: Option<&Value>) -> WorkStatus {
         let mut ws: WorkStatus = serde_json::from_value(main.clone()).unwrap();
         let labels: Map<String, Value> = main["metadata"]["labels"]
             .as_object()
@@ -401,6 +361,11 @@ mod tests {
         }]);
         ws.status = status.and_then(|s| serde_json::from_value(s["status"].clone()).ok());
         ws
+    }
+
+    /// What the agent keeps of it.
+    fn as_written(main: &Value, status: Option<&Value>) -> Existing {
+        Existing::from(work_status(main, status))
     }
 
     #[test]
@@ -434,13 +399,14 @@ mod tests {
         assert_eq!(plan("cluster1", Some(&traced), Some(&existing), time(9)), Plan::Nothing);
 
         // A label added by someone else is theirs; a label of ours that is no longer wanted goes.
-        let mut with_foreign = existing.clone();
+        let mut with_foreign = work_status(&main, Some(&status));
         with_foreign
             .metadata
             .labels
             .as_mut()
             .unwrap()
             .insert("team".into(), "a".into());
+        let with_foreign = Existing::from(with_foreign);
         assert_eq!(plan("cluster1", Some(&d), Some(&with_foreign), time(9)), Plan::Nothing);
         let mut unlabelled = d.clone();
         unlabelled.labels.remove(SINGLETON_STATUS_LABEL);
@@ -463,68 +429,8 @@ mod tests {
     }
 
     #[test]
-    fn trimming_keeps_what_the_plan_reads() {
-        let d = desired(&key(), &deployment(1, json!({"replicas": 1})), &work(&[KS])).unwrap();
-        let Plan::Apply {
-            main: Some(main),
-            status,
-        } = plan("cluster1", Some(&d), None, time(5))
-        else {
-            panic!("a new WorkStatus is written");
-        };
-        let mut existing = as_written(&main, status.as_ref());
-        existing
-            .metadata
-            .labels
-            .as_mut()
-            .unwrap()
-            .insert("team".into(), "a".into());
-        let entry = |manager: &str, subresource: Option<&str>, fields: Value| ManagedFieldsEntry {
-            manager: Some(manager.into()),
-            operation: Some("Apply".into()),
-            subresource: subresource.map(str::to_string),
-            fields_v1: Some(FieldsV1(fields)),
-            ..Default::default()
-        };
-        let ours = existing.metadata.managed_fields.as_mut().unwrap();
-        ours[0].fields_v1.as_mut().unwrap().0["f:spec"] = json!({"f:sourceRef": {"f:name": {}}});
-        ours.push(entry(
-            FIELD_MANAGER,
-            Some("status"),
-            json!({"f:status": {"f:replicas": {}}}),
-        ));
-        ours.push(entry(
-            "kubectl",
-            None,
-            json!({"f:metadata": {"f:labels": {"f:team": {}}}}),
-        ));
-        let untrimmed = existing.clone();
-
-        trim(&mut existing);
-        let kept = existing.metadata.managed_fields.as_ref().unwrap();
-        assert_eq!(kept.len(), 1, "only our main apply is kept: {kept:?}");
-        assert!(kept[0].fields_v1.as_ref().unwrap().0.get("f:spec").is_none());
-        assert_eq!(our_labels(&existing), our_labels(&untrimmed));
-        assert!(!our_labels(&existing).contains_key("team"));
-        assert_eq!(plan("cluster1", Some(&d), Some(&existing), time(9)), Plan::Nothing);
-        let mut unlabelled = d.clone();
-        unlabelled.labels.remove(SINGLETON_STATUS_LABEL);
-        assert_eq!(
-            plan("cluster1", Some(&unlabelled), Some(&existing), time(9)),
-            plan("cluster1", Some(&unlabelled), Some(&untrimmed), time(9)),
-        );
-    }
-
-    #[test]
     fn unwanted_work_statuses_are_deleted() {
-        let existing = WorkStatus::new(
-            "x",
-            WorkStatusFields {
-                spec: WorkStatusSpec::default(),
-                status_details: None,
-            },
-        );
-        assert_eq!(plan("c", None, Some(&existing), time(1)), Plan::Delete);
+        assert_eq!(plan("c", None, Some(&Existing::default()), time(1)), Plan::Delete);
         assert_eq!(plan("c", None, None, time(1)), Plan::Nothing);
     }
 }
