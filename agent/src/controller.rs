@@ -297,12 +297,18 @@ impl Agent {
             changes
         };
         self.apply_changes(changes);
-        self.enqueue(lock(&self.tracker).all_keys());
+        let followed = lock(&self.tracker).all_keys();
+        let reporting = followed.len();
+        self.enqueue(followed);
+        let mut leftovers = 0;
         for ws in self.work_statuses.state() {
             if self.is_leftover(&ws) {
                 self.leftovers.add(ws.name_any());
+                leftovers += 1;
             }
         }
+        // Once per start: what a restart found, for telling why a WorkStatus stayed or went.
+        tracing::info!(reporting, on_hub = on_hub.len(), leftovers, "settled: reports start");
     }
 
     async fn remove_leftover(&self, name: &str) -> Result<(), ReconcileError> {
