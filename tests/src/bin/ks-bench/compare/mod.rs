@@ -311,7 +311,7 @@ async fn delete_bench_objects(stack: &Stack) -> anyhow::Result<()> {
     let works = Api::<ManifestWork>::all(its.clone());
     let no_finalizers = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
     for work in works.list_metadata(&ListParams::default()).await?.items {
-        let from_bench = is_bench(&work.metadata.name) || caused_by_bench(&work.metadata);
+        let from_bench = is_bench_work(&work.metadata);
         let (Some(name), Some(ns)) = (work.metadata.name, work.metadata.namespace) else {
             continue;
         };
@@ -339,6 +339,11 @@ where
         }
     }
     Ok(())
+}
+
+/// Whether a ManifestWork is the bench's: named by it (the agent part) or from a bench policy.
+fn is_bench_work(meta: &kube::api::ObjectMeta) -> bool {
+    is_bench(&meta.name) || caused_by_bench(meta)
 }
 
 /// Whether a ManifestWork or WorkStatus comes from a bench policy's Binding.
@@ -383,9 +388,10 @@ async fn manifest_works_withdrawn(its: &kube::Client) -> anyhow::Result<bool> {
     let works = Api::<ManifestWork>::all(its.clone())
         .list_metadata(&ListParams::default())
         .await?;
-    Ok(works.items.iter().all(|w| {
-        !(is_bench(&w.metadata.name) || caused_by_bench(&w.metadata)) || w.metadata.deletion_timestamp.is_some()
-    }))
+    Ok(works
+        .items
+        .iter()
+        .all(|w| !is_bench_work(&w.metadata) || w.metadata.deletion_timestamp.is_some()))
 }
 
 /// Deletes the bench's policies and namespaces in the WDS (the hub removes the rest).
@@ -419,10 +425,7 @@ async fn quiesce(stack: &Stack, deadline: Duration) -> anyhow::Result<()> {
         let statuses = Api::<WorkStatus>::all(its.clone())
             .list_metadata(&ListParams::default())
             .await?;
-        Ok(!works
-            .items
-            .iter()
-            .any(|w| is_bench(&w.metadata.name) || caused_by_bench(&w.metadata))
+        Ok(!works.items.iter().any(|w| is_bench_work(&w.metadata))
             && !statuses.items.iter().any(|w| caused_by_bench(&w.metadata)))
     })
     .await
