@@ -26,6 +26,8 @@ pub const HUB_CREDENTIAL_SECRET: &str = "hub-kubeconfig-secret";
 /// Annotation that tells kwok to manage a Node.
 pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// The label the registration agent puts on its CSRs.
+/// The OCM agents' rate limit towards their WEC (OCM's default is 50), burst twice that.
+const WORK_AGENT_QPS: u32 = 200;
 const CSR_CLUSTER_LABEL: &str = "open-cluster-management.io/cluster-name";
 const BOOTSTRAP_ROLE: &str = "open-cluster-management:bootstrap";
 
@@ -368,6 +370,12 @@ impl Stack {
             format!("--namespace={}", AGENT_NAMESPACE),
             format!("--agent-id={wec}-stack"),
             "--disable-leader-election".to_string(),
+            // The work agent re-reads every object it applied every status-sync interval
+            // (10 s), against its WEC client's rate limit (default 50 QPS): from 500 objects on
+            // one WEC that alone takes the whole budget and applying slows to a crawl. Users at
+            // this scale raise it through the Klusterlet's workConfiguration.kubeAPIQPS.
+            format!("--kube-api-qps={WORK_AGENT_QPS}"),
+            format!("--kube-api-burst={}", 2 * WORK_AGENT_QPS),
         ];
         self.procs.ensure(
             &format!("ocm-agent-{wec}"),

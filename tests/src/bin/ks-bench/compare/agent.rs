@@ -94,6 +94,8 @@ async fn objects(stack: &Stack, count: usize, figures: &mut Figures) -> anyhow::
     let step = count.div_ceil(10).div_ceil(100).max(1) * 100;
     let mut memory = vec![(0.0, mib(pid))];
     let mut names = Vec::new();
+    let on_wec: Api<DynamicObject> = Api::namespaced_with(wec.clone(), &run, &ks_tests::gauge::resource());
+    let mut lag = Duration::ZERO;
     let started = Instant::now();
     let mut delivered = 0;
     while delivered < count {
@@ -106,11 +108,22 @@ async fn objects(stack: &Stack, count: usize, figures: &mut Figures) -> anyhow::
         let prefix = format!("{run}-{}", first / step);
         names.extend(deliver_in_batches(&works, &prefix, &labels(&run), batch, gauge).await?);
         delivered += batch;
+        // OCM's work agent creates the Gauges; the agent's own part is the wait after that.
+        let applied = within(Instant::now() + DEADLINE, || async {
+            Ok(on_wec.list_metadata(&ListParams::default()).await?.items.len() == delivered)
+        })
+        .await?;
+        anyhow::ensure!(
+            applied,
+            "OCM did not create {delivered} Gauges on {WEC} in {DEADLINE:?}"
+        );
+        let on_wec_at = Instant::now();
         let reported = within(Instant::now() + DEADLINE, || async {
             Ok(statuses_of(&statuses, &run, "Gauge").await?.len() == delivered)
         })
         .await?;
         anyhow::ensure!(reported, "the agent did not report {delivered} Gauges in {DEADLINE:?}");
+        lag = lag.max(on_wec_at.elapsed());
         memory.push((delivered as f64, mib(pid)));
         println!("   agent: {delivered} Gauges reported, RSS {:.1} MiB", mib(pid));
     }
@@ -118,7 +131,7 @@ async fn objects(stack: &Stack, count: usize, figures: &mut Figures) -> anyhow::
     let slope = least_squares(&memory) * 1000.0;
 
     // One status change of every Gauge.
-    let gauges: Api<DynamicObject> = Api::namespaced_with(wec.clone(), &run, &ks_tests::gauge::resource());
+    let gauges = on_wec;
     let before = apiserver_writes(&hub).await?;
     let apply = PatchParams::apply(MANAGER).force();
     let changing = Instant::now();
@@ -159,6 +172,12 @@ async fn objects(stack: &Stack, count: usize, figures: &mut Figures) -> anyhow::
         &format!("agent: {} Gauges, time until all reported", thousands(count)),
         Unit::Seconds,
         reported.as_secs_f64(),
+    );
+    figures.add(
+        OURS,
+        "agent: longest wait from a tenth's last Gauge on the WEC to its last WorkStatus",
+        Unit::Seconds,
+        lag.as_secs_f64(),
     );
     figures.add(OURS, "agent: RSS with no objects", Unit::MiB, memory[0].1);
     figures.add(

@@ -377,7 +377,10 @@ absolute numbers are noisy; compare within a part, ours against upstream.
 binaries' defaults (QPS 5, burst 10, the same 512,000-byte and 512,000-object ManifestWork limits as ours), and \
 found through KubeFlex ControlPlane objects as in a real install. Ours: `ks-hub`, a release build like every \
 process of ours here (`make bench` builds them), with its shipped defaults and tracing on. Both against the \
-same fresh stack (`make bench` starts one per run): Kubernetes v1.34 apiservers, OCM v1.2.0, two WECs with our \
+same fresh stack (`make bench` starts one per run): Kubernetes v1.34 apiservers, OCM v1.2.0 (its agents' \
+rate limit towards their WEC raised from 50 to 200 QPS, as the Klusterlet's `workConfiguration.kubeAPIQPS` \
+allows: OCM's work agent re-reads every object it applied every 10 s, which at 50 QPS takes the whole budget \
+from 500 objects on a WEC), two WECs with our \
 status agent (upstream's ocm-status-addon is not served by the module proxy, so it cannot be built here; \
 upstream's status controller reads the WorkStatuses our agent writes, which are API-compatible).
 - **Alternation:** the hub not under test is stopped; which implementation goes first alternates between \
@@ -419,7 +422,9 @@ exponent e of y ∝ xᵉ: flat (e < 0.2), sublinear (< 0.8), linear (0.8–1.2),
 worse.
 - **Agent and churn** (ours only, past the hub, straight into cluster1's mailbox): `--agent-objects` Gauges in \
 ManifestWorks of 100, delivered a tenth at a time; after each tenth, once the agent has a WorkStatus for every \
-Gauge, its RSS; MiB per 1,000 objects is the least-squares slope. Then one status change of every Gauge (16 \
+Gauge, its RSS; MiB per 1,000 objects is the least-squares slope. The time until all are reported is mostly \
+OCM's work agent creating the Gauges; the agent's own part is the wait from a tenth's last Gauge existing on \
+the WEC to its last WorkStatus (polled every 500 ms). Then one status change of every Gauge (16 \
 writes in flight), timed until every WorkStatus shows it; WorkStatus writes per change from the ITS \
 apiserver's request counts (target 1). Churn: Pod create/delete cycles: ManifestWorks holding `--agent-pods` \
 Pods (of 100 each), every round replacing each Pod with a new one (OCM deletes the old and creates the new; \
