@@ -2,6 +2,8 @@
 //! AppliedManifestWork lists, and the key of a followed object with the delivery reporting it,
 //! from which its WorkStatus is named.
 
+use std::sync::Arc;
+
 use crate::naming::NameParts;
 
 /// A resource type on the WEC: API group (`""` for core), version and plural resource name.
@@ -34,9 +36,13 @@ impl std::fmt::Display for Gvr {
     }
 }
 
-/// A followed object with the delivery that reports it: one WorkStatus each.
+/// A followed object with the delivery that reports it: one WorkStatus each. Shared: the
+/// tracker's indexes, the work queue and reconciles hold one copy.
+pub type ObjectKey = Arc<Key>;
+
+/// What an [`ObjectKey`] holds.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
+pub struct Key {
     /// The reporting AppliedManifestWork's UID (the WorkStatus is named after it).
     pub amw_uid: String,
     /// Its ManifestWork on the hub (in the mailbox namespace): the WorkStatus's labels and owner.
@@ -50,7 +56,7 @@ pub struct ObjectKey {
     pub work_status: String,
 }
 
-impl ObjectKey {
+impl Key {
     /// What its WorkStatus is named from.
     pub fn name_parts(&self) -> NameParts<'_> {
         NameParts {

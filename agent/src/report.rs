@@ -19,7 +19,7 @@ use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
 
 use crate::existing::Existing;
-use crate::objects::ObjectKey;
+use crate::objects::Key;
 
 /// The field manager of every write the agent makes.
 pub const FIELD_MANAGER: &str = "ks-agent";
@@ -46,7 +46,7 @@ pub fn is_secret(manifest: &Value) -> bool {
 
 /// The object `key` as the ManifestWork `work` delivered it: what the agent reports on for
 /// objects it does not read on the WEC (Secrets, which have no status to report).
-pub fn as_delivered(key: &ObjectKey, work: &ManifestWork) -> Option<DynamicObject> {
+pub fn as_delivered(key: &Key, work: &ManifestWork) -> Option<DynamicObject> {
     let api_version = key.gvr.api_version();
     work.spec
         .workload
@@ -63,7 +63,7 @@ pub fn as_delivered(key: &ObjectKey, work: &ManifestWork) -> Option<DynamicObjec
 
 /// What the WorkStatus of `key` should be, given the WEC object and the ManifestWork that
 /// delivered it; `None` when the ManifestWork is not KubeStellar's (no WorkStatus then).
-pub fn desired(key: &ObjectKey, object: &DynamicObject, manifest_work: &ManifestWork) -> Option<Desired> {
+pub fn desired(key: &Key, object: &DynamicObject, manifest_work: &ManifestWork) -> Option<Desired> {
     let work_labels = manifest_work.metadata.labels.clone().unwrap_or_default();
     if !work_labels.keys().any(|k| names::is_kubestellar_label(k)) {
         return None;
@@ -218,8 +218,8 @@ mod tests {
     use super::*;
     use crate::objects::Gvr;
 
-    fn key() -> ObjectKey {
-        ObjectKey {
+    fn key() -> Key {
+        Key {
             amw_uid: "uid".into(),
             manifest_work: "mw".into(),
             gvr: Gvr {
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn a_secret_is_reported_as_delivered() {
-        let secret = ObjectKey {
+        let secret = Key {
             gvr: Gvr {
                 group: String::new(),
                 version: "v1".into(),
@@ -288,7 +288,7 @@ mod tests {
         assert_eq!(d.status, None, "nothing of its data");
         assert!(
             as_delivered(
-                &ObjectKey {
+                &Key {
                     name: "other".into(),
                     ..secret
                 },

@@ -9,24 +9,28 @@
 //! read back, [`Reporters::adopt`] takes back the choice the hub's WorkStatuses show.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::naming;
-use crate::objects::{ObjectId, ObjectKey};
+use crate::objects::{Key, ObjectId, ObjectKey};
 use crate::tracker::Changes;
 
-/// One AppliedManifestWork as a delivery of objects. Ordered by ManifestWork name first: the
-/// smallest one left takes over reporting an object.
+/// One AppliedManifestWork as a delivery of objects, shared by every object it lists. Ordered by
+/// ManifestWork name first: the smallest one left takes over reporting an object.
+pub type Delivery = Arc<Applied>;
+
+/// What a [`Delivery`] holds.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct Delivery {
+pub struct Applied {
     pub manifest_work: String,
     pub amw: String,
     pub uid: String,
 }
 
-impl Delivery {
+impl Applied {
     /// The key of `id` (of `kind`) reported by this delivery; its WorkStatus name comes later.
-    fn key(&self, id: &ObjectId, kind: &str) -> ObjectKey {
-        ObjectKey {
+    fn key(&self, id: &ObjectId, kind: &str) -> Key {
+        Key {
             amw_uid: self.uid.clone(),
             manifest_work: self.manifest_work.clone(),
             gvr: id.gvr.clone(),
@@ -38,10 +42,10 @@ impl Delivery {
     }
 }
 
-/// A followed object: every delivery listing it, and the one reporting it.
+/// A followed object: every delivery listing it, and the one reporting it (its key says the
+/// object's kind).
 #[derive(Debug)]
 struct Followed {
-    kind: String,
     deliveries: BTreeSet<Delivery>,
     reporting: Delivery,
     key: ObjectKey,
@@ -78,13 +82,13 @@ impl Reporters {
                 .iter()
                 .filter(|d| **d != followed.reporting)
                 .find_map(|d| {
-                    let key = d.key(&id, &followed.kind);
+                    let key = d.key(&id, &followed.key.kind);
                     let parts = key.name_parts();
                     // Either form of the name (see `naming`), unless another key has it.
                     [naming::work_status_name(parts), naming::shortened_name(parts)]
                         .into_iter()
                         .find(|n| on_hub(n) && !self.by_work_status.contains_key(n))
-                        .map(|work_status| (d.clone(), ObjectKey { work_status, ..key }))
+                        .map(|work_status| (d.clone(), Arc::new(Key { work_status, ..key })))
                 });
             if let Some((delivery, key)) = found {
                 self.unname(&followed.key);
@@ -109,7 +113,6 @@ impl Reporters {
         let key = self.name(delivery.key(id, kind));
         changes.added.push(key.clone());
         let followed = Followed {
-            kind: kind.to_string(),
             deliveries: BTreeSet::from([delivery.clone()]),
             reporting: delivery.clone(),
             key,
@@ -132,7 +135,7 @@ impl Reporters {
             let Some(next) = followed.deliveries.first().cloned() else {
                 return true;
             };
-            followed.key = self.name(next.key(id, &followed.kind));
+            followed.key = self.name(next.key(id, &followed.key.kind));
             followed.reporting = next;
             changes.added.push(followed.key.clone());
         }
@@ -141,7 +144,7 @@ impl Reporters {
     }
 
     /// Gives `key` its WorkStatus name and indexes it by that.
-    fn name(&mut self, mut key: ObjectKey) -> ObjectKey {
+    fn name(&mut self, mut key: Key) -> ObjectKey {
         // Upstream's format can give two objects one name (see `naming`); the later one then
         // takes the shortened form.
         let verbatim = naming::work_status_name(key.name_parts());
@@ -150,6 +153,7 @@ impl Reporters {
         } else {
             verbatim
         };
+        let key = Arc::new(key);
         self.by_work_status.insert(key.work_status.clone(), key.clone());
         key
     }
@@ -309,7 +313,12 @@ pub mod tests {
             let changes = tracker.set_work(amw, uid, work, std::slice::from_ref(&object));
             hub.reconcile(&tracker, &changes);
         }
-        let reporting = |t: &Tracker| t.all_keys().into_iter().map(|k| k.manifest_work).collect::<Vec<_>>();
+        let reporting = |t: &Tracker| {
+            t.all_keys()
+                .into_iter()
+                .map(|k| k.manifest_work.clone())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(reporting(&tracker), ["zeta"], "the first delivery reports");
 
         // Its ManifestWork deleted: one delete and one create, to the smallest name left.

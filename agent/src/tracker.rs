@@ -8,9 +8,10 @@
 //! Nothing is kept for an AppliedManifestWork or object once it is gone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::objects::{AppliedObject, Gvr, ObjectId, ObjectKey};
-use crate::reporters::{Delivery, Reporters};
+use crate::reporters::{Applied, Delivery, Reporters};
 
 /// What changed when an AppliedManifestWork was recorded or forgotten.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -62,11 +63,11 @@ impl Tracker {
     /// one is released.
     pub fn set_work(&mut self, amw: &str, uid: &str, manifest_work: &str, objects: &[AppliedObject]) -> Changes {
         let mut changes = Changes::default();
-        let delivery = Delivery {
+        let delivery = Arc::new(Applied {
             manifest_work: manifest_work.to_string(),
             amw: amw.to_string(),
             uid: uid.to_string(),
-        };
+        });
         let wanted: BTreeMap<ObjectId, &str> = objects.iter().map(|o| (o.id(), o.kind.as_str())).collect();
         if let Some(old) = self.works.remove(amw) {
             self.unindex_work(&old.delivery);
