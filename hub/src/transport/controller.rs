@@ -23,6 +23,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
+use serde::de::IgnoredAny;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -627,12 +628,16 @@ impl<P: Plugin> Transport<P> {
     /// Writes one wrapped object; `Some(why)` when the ITS rejects it or the mailbox is missing
     /// (retrying cannot help).
     async fn write_work(&self, mailbox: &str, name: &str, work: &P::Wrapped) -> Result<Option<String>, Error> {
-        let api: Api<P::Wrapped> = Api::namespaced(self.its.clone(), mailbox);
         let params = PatchParams::apply(field_manager::TRANSPORT).force();
         self.settings.metrics.writes.inc();
         // Serialized straight into the request: as a JSON value tree, 8 large ones in flight
-        // took a quarter of the hub's peak heap.
-        let Err(err) = api.patch(name, &params, &Patch::Apply(work)).await else {
+        // took a quarter of the hub's peak heap. The reply (the whole ManifestWork, status and
+        // all) is read past, not decoded into one: the watch brings what the hub keeps of it.
+        let mut request = kube::core::Request::new(P::Wrapped::url_path(&(), Some(mailbox)))
+            .patch(name, &params, &Patch::Apply(work))
+            .map_err(kube::Error::BuildRequest)?;
+        request.extensions_mut().insert("patch");
+        let Err(err) = self.its.request::<IgnoredAny>(request).await else {
             return Ok(None);
         };
         let kube::Error::Api(status) = &err else {
