@@ -25,9 +25,9 @@ pub const AGENT_NAMESPACE: &str = "open-cluster-management-agent";
 pub const HUB_CREDENTIAL_SECRET: &str = "hub-kubeconfig-secret";
 /// Annotation that tells kwok to manage a Node.
 pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
-/// The label the registration agent puts on its CSRs.
 /// The OCM agents' rate limit towards their WEC (OCM's default is 50), burst twice that.
 const WORK_AGENT_QPS: u32 = 200;
+/// The label the registration agent puts on its CSRs.
 const CSR_CLUSTER_LABEL: &str = "open-cluster-management.io/cluster-name";
 const BOOTSTRAP_ROLE: &str = "open-cluster-management:bootstrap";
 
