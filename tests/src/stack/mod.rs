@@ -185,7 +185,7 @@ impl Stack {
         for wec in self.wec_names() {
             ocm::prepare_wec(&self.client(&wec).await?).await?;
             self.forget_stale_hub_credential(&wec).await?;
-            self.start_klusterlet(&wec)?;
+            self.start_klusterlet(&wec, None)?;
         }
         ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
         ocm::wait_work_agents(&self.client("its1").await?, &self.wec_names()).await?;
