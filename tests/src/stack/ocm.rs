@@ -159,7 +159,7 @@ pub async fn join(
     let clusters: Api<ManagedCluster> = Api::all(hub.clone());
     wait_for("every WEC to join the ITS", Duration::from_secs(240), || async {
         for wec in wecs {
-            procs.check_alive(&format!("ocm-agent-{wec}"))?;
+            procs.check_alive(&Stack::klusterlet_process(wec))?;
         }
         for csr in csrs.list(&ListParams::default().labels(CSR_CLUSTER_LABEL)).await? {
             let wec = csr.labels().get(CSR_CLUSTER_LABEL).cloned().unwrap_or_default();
@@ -310,7 +310,7 @@ impl Stack {
     /// keep its OCM agent from joining again: before the agent starts, it is forgotten.
     pub(super) async fn forget_stale_hub_credential(&self, wec: &str) -> anyhow::Result<()> {
         let clusters: Api<ManagedCluster> = Api::all(self.client("its1").await?);
-        if self.procs.running(&format!("ocm-agent-{wec}")).is_some() || clusters.get_opt(wec).await?.is_some() {
+        if self.procs.running(&Self::klusterlet_process(wec)).is_some() || clusters.get_opt(wec).await?.is_some() {
             return Ok(());
         }
         let secrets: Api<Secret> = Api::namespaced(self.client(wec).await?, AGENT_NAMESPACE);
@@ -355,13 +355,19 @@ impl Stack {
         Ok(())
     }
 
+    /// The process name of `wec`'s OCM agents (registration and work).
+    fn klusterlet_process(wec: &str) -> String {
+        format!("ocm-agent-{wec}")
+    }
+
     /// Restarts `wec`'s OCM agents with the work agent re-reading what it applied every
     /// `status_sync` (OCM's default, 10 s, with `None`), and waits until they apply work again.
     /// Only the agent bench lengthens it: at 10,000 objects on one WEC that re-reading wants
     /// 1,000 GETs a second and applying starves behind it. Elsewhere the default stays, as the
     /// hub's propagation counts come from the status it syncs.
     pub async fn restart_klusterlet(&self, wec: &str, status_sync: Option<Duration>) -> anyhow::Result<()> {
-        self.procs.stop(&format!("ocm-agent-{wec}"), Duration::from_secs(10))?;
+        self.procs
+            .stop(&Self::klusterlet_process(wec), Duration::from_secs(10))?;
         self.start_klusterlet(wec, status_sync)?;
         wait_work_agents(&self.client("its1").await?, &[wec.to_string()]).await
     }
@@ -390,7 +396,7 @@ impl Stack {
         ];
         args.extend(status_sync.map(|every| format!("--status-sync-interval={}s", every.as_secs())));
         self.procs.ensure(
-            &format!("ocm-agent-{wec}"),
+            &Self::klusterlet_process(wec),
             &self.bin("registration-operator"),
             &args,
             &[],

@@ -423,9 +423,9 @@ worse.
 - **Agent and churn** (ours only, past the hub, straight into cluster1's mailbox): `--agent-objects` Gauges in \
 ManifestWorks of 100, delivered a tenth at a time; after each tenth, once the agent has a WorkStatus for every \
 Gauge, its RSS; MiB per 1,000 objects is the least-squares slope. The time until all are reported is mostly \
-OCM's work agent creating the Gauges (run for this part with a status-sync interval of an hour, as re-reading \
-every applied Gauge each 10 s would starve its applying); the agent's own part is the wait from a tenth's last Gauge existing on \
-the WEC to its last WorkStatus (polled every 500 ms). Then one status change of every Gauge (16 \
+OCM's work agent creating the Gauges (run for this part with a status-sync interval of an hour, as \
+re-reading every applied Gauge each 10 s would starve its applying); the agent's own part is the wait from a \
+tenth's last Gauge existing on the WEC to its last WorkStatus (polled every 500 ms). Then one status change of every Gauge (16 \
 writes in flight), timed until every WorkStatus shows it; WorkStatus writes per change from the ITS \
 apiserver's request counts (target 1). Churn: Pod create/delete cycles: ManifestWorks holding `--agent-pods` \
 Pods (of 100 each), every round replacing each Pod with a new one (OCM deletes the old and creates the new; \
