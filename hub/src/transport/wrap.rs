@@ -5,13 +5,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use ks_shared::names::{
     API_GROUPS_ANNOTATION, CONTENT_DIGEST_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL,
     ORIGIN_WDS_LABEL, WDS_GENERATION_ANNOTATION, is_trace_annotation,
 };
 use ks_shared::ocm::{
-    ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
-    UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy, manifest_group,
+    ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestWorkStatus, ManifestsTemplate,
+    ResourceIdentifier, UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy, manifest_group,
 };
 use kube::api::ObjectMeta;
 use serde_json::Value;
@@ -300,10 +301,14 @@ fn without_trace_annotations(manifest: &Value) -> Value {
 }
 
 /// Leaves of a ManifestWork what the transport reads again: its metadata but managed fields,
-/// its manifest configs and status, and of each manifest its identity, its WDS generation and
-/// trace annotations. Its digest annotation stands for the content.
+/// its manifest configs, of each manifest its identity, its WDS generation and trace
+/// annotations, and of its status what [`landed`] and `applied` count. Its digest annotation
+/// stands for the content.
 pub fn trim(work: &mut ManifestWork) {
     work.metadata.managed_fields = None;
+    if let Some(status) = &mut work.status {
+        trim_status(status);
+    }
     for manifest in &mut work.spec.workload.manifests {
         let metadata = &manifest["metadata"];
         let annotations: serde_json::Map<String, Value> = metadata["annotations"]
@@ -323,6 +328,28 @@ pub fn trim(work: &mut ManifestWork) {
         }
         *manifest = SKELETONS.share(kept);
     }
+}
+
+/// Of OCM's status, only the true `Applied` and `Available` conditions, without their reasons
+/// and messages, and of each manifest only those: the per-manifest conditions, metadata and
+/// feedback of every object in every real WEC were most of the ManifestWork cache at 10,000
+/// objects.
+fn trim_status(status: &mut ManifestWorkStatus) {
+    let counted = |condition: &mut Condition| {
+        let kept = matches!(condition.type_.as_str(), "Applied" | "Available") && condition.status == "True";
+        condition.reason = String::new();
+        condition.message = String::new();
+        kept
+    };
+    status.conditions.retain_mut(counted);
+    status.resource_status.manifests.retain_mut(|manifest| {
+        manifest.conditions.retain_mut(counted);
+        manifest.resource_meta = Default::default();
+        manifest.status_feedback = Default::default();
+        !manifest.conditions.is_empty()
+    });
+    status.conditions.shrink_to_fit();
+    status.resource_status.manifests.shrink_to_fit();
 }
 
 /// What is left of an object is the same in every WEC's ManifestWork: one copy is kept for all.
@@ -400,8 +427,10 @@ pub fn too_deep(label: &str, manifest: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
+    use ks_shared::ocm::{ManifestCondition, ManifestResourceMeta, ManifestResourceStatus};
     use serde_json::json;
 
+    use super::super::Plugin;
     use super::*;
 
     fn origin() -> Origin<'static> {
@@ -527,6 +556,60 @@ mod tests {
             &[&namespace, &configmap(json!({"team": "y"}))],
         );
         assert!(!same_content(&cached, &changed));
+    }
+
+    #[test]
+    fn a_trimmed_work_still_counts_what_landed() {
+        let condition = |type_: &str, status: &str| -> Condition {
+            let condition = json!({"type": type_, "status": status, "observedGeneration": 2,
+                                   "reason": "AppliedManifestComplete", "message": "Apply manifest complete",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"});
+            serde_json::from_value(condition).unwrap()
+        };
+        let manifest = |conditions: Vec<Condition>| ManifestCondition {
+            resource_meta: ManifestResourceMeta {
+                kind: "ConfigMap".into(),
+                name: "cm1".into(),
+                ..Default::default()
+            },
+            conditions,
+            status_feedback: Default::default(),
+        };
+        let mut work = wrap(
+            &origin(),
+            "cluster1",
+            "w",
+            &[&configmap(json!({})), &namespace_delivery()],
+        );
+        work.metadata.generation = Some(2);
+        work.status = Some(ManifestWorkStatus {
+            conditions: vec![condition("Applied", "True"), condition("Degraded", "False")],
+            resource_status: ManifestResourceStatus {
+                manifests: vec![
+                    manifest(vec![
+                        condition("Applied", "True"),
+                        condition("Available", "True"),
+                        condition("StatusFeedbackSynced", "True"),
+                    ]),
+                    manifest(vec![condition("Applied", "False"), condition("Available", "Unknown")]),
+                ],
+            },
+        });
+        let mut cached = work.clone();
+        trim(&mut cached);
+        let wrapper = Ocm;
+        assert_eq!(landed(&cached), landed(&work));
+        assert_eq!((landed(&work).applied, landed(&work).available), (1, 1));
+        assert!(wrapper.applied(&cached) && wrapper.applied(&work));
+        let status = cached.status.unwrap();
+        assert_eq!(status.resource_status.manifests.len(), 1, "none of the second counts");
+        assert_eq!(status.resource_status.manifests[0].conditions.len(), 2);
+        assert_eq!(status.conditions[0].message, "");
+        // An older generation's Applied is no longer this generation's.
+        cached = work.clone();
+        cached.metadata.generation = Some(3);
+        trim(&mut cached);
+        assert!(!wrapper.applied(&cached));
     }
 
     #[test]
