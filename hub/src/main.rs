@@ -152,7 +152,7 @@ async fn run() -> anyhow::Result<()> {
     let status_metrics = ks_hub::status::Metrics::default();
     status_metrics.register(&mut process.registry);
     let transport_metrics = ks_hub::transport::Metrics::default();
-    transport_metrics.register(&mut process.registry, &ks_hub::transport::METRICS);
+    transport_metrics.register(&mut process.registry);
     let informer_metrics = InformerMetrics::default();
     informer_metrics.register(&mut process.registry);
     let ready = process.readiness.gate("hub-controllers");

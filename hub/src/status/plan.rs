@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 use ks_shared::api::{
     CombinedStatus, CombinedStatusFields, Condition, StatusCollectorStatus, StatusDetails, WorkStatus,
     condition_reason, condition_type,
@@ -85,7 +85,7 @@ pub fn trim_work_status(work_status: &mut WorkStatus) {
     metadata.managed_fields = last_update.map(|time| {
         vec![ManagedFieldsEntry {
             time: Some(time),
-            fields_v1: Some(FieldsV1(serde_json::json!({"f:status": {}}))),
+            subresource: Some("status".into()),
             ..Default::default()
         }]
     });
@@ -111,8 +111,9 @@ fn status_fields(entry: &ManagedFieldsEntry) -> Option<&Json> {
     entry.fields_v1.as_ref()?.0.get("f:status")
 }
 
+/// A write through the status subresource, or one that set fields of `.status`.
 fn touches_status(entry: &ManagedFieldsEntry) -> bool {
-    status_fields(entry).is_some()
+    entry.subresource.as_deref() == Some("status") || status_fields(entry).is_some()
 }
 
 /// What to do with a workload object's `.status`.
@@ -295,6 +296,7 @@ pub fn collector_status(generation: i64, validation: &[String], evaluation: Vec<
 
 #[cfg(test)]
 mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::FieldsV1;
     use ks_shared::api::{DownsyncModulation, NamedAggregator, StatusCollectorSpec};
     use serde_json::json;
 

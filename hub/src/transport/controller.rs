@@ -194,7 +194,7 @@ pub async fn run<P: Plugin>(
                 },
                 Some((name, generation, result)) = running.next() => {
                     let outcome = result.map_err(|err| {
-                        metrics.errors.inc();
+                        metrics.common.errors.inc();
                         tracing::warn!(binding = %name, error = chain(&err), "transport failed; retrying with back-off");
                     });
                     schedule.finished(name, generation, outcome, Instant::now());
@@ -242,7 +242,7 @@ pub async fn run<P: Plugin>(
                 .and_then(|b| b.metadata.generation)
         };
         for (name, generation) in schedule.start(Instant::now(), generation) {
-            metrics.reconciles.inc();
+            metrics.common.reconciles.inc();
             running.push(
                 async move {
                     let result = transport.reconcile(&name).await;
@@ -251,7 +251,7 @@ pub async fn run<P: Plugin>(
                 .boxed(),
             );
         }
-        metrics.queue_depth.set(schedule.waiting() as i64);
+        metrics.common.queue_depth.set(schedule.waiting() as i64);
     }
     // Writes under way finish rather than land half done (or late, after the next leader's).
     while running.next().await.is_some() {}
@@ -629,13 +629,14 @@ impl<P: Plugin> Transport<P> {
     /// (retrying cannot help).
     async fn write_work(&self, mailbox: &str, name: &str, work: &P::Wrapped) -> Result<Option<String>, Error> {
         let params = PatchParams::apply(field_manager::TRANSPORT).force();
-        self.settings.metrics.writes.inc();
+        self.settings.metrics.common.writes.inc();
         // Serialized straight into the request: as a JSON value tree, 8 large ones in flight
         // took a quarter of the hub's peak heap. The reply (the whole ManifestWork, status and
         // all) is read past, not decoded into one: the watch brings what the hub keeps of it.
         let mut request = kube::core::Request::new(P::Wrapped::url_path(&(), Some(mailbox)))
             .patch(name, &params, &Patch::Apply(work))
             .map_err(kube::Error::BuildRequest)?;
+        self.settings.metrics.written_bytes.inc_by(request.body().len() as u64);
         request.extensions_mut().insert("patch");
         let Err(err) = self.its.request::<IgnoredAny>(request).await else {
             return Ok(None);
@@ -661,7 +662,7 @@ impl<P: Plugin> Transport<P> {
 
     async fn delete_work(&self, stale: &P::Wrapped) -> Result<(), Error> {
         let api: Api<P::Wrapped> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
-        self.settings.metrics.writes.inc();
+        self.settings.metrics.common.writes.inc();
         match api.delete(&stale.name_any(), &DeleteParams::default()).await {
             Ok(_) => Ok(()),
             Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),

@@ -21,17 +21,32 @@ pub mod trace;
 pub mod transforms;
 pub mod wrap;
 
-/// The transport controller's metrics: `kubestellar_transport_*`.
-pub type Metrics = ks_shared::runtime::ControllerMetrics;
+/// The transport controller's metrics: `kubestellar_transport_*`. Clones share the values.
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    pub common: ks_shared::runtime::ControllerMetrics,
+    /// Bytes of the ManifestWorks written: with the final content's size, what rewriting
+    /// growing ManifestWorks costs the ITS.
+    pub written_bytes: prometheus_client::metrics::counter::Counter,
+}
 
-/// What they count.
-pub const METRICS: ks_shared::runtime::Help = ks_shared::runtime::Help {
-    controller: "transport",
-    reconciles: "Bindings whose ManifestWorks were checked",
-    errors: "Failed reconciles (each retried with back-off)",
-    writes: "ManifestWork writes and deletions (made only when content changed)",
-    queue_depth: "Bindings waiting to be checked, now or after a failure",
-};
+impl Metrics {
+    /// Registers them as `kubestellar_transport_*`.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        let help = ks_shared::runtime::Help {
+            controller: "transport",
+            reconciles: "Bindings whose ManifestWorks were checked",
+            errors: "Failed reconciles (each retried with back-off)",
+            writes: "ManifestWork writes and deletions (made only when content changed)",
+            queue_depth: "Bindings waiting to be checked, now or after a failure",
+        };
+        self.common.register(registry, &help).register(
+            "written_bytes",
+            "Bytes of the ManifestWorks written (request bodies)",
+            self.written_bytes.clone(),
+        );
+    }
+}
 
 /// Why the transport controller failed a Binding; it is tried again with back-off.
 #[derive(Debug, thiserror::Error)]

@@ -102,7 +102,8 @@ async fn an_unchanged_work_is_not_written() {
     let transport = with_works(&client, std::slice::from_ref(&current));
     let applied = transport.apply_works("b", desired(&[current])).await.unwrap();
     assert!(applied.rejections.is_empty() && !applied.holding);
-    assert_eq!(transport.settings.metrics.writes.get(), 0);
+    assert_eq!(transport.settings.metrics.common.writes.get(), 0);
+    assert_eq!(transport.settings.metrics.written_bytes.get(), 0);
 }
 
 #[tokio::test]
@@ -130,7 +131,9 @@ async fn a_changed_work_is_applied_server_side_as_the_transport() {
         .map(|m| &m["metadata"]["name"])
         .collect();
     assert_eq!(names, ["a", "b"]);
-    assert_eq!(transport.settings.metrics.writes.get(), 1);
+    assert_eq!(transport.settings.metrics.common.writes.get(), 1);
+    let sent = serde_json::to_vec(&asked.body).unwrap().len() as u64;
+    assert_eq!(transport.settings.metrics.written_bytes.get(), sent);
 }
 
 #[tokio::test]

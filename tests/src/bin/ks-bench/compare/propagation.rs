@@ -100,6 +100,7 @@ pub async fn propagate(
 
     let cap_minutes = knobs.cap(i);
     let before = writes_now(stack).await?;
+    let written_before = hub_written_bytes(stack, i);
     let usage = Usage::start(hub_pids(stack, i));
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(cap_minutes * 60.0);
@@ -120,16 +121,26 @@ pub async fn propagate(
         .chain(load.simulated.iter().cloned())
         .collect();
     let target = load.objects + spreads.len();
+    let mut progress = Progress::default();
     let full = || {
         let held = held.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let full = mailboxes.iter().all(|m| {
-            held.iter()
-                .filter(|((ns, _), _)| ns == m)
-                .map(|(_, n)| n)
-                .sum::<usize>()
-                == target
+        let mut by_mailbox: HashMap<&str, usize> = HashMap::new();
+        for ((mailbox, _), n) in held.iter() {
+            *by_mailbox.entry(mailbox).or_default() += n;
+        }
+        let full = mailboxes
+            .iter()
+            .filter(|m| by_mailbox.get(m.as_str()) == Some(&target))
+            .count();
+        progress.tell(started, || {
+            let manifests: usize = by_mailbox.values().sum();
+            format!(
+                "{full} of {} mailboxes full, {manifests} of {} manifests seen",
+                mailboxes.len(),
+                mailboxes.len() * target
+            )
         });
-        std::future::ready(Ok(full))
+        std::future::ready(Ok(full == mailboxes.len()))
     };
     let in_mailboxes = within(until, full).await?.then(|| started.elapsed());
     let mut on_wecs = None;
@@ -151,6 +162,7 @@ pub async fn propagate(
     drop(usage);
     tracking.abort();
     let after = writes_now(stack).await?;
+    let written = hub_written_bytes(stack, i).zip(written_before).map(|(a, b)| a - b);
     let [wds_writes, its_writes] = [difference(&before[0], &after[0]), difference(&before[1], &after[1])];
     let mut measured = Measured {
         created_seconds: created.as_secs_f64(),
@@ -226,6 +238,22 @@ pub async fn propagate(
         "   {i}: every mailbox full in {:.1} s, both real WECs in {:.1} s; the ITS apiserver alone: {:.1} s",
         measured.in_mailboxes_seconds, measured.on_wecs_seconds, measured.apiserver_alone_seconds
     );
+    if let Some(written) = written {
+        let final_bytes: usize = final_works
+            .iter()
+            .map(|w| serde_json::to_vec(&w.spec).map_or(0, |b| b.len()))
+            .sum();
+        let line = format!(
+            "{i}, {} objects × {} WECs: ManifestWork bytes written {:.0} MB, their final content {:.0} MB ({:.2}×)",
+            load.objects,
+            load.wecs(),
+            written / 1e6,
+            final_bytes as f64 / 1e6,
+            written / final_bytes.max(1) as f64
+        );
+        println!("   {line}");
+        notes.push_str(&format!("\n{line}"));
+    }
     Ok((Outcome::Finished(measured), notes))
 }
 
@@ -273,6 +301,34 @@ async fn physical_limit(its: &kube::Client, works: &[ManifestWork]) -> anyhow::R
     // The clean-up waits for it to be gone before the next run.
     namespaces.delete(&ns, &DeleteParams::default()).await?;
     Ok(took)
+}
+
+/// A line on how a long wait goes, once a minute: a run that does not finish shows where it
+/// stopped.
+#[derive(Default)]
+struct Progress {
+    last: Option<Instant>,
+}
+
+impl Progress {
+    fn tell(&mut self, started: Instant, line: impl FnOnce() -> String) {
+        if self.last.is_none_or(|last| last.elapsed() >= Duration::from_secs(60)) {
+            self.last = Some(Instant::now());
+            println!("   {:.0} s: {}", started.elapsed().as_secs_f64(), line());
+        }
+    }
+}
+
+/// The bytes of ManifestWorks our hub has written so far, by its own counter (request bodies);
+/// `None` for upstream's hub, which has none.
+fn hub_written_bytes(stack: &Stack, i: Implementation) -> Option<f64> {
+    if i != Implementation::Ours {
+        return None;
+    }
+    let hub = std::net::SocketAddr::from(([127, 0, 0, 1], stack.hub_port(WDS)));
+    std::net::TcpStream::connect(hub).ok()?;
+    let (code, text) = ks_tests::process::http_get(hub, "/metrics");
+    (code == 200).then(|| ks_tests::metrics::sum(&text, "kubestellar_transport_written_bytes_total"))
 }
 
 /// Whether the writes of the WECs' reports into the ITS (ManifestWork status, WorkStatuses)
