@@ -348,8 +348,6 @@ fn trim_status(status: &mut ManifestWorkStatus) {
         manifest.status_feedback = Default::default();
         !manifest.conditions.is_empty()
     });
-    status.conditions.shrink_to_fit();
-    status.resource_status.manifests.shrink_to_fit();
 }
 
 /// What is left of an object is the same in every WEC's ManifestWork: one copy is kept for all.
