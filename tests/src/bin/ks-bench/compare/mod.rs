@@ -288,7 +288,7 @@ fn is_bench(name: &Option<String>) -> bool {
 /// and waits until it is gone.
 async fn remove_leftovers(stack: &Stack) -> anyhow::Result<()> {
     delete_bench_objects(stack).await?;
-    delete_wec_namespaces(stack).await?;
+    clear_real_wecs(stack).await?;
     quiesce(stack, DEADLINE).await
 }
 
@@ -298,7 +298,7 @@ async fn remove_leftovers(stack: &Stack) -> anyhow::Result<()> {
 /// (about 7 a second; 10,000 objects took 400 s even with the namespaces already gone). Only once
 /// the bench's ManifestWorks are being deleted: a work agent applies again what a ManifestWork
 /// still holds.
-async fn delete_wec_namespaces(stack: &Stack) -> anyhow::Result<()> {
+async fn clear_real_wecs(stack: &Stack) -> anyhow::Result<()> {
     let no_finalizers = Patch::Merge(serde_json::json!({"metadata": {"finalizers": null}}));
     for wec in REAL_WECS {
         let client = stack.client(wec).await?;
@@ -371,7 +371,7 @@ fn caused_by_bench(meta: &kube::api::ObjectMeta) -> bool {
 /// After a run: its objects are gone from the WDS, and the hub withdraws the ManifestWorks it
 /// wrote. If that takes longer than `polite` (upstream's hub can be slow to), or the run did not
 /// finish, the hub is stopped and the bench deletes the ManifestWorks itself. Then the bench
-/// clears the real WECs itself ([`delete_wec_namespaces`]).
+/// clears the real WECs itself ([`clear_real_wecs`]).
 async fn clean_up(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Result<()> {
     let started = Instant::now();
     let withdrawn = finished && {
@@ -393,7 +393,7 @@ async fn clean_up(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Re
         stop_hubs(stack)?;
         delete_bench_objects(stack).await?;
     }
-    delete_wec_namespaces(stack).await?;
+    clear_real_wecs(stack).await?;
     quiesce(stack, DEADLINE).await?;
     println!("   cleaned up in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
