@@ -39,6 +39,7 @@ ks_tests::stack_main!(
     &[],
     vec![
         stack_test!(objects_moving_between_manifestworks_stay_on_the_wecs, PATH),
+        stack_test!(a_policy_growing_one_apply_at_a_time_keeps_every_wec_object, PATH),
         stack_test!(a_crd_version_added_and_removed_keeps_the_wec_objects, PATH),
         stack_test!(a_rollout_survives_every_process_killed_or_stalled, EVERYONE),
         stack_test!(a_resource_whose_list_fails_holds_nothing_else_back, PATH),
@@ -213,6 +214,51 @@ async fn objects_moving_between_manifestworks_stay_on_the_wecs(ctx: Ctx) -> anyh
         ctx.stack.restart_hub("wds1", HubOptions::STACK).await?;
     }
     moves?;
+    no_losses(&losses, OBJECTS)?;
+    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    Ok(())
+}
+
+/// A policy's objects created one `kubectl apply` at a time, as a script does, grow it past one
+/// ManifestWork and then past two. Under load the transport planned from a cache behind its own
+/// writes, moved objects between ManifestWorks, and a ManifestWork written from that view could
+/// drop objects the WECs then deleted and created again. Now each new object goes where there is
+/// room, and those already delivered stay in their ManifestWork and on the WECs.
+async fn a_policy_growing_one_apply_at_a_time_keeps_every_wec_object(ctx: Ctx) -> anyhow::Result<()> {
+    const FIRST: usize = 5;
+    const OBJECTS: usize = 2 * HUB_MAX_NUM_WRAPPED + 5;
+    let tools = Tools::new(&ctx, "growth")?;
+    let id = ctx.unique_name("growth");
+    let file = tools.scratch_file("yaml", &workload(&id, FIRST, |i| config_map(&id, i, "")))?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    let configmaps = ApiResource::erase::<ConfigMap>(&());
+    let losses = delivered(&ctx, &configmaps, &id, FIRST).await?;
+    for i in FIRST..OBJECTS {
+        tools.kubectl_input("wds1", &["apply", "-f", "-"], &config_map(&id, i, ""))?;
+    }
+    // The Namespace is an object of the Binding too.
+    let sharded = (OBJECTS + 1).div_ceil(HUB_MAX_NUM_WRAPPED);
+    let first_shard = format!("{id}-wds1-0");
+    let firsts: Vec<String> = (0..FIRST).map(|i| format!("cm-{i}")).collect();
+    wait_works(&ctx, &id, sharded, "every object in one ManifestWork", |works| {
+        let held: Vec<&str> = works
+            .iter()
+            .flat_map(|w| &w.spec.workload.manifests)
+            .filter_map(|m| m["metadata"]["name"].as_str())
+            .collect();
+        let stayed = works.iter().any(|w| {
+            let names: Vec<&str> = w
+                .spec
+                .workload
+                .manifests
+                .iter()
+                .filter_map(|m| m["metadata"]["name"].as_str())
+                .collect();
+            w.name_any() == first_shard && firsts.iter().all(|f| names.contains(&f.as_str()))
+        });
+        held.len() == OBJECTS + 1 && stayed
+    })
+    .await?;
     no_losses(&losses, OBJECTS)?;
     tools.kubectl("wds1", &["delete", "-f", &file])?;
     Ok(())

@@ -17,19 +17,20 @@ use ks_shared::names::{
     CUSTOMIZATION_PROPERTIES_NAMESPACE, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER, field_manager,
 };
 use ks_shared::runtime::{
-    Backoff, Failure, Pacing, failure, watch_into_inputs, watch_trimmed_into_inputs, without_managed_fields,
+    Backoff, Failure, Pacing, Seen, failure, watch_into_inputs, watch_seen_into_inputs, watch_trimmed_into_inputs,
+    without_managed_fields,
 };
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
-use serde::de::IgnoredAny;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Metrics;
+use super::expectations::{Expectations, Outcome, Sight};
 use super::moves::WorkKey;
 use super::plan::{self, Cached, Desired, Entry};
 use super::schedule::Schedule;
@@ -98,15 +99,16 @@ pub async fn run<P: Plugin>(
         || Input::All,
     );
     let ours = format!("{ORIGIN_WDS_LABEL}={}", settings.wds_name);
+    let expectations: Arc<std::sync::Mutex<Expectations>> = Arc::default();
+    let seeing = expectations.clone();
     // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each) until trimmed.
-    let works = watch_trimmed_into_inputs(
+    let works = watch_seen_into_inputs(
         Api::<P::Wrapped>::all(its.clone()),
         watcher::Config::default().labels(&ours).page_size(50),
         P::trim,
         &shutdown,
         &inputs,
-        |w| w.labels().get(ORIGIN_BINDING_LABEL).map(|b| Input::Binding(b.clone())),
-        || Input::All,
+        move |seen| seen_work(&seeing, seen),
     );
     // A policy's propagation status is written once its status exists (the binding controller
     // writes it right after the Binding), and again when someone else changed it.
@@ -169,6 +171,7 @@ pub async fn run<P: Plugin>(
         clusters,
         customizations,
         holding: Default::default(),
+        expectations,
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
     };
     let mut schedule = Schedule::new(
@@ -241,7 +244,9 @@ pub async fn run<P: Plugin>(
                 .get(&ObjectRef::new(name))
                 .and_then(|b| b.metadata.generation)
         };
-        for (name, generation) in schedule.start(Instant::now(), generation) {
+        let now = Instant::now();
+        let waits = |name: &str| transport.expectations().wait_of(name, now);
+        for (name, generation) in schedule.start(now, generation, waits) {
             metrics.common.reconciles.inc();
             running.push(
                 async move {
@@ -287,8 +292,52 @@ struct Transport<P: Plugin> {
     /// Bindings with a ManifestWork held back until the objects it loses land in another (of the
     /// same Binding or another): passed again on every Binding's change.
     holding: std::sync::Mutex<BTreeSet<String>>,
+    /// Its own ManifestWork writes that the cache has not shown yet: a Binding is planned only
+    /// once it has (or they expire).
+    expectations: Arc<std::sync::Mutex<Expectations>>,
     /// Permits for ManifestWork writes, [`WRITE_CONCURRENCY`] in all, shared by the Bindings.
     writes: tokio::sync::Semaphore,
+}
+
+/// What the watch of wrapped objects shows, taken into `expectations`, and the input it is.
+fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations>, seen: Seen<'_, W>) -> Option<Input> {
+    let mut expectations = expectations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (work, deleted) = match seen {
+        Seen::Changed(work) => (work, work.meta().deletion_timestamp.is_some()),
+        Seen::Deleted(work) => (work, true),
+        Seen::Listed => {
+            expectations.relisted();
+            return Some(Input::All);
+        }
+    };
+    let version = work.meta().resource_version.clone().unwrap_or_default();
+    expectations.observed(
+        &work_key(work),
+        Sight {
+            version: &version,
+            deleted,
+        },
+    );
+    work.labels()
+        .get(ORIGIN_BINDING_LABEL)
+        .map(|b| Input::Binding(b.clone()))
+}
+
+/// A wrapped object's (mailbox, name).
+fn work_key<W: Resource>(work: &W) -> WorkKey {
+    (work.meta().namespace.clone().unwrap_or_default(), work.name_any())
+}
+
+/// The reply to a ManifestWork write, as far as it is read: the version written.
+#[derive(serde::Deserialize)]
+struct Written {
+    metadata: WrittenMeta,
+}
+
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WrittenMeta {
+    resource_version: Option<String>,
 }
 
 impl<P: Plugin> Transport<P> {
@@ -311,6 +360,32 @@ impl<P: Plugin> Transport<P> {
                 tracing::warn!(transform = %transform.name_any(), error = %err, "writing CustomTransform status");
             }
         }
+    }
+
+    fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations> {
+        self.expectations
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// `request` for the wrapped object `work` of `binding`, with what it leaves to be seen in
+    /// the watch (`None` if nothing) expected until it is.
+    async fn expecting<T>(
+        &self,
+        binding: &str,
+        work: WorkKey,
+        request: impl Future<Output = (Option<Outcome>, T)>,
+    ) -> T {
+        self.expectations().sending(work.clone(), binding, Instant::now());
+        let (outcome, result) = request.await;
+        let cached = self.works.get(&ObjectRef::new(&work.1).within(&work.0));
+        let version = cached.as_ref().map(|w| w.resource_version().unwrap_or_default());
+        let sight = cached.as_ref().zip(version.as_deref()).map(|(w, version)| Sight {
+            version,
+            deleted: w.meta().deletion_timestamp.is_some(),
+        });
+        self.expectations().sent(&work, outcome, sight);
+        result
     }
 
     /// This Binding's wrapped objects, in any mailbox.
@@ -462,8 +537,8 @@ impl<P: Plugin> Transport<P> {
     /// ManifestWorks, which brings the Binding back to write what it should hold.
     async fn apply_works(&self, binding: &str, desired: BTreeMap<WorkKey, P::Wrapped>) -> Result<Applied, Error> {
         let current = self.current_works(binding);
-        let key = |w: &P::Wrapped| (w.namespace().unwrap_or_default(), w.name_any());
-        let mut now: BTreeMap<WorkKey, moves::Current> = current.iter().map(|w| (key(w), self.as_is(w))).collect();
+        let mut now: BTreeMap<WorkKey, moves::Current> =
+            current.iter().map(|w| (work_key(&**w), self.as_is(w))).collect();
         let mut wanted: BTreeMap<WorkKey, BTreeSet<wrap::Identity>> = desired
             .iter()
             .map(|(k, w)| (k.clone(), self.plugin.gloss(w).into_iter().collect()))
@@ -475,7 +550,7 @@ impl<P: Plugin> Transport<P> {
             self.add_takers(binding, &dropped, &mut now, &mut wanted)
         };
         let kept = moves::kept(&now, &wanted);
-        let holding = current.iter().any(|w| kept.contains_key(&key(w)));
+        let holding = current.iter().any(|w| kept.contains_key(&work_key(&**w)));
         if holding {
             tracing::debug!(
                 binding,
@@ -496,16 +571,16 @@ impl<P: Plugin> Transport<P> {
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
             if !existing.is_some_and(|existing| self.plugin.same_content(existing, &work)) {
                 changes.push(
-                    self.permitted(async move { self.write_work(mailbox, name, &work).await })
+                    self.permitted(async move { self.write_work(binding, mailbox, name, &work).await })
                         .boxed(),
                 );
             }
         }
         for stale in &current {
-            let key = key(stale);
+            let key = work_key(&**stale);
             if !desired.contains_key(&key) && !kept.contains_key(&key) {
                 changes.push(
-                    self.permitted(self.delete_work(stale).map(|r| r.map(|()| None)))
+                    self.permitted(self.delete_work(binding, stale).map(|r| r.map(|()| None)))
                         .boxed(),
                 );
             }
@@ -625,20 +700,23 @@ impl<P: Plugin> Transport<P> {
         taken
     }
 
-    /// Writes one wrapped object; `Some(why)` when the ITS rejects it or the mailbox is missing
-    /// (retrying cannot help).
-    async fn write_work(&self, mailbox: &str, name: &str, work: &P::Wrapped) -> Result<Option<String>, Error> {
-        let params = PatchParams::apply(field_manager::TRANSPORT).force();
-        self.settings.metrics.common.writes.inc();
-        // Serialized straight into the request: as a JSON value tree, 8 large ones in flight
-        // took a quarter of the hub's peak heap. The reply (the whole ManifestWork, status and
-        // all) is read past, not decoded into one: the watch brings what the hub keeps of it.
-        let mut request = kube::core::Request::new(P::Wrapped::url_path(&(), Some(mailbox)))
-            .patch(name, &params, &Patch::Apply(work))
-            .map_err(kube::Error::BuildRequest)?;
-        self.settings.metrics.written_bytes.inc_by(request.body().len() as u64);
-        request.extensions_mut().insert("patch");
-        let Err(err) = self.its.request::<IgnoredAny>(request).await else {
+    /// Writes one wrapped object of `binding`; `Some(why)` when the ITS rejects it or the mailbox
+    /// is missing (retrying cannot help).
+    async fn write_work(
+        &self,
+        binding: &str,
+        mailbox: &str,
+        name: &str,
+        work: &P::Wrapped,
+    ) -> Result<Option<String>, Error> {
+        let answer = self
+            .expecting(binding, (mailbox.to_string(), name.to_string()), async {
+                let answer = self.send_work(mailbox, name, work).await;
+                let version = answer.as_ref().ok().and_then(|w| w.metadata.resource_version.clone());
+                (version.map(Outcome::Version), answer)
+            })
+            .await;
+        let Err(err) = answer else {
             return Ok(None);
         };
         let kube::Error::Api(status) = &err else {
@@ -660,14 +738,33 @@ impl<P: Plugin> Transport<P> {
         }
     }
 
-    async fn delete_work(&self, stale: &P::Wrapped) -> Result<(), Error> {
+    /// The ITS's answer to a write of one wrapped object.
+    async fn send_work(&self, mailbox: &str, name: &str, work: &P::Wrapped) -> Result<Written, kube::Error> {
+        let params = PatchParams::apply(field_manager::TRANSPORT).force();
+        self.settings.metrics.common.writes.inc();
+        // Serialized straight into the request: as a JSON value tree, 8 large ones in flight
+        // took a quarter of the hub's peak heap. Of the reply (the whole ManifestWork, status
+        // and all) only the version is decoded: the watch brings what the hub keeps of it.
+        let mut request = kube::core::Request::new(P::Wrapped::url_path(&(), Some(mailbox)))
+            .patch(name, &params, &Patch::Apply(work))
+            .map_err(kube::Error::BuildRequest)?;
+        self.settings.metrics.written_bytes.inc_by(request.body().len() as u64);
+        request.extensions_mut().insert("patch");
+        self.its.request::<Written>(request).await
+    }
+
+    async fn delete_work(&self, binding: &str, stale: &P::Wrapped) -> Result<(), Error> {
         let api: Api<P::Wrapped> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
         self.settings.metrics.common.writes.inc();
-        match api.delete(&stale.name_any(), &DeleteParams::default()).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-            Err(err) => Err(err.into()),
-        }
+        self.expecting(binding, work_key(stale), async {
+            let deleted = match api.delete(&stale.name_any(), &DeleteParams::default()).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                Err(err) => Err(err.into()),
+            };
+            (deleted.is_ok().then_some(Outcome::Deleted), deleted)
+        })
+        .await
     }
 }
 

@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 pub mod controller;
+mod expectations;
 pub mod jsonpath;
 pub mod moves;
 mod plan;

@@ -346,7 +346,14 @@ fn previous_shards<P: Plugin>(
     let mut held: HashMap<wrap::Identity, usize> = HashMap::new();
     for work in current.iter().filter(|w| w.namespace().as_deref() == Some(mailbox)) {
         if let Some(shard) = wrap::shard_of(origin, &work.name_any()) {
-            held.extend(plugin.gloss(work).into_iter().map(|identity| (identity, shard)));
+            // One held twice (kept where it was until it lands where it moves) counts as in the
+            // lower shard, whatever order the cache lists them in: a plan that chose by that
+            // order moved it back and forth.
+            for identity in plugin.gloss(work) {
+                held.entry(identity)
+                    .and_modify(|held| *held = (*held).min(shard))
+                    .or_insert(shard);
+            }
         }
     }
     listed

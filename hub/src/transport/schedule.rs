@@ -52,8 +52,14 @@ impl Schedule {
     }
 
     /// The Bindings to reconcile at `now`, each with its version (`version` reads it); they
-    /// count as running until [`Schedule::finished`].
-    pub fn start(&mut self, now: Instant, version: impl Fn(&str) -> Version) -> Vec<(String, Version)> {
+    /// count as running until [`Schedule::finished`]. One for which `waits` gives a time (its
+    /// own writes are not in the cache yet) rests until then, or until it changes again.
+    pub fn start(
+        &mut self,
+        now: Instant,
+        version: impl Fn(&str) -> Version,
+        mut waits: impl FnMut(&str) -> Option<Instant>,
+    ) -> Vec<(String, Version)> {
         self.pending.extend(self.retries.take_due(now));
         self.pending.extend(std::mem::take(&mut self.resting).into_keys());
         let startable: Vec<String> = self.pending.difference(&self.running).cloned().collect();
@@ -64,7 +70,7 @@ impl Schedule {
             }
             self.pending.remove(&name);
             let version = version(&name);
-            if let Some(until) = self.pacing.hold(&name, version, now) {
+            if let Some(until) = self.pacing.hold(&name, version, now).or_else(|| waits(&name)) {
                 self.resting.insert(name, until);
                 continue;
             }
@@ -114,8 +120,12 @@ mod tests {
     /// Binding `a` changed, ran at version 1 and finished at `at` with `outcome`.
     fn ran_a(schedule: &mut Schedule, outcome: Result<Duration, ()>, at: Instant) {
         schedule.changed("a".into());
-        assert_eq!(names(&schedule.start(at, |_| Some(1))), ["a"]);
+        assert_eq!(names(&schedule.start(at, |_| Some(1), no_wait)), ["a"]);
         schedule.finished("a".into(), Some(1), outcome, at);
+    }
+
+    fn no_wait(_: &str) -> Option<Instant> {
+        None
     }
 
     fn names(started: &[(String, Version)]) -> Vec<&str> {
@@ -129,12 +139,12 @@ mod tests {
         for name in ["a", "b", "c"] {
             schedule.changed(name.into());
         }
-        let started = schedule.start(t0, |_| Some(1));
+        let started = schedule.start(t0, |_| Some(1), no_wait);
         assert_eq!(names(&started), ["a", "b"]);
         assert_eq!(schedule.waiting(), 1);
-        assert!(schedule.start(t0, |_| Some(1)).is_empty());
+        assert!(schedule.start(t0, |_| Some(1), no_wait).is_empty());
         schedule.finished("b".into(), Some(1), Ok(Duration::ZERO), t0);
-        assert_eq!(names(&schedule.start(t0, |_| Some(1))), ["c"]);
+        assert_eq!(names(&schedule.start(t0, |_| Some(1), no_wait)), ["c"]);
         assert_eq!(schedule.waiting(), 0);
     }
 
@@ -143,13 +153,13 @@ mod tests {
         let mut schedule = schedule(4);
         let t0 = Instant::now();
         schedule.changed("a".into());
-        assert_eq!(names(&schedule.start(t0, |_| Some(1))), ["a"]);
+        assert_eq!(names(&schedule.start(t0, |_| Some(1), no_wait)), ["a"]);
         schedule.changed("a".into());
         // Never twice at once, and not forgotten.
-        assert!(schedule.start(t0, |_| Some(2)).is_empty());
+        assert!(schedule.start(t0, |_| Some(2), no_wait).is_empty());
         assert_eq!(schedule.waiting(), 1);
         schedule.finished("a".into(), Some(1), Ok(Duration::ZERO), t0);
-        assert_eq!(schedule.start(t0, |_| Some(2)), [("a".to_string(), Some(2))]);
+        assert_eq!(schedule.start(t0, |_| Some(2), no_wait), [("a".to_string(), Some(2))]);
     }
 
     #[test]
@@ -157,9 +167,12 @@ mod tests {
         let mut schedule = schedule(4);
         let t0 = Instant::now();
         ran_a(&mut schedule, Err(()), t0);
-        assert!(schedule.start(t0, |_| Some(1)).is_empty());
+        assert!(schedule.start(t0, |_| Some(1), no_wait).is_empty());
         assert_eq!(schedule.wake(), Some(t0 + Duration::from_secs(1)));
-        assert_eq!(names(&schedule.start(t0 + Duration::from_secs(1), |_| Some(1))), ["a"]);
+        assert_eq!(
+            names(&schedule.start(t0 + Duration::from_secs(1), |_| Some(1), no_wait)),
+            ["a"]
+        );
     }
 
     #[test]
@@ -170,9 +183,23 @@ mod tests {
         schedule.changed("a".into());
         schedule.changed("b".into());
         // `a` rests 3 × 400 ms (or until quiet for half of that); `b` runs meanwhile.
-        assert_eq!(names(&schedule.start(t0 + ms(10), |_| Some(2))), ["b"]);
+        assert_eq!(names(&schedule.start(t0 + ms(10), |_| Some(2), no_wait)), ["b"]);
         assert_eq!(schedule.wake(), Some(t0 + ms(610)));
         schedule.finished("b".into(), Some(2), Ok(Duration::ZERO), t0 + ms(20));
-        assert_eq!(names(&schedule.start(t0 + ms(610), |_| Some(2))), ["a"]);
+        assert_eq!(names(&schedule.start(t0 + ms(610), |_| Some(2), no_wait)), ["a"]);
+    }
+
+    #[test]
+    fn a_binding_whose_writes_are_not_in_the_cache_rests_until_they_are_or_its_wait_ends() {
+        let mut schedule = schedule(1);
+        let t0 = Instant::now();
+        schedule.changed("a".into());
+        let until = t0 + Duration::from_secs(60);
+        assert!(schedule.start(t0, |_| Some(1), |_| Some(until)).is_empty());
+        assert_eq!(schedule.wake(), Some(until));
+        assert_eq!(schedule.waiting(), 1);
+        // The watch brought the write back: that is a change of the Binding too.
+        schedule.changed("a".into());
+        assert_eq!(names(&schedule.start(t0 + ms(5), |_| Some(1), no_wait)), ["a"]);
     }
 }

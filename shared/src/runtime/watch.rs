@@ -115,13 +115,29 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     I: Send + 'static,
 {
+    watch_seen_into_inputs(api, config, trim, stop, inputs, move |seen| match seen {
+        Seen::Changed(object) | Seen::Deleted(object) => changed(object),
+        Seen::Listed => Some(listed()),
+    })
+}
+
+/// [`watch_trimmed_into_inputs`] for a controller that tells changes from deletions and lists,
+/// or keeps its own account of what the watch showed: `on` makes the input of each.
+pub fn watch_seen_into_inputs<K, I>(
+    api: Api<K>,
+    config: watcher::Config,
+    trim: fn(&mut K),
+    stop: &CancellationToken,
+    inputs: &UnboundedSender<I>,
+    mut on: impl FnMut(Seen<'_, K>) -> Option<I> + Send + 'static,
+) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    I: Send + 'static,
+{
     let (stop, inputs) = (stop.child_token(), inputs.clone());
     trimmed_store(api, config, trim, stop.clone(), move |seen| {
-        let input = match seen {
-            Seen::Changed(object) | Seen::Deleted(object) => changed(object),
-            Seen::Listed => Some(listed()),
-        };
-        if let Some(input) = input
+        if let Some(input) = on(seen)
             && inputs.send(input).is_err()
         {
             stop.cancel();

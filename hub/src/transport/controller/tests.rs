@@ -43,6 +43,7 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
         clusters: reflector::store().0,
         customizations: reflector::store().0,
         holding: Default::default(),
+        expectations: Default::default(),
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
     }
 }
@@ -154,6 +155,49 @@ async fn a_stale_work_is_deleted_and_one_already_gone_is_no_error() {
             format!("{WORKS}/b-wds1-1")
         );
     }
+}
+
+/// `work` at resourceVersion `version`.
+fn at(mut work: ManifestWork, version: &str) -> ManifestWork {
+    work.metadata.resource_version = Some(version.into());
+    work
+}
+
+#[tokio::test]
+async fn the_binding_waits_until_the_watch_shows_its_own_write() {
+    let (client, server) = mock::client();
+    let transport = with_works(&client, &[]);
+    let written = work("b-wds1-0", &["a"]);
+    let reply = at(written.clone(), "7");
+    let (applied, _) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&written))),
+        answer_once(server, 201, &reply)
+    );
+    assert!(applied.unwrap().rejections.is_empty());
+    let waits = || transport.expectations().wait_of("b", Instant::now());
+    assert!(waits().is_some(), "planned again now, it would not see what it wrote");
+    let older = seen_work(&transport.expectations, Seen::Changed(&at(written.clone(), "6")));
+    assert!(matches!(older, Some(Input::Binding(b)) if b == "b"));
+    assert!(waits().is_some(), "an older version");
+    seen_work(&transport.expectations, Seen::Changed(&at(written, "7")));
+    assert_eq!(waits(), None);
+}
+
+#[tokio::test]
+async fn the_binding_waits_until_the_watch_shows_its_deletion() {
+    let kept = work("b-wds1-0", &["a"]);
+    let stale = at(work("b-wds1-1", &["b"]), "5");
+    let (client, server) = mock::client();
+    let transport = with_works(&client, &[kept.clone(), stale.clone()]);
+    let (applied, _) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&kept))),
+        answer_once(server, 200, &stale)
+    );
+    assert!(applied.unwrap().rejections.is_empty());
+    let waits = || transport.expectations().wait_of("b", Instant::now());
+    assert!(waits().is_some());
+    seen_work(&transport.expectations, Seen::Deleted(&stale));
+    assert_eq!(waits(), None);
 }
 
 #[tokio::test]

@@ -263,6 +263,26 @@ fn objects_keep_their_shard_when_one_sorting_first_comes() {
 }
 
 #[test]
+fn an_object_held_twice_stays_in_the_lower_shard_whatever_order_the_cache_lists() {
+    let mut case = Case::new(config_maps(&["a", "b", "c"]), ["a", "b", "c"].map(plain).into());
+    case.limits.max_count = 2;
+    let mut works = case.works();
+    // b moved to shard 1 and is still kept in shard 0 until it lands there.
+    let b = works[&key("c1", "b-wds1-0")].spec.workload.manifests[1].clone();
+    let shard_1 = works.get_mut(&key("c1", "b-wds1-1")).unwrap();
+    shard_1.spec.workload.manifests.insert(0, b);
+    assert_eq!(names(shard_1), ["b", "c"]);
+    case.limits.max_count = 3;
+    for listed in [[0, 1], [1, 0]] {
+        let current: Vec<Arc<ManifestWork>> = works.values().cloned().map(Arc::new).collect();
+        case.current = listed.iter().map(|i| current[*i].clone()).collect();
+        let after = case.works();
+        assert_eq!(names(&after[&key("c1", "b-wds1-0")]), ["a", "b"], "listed {listed:?}");
+        assert_eq!(names(&after[&key("c1", "b-wds1-1")]), ["c"], "listed {listed:?}");
+    }
+}
+
+#[test]
 fn one_object_per_work_names_the_work_after_the_object() {
     let mut case = Case::new(config_maps(&["a"]), vec![plain("a")]);
     case.limits.max_count = 1;
