@@ -20,6 +20,7 @@ use ks_tests::stack::Stack;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
+use serde_json::value::RawValue;
 
 use super::kubectl::{self, LABEL};
 use super::report::Implementation;
@@ -240,17 +241,14 @@ pub async fn propagate(
         describe(&idle_writes[1])
     ));
 
-    let final_works = list_in_pages(&works, &ours).await?;
+    let final_works = final_contents(&works, &ours).await?;
     measured.apiserver_alone_seconds = physical_limit(&its, &final_works).await?.as_secs_f64();
     println!(
         "   {i}: every mailbox full in {:.1} s, both real WECs in {:.1} s; the ITS apiserver alone: {:.1} s",
         measured.in_mailboxes_seconds, measured.on_wecs_seconds, measured.apiserver_alone_seconds
     );
     if let Some(written) = written {
-        let final_bytes: usize = final_works
-            .iter()
-            .map(|w| serde_json::to_vec(&w.spec).map_or(0, |b| b.len()))
-            .sum();
+        let final_bytes: usize = final_works.iter().map(|w| w.get().len()).sum();
         let line = format!(
             "{i}, {} objects × {} WECs: ManifestWork bytes written {:.0} MB, their final content {:.0} MB ({:.2}×)",
             load.objects,
@@ -269,13 +267,17 @@ fn names(spreads: &[kubectl::Spread]) -> Vec<String> {
     spreads.iter().map(|s| s.namespace.clone()).collect()
 }
 
-/// The ManifestWorks `selector` selects, a few per request (see the watch above).
-async fn list_in_pages(works: &Api<ManifestWork>, selector: &str) -> anyhow::Result<Vec<ManifestWork>> {
+/// The content (`spec`) of the ManifestWorks `selector` selects, as JSON text, a few per request
+/// (see the watch above). As text: at 10,000 objects × 52 WECs they are 300 MB of JSON, and
+/// several GB as decoded objects.
+async fn final_contents(works: &Api<ManifestWork>, selector: &str) -> anyhow::Result<Vec<Box<RawValue>>> {
     let mut all = Vec::new();
     let mut params = ListParams::default().labels(selector).limit(5);
     loop {
         let page = works.list(&params).await?;
-        all.extend(page.items);
+        for work in page.items {
+            all.push(serde_json::value::to_raw_value(&work.spec)?);
+        }
         match page.metadata.continue_.filter(|c| !c.is_empty()) {
             Some(token) => params = params.continue_token(&token),
             None => return Ok(all),
@@ -285,7 +287,7 @@ async fn list_in_pages(works: &Api<ManifestWork>, selector: &str) -> anyhow::Res
 
 /// The time the ITS apiserver alone needs to accept `works` (their final content, each written
 /// once) from a tight client loop with 8 writes in flight, into a namespace no agent reads.
-async fn physical_limit(its: &kube::Client, works: &[ManifestWork]) -> anyhow::Result<Duration> {
+async fn physical_limit(its: &kube::Client, works: &[Box<RawValue>]) -> anyhow::Result<Duration> {
     let ns = unique("bench-floor");
     let namespaces = apply_namespace(its, &ns, &json!({})).await?;
     let apply = PatchParams::apply(MANAGER).force();
@@ -295,7 +297,7 @@ async fn physical_limit(its: &kube::Client, works: &[ManifestWork]) -> anyhow::R
         .map(|(n, w)| {
             let (api, apply) = (api.clone(), apply.clone());
             let body = json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
-                              "metadata": {"name": format!("w-{n}")}, "spec": w.spec});
+                              "metadata": {"name": format!("w-{n}")}, "spec": w});
             async move {
                 api.patch(&format!("w-{n}"), &apply, &Patch::Apply(body))
                     .await
