@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use ks_tests::stack::Stack;
 
-use super::propagation::{Load, propagate};
+use super::propagation::{Load, its_alone, propagate};
 use super::report::{Figures, Implementation, Unit};
 use super::results::{Outcome, Output};
 use super::simulated::simulated_wecs;
@@ -27,8 +27,9 @@ pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
         println!("== {i}: {} objects × {} WECs", load.objects, load.wecs());
         let started = Instant::now();
         switch_to(stack, i).await?;
-        let (outcome, notes) = propagate(stack, knobs, i, &load).await?;
+        let (mut outcome, notes, finals) = propagate(stack, knobs, i, &load).await?;
         clean_up(stack, matches!(outcome, Outcome::Finished(_)), POLITE).await?;
+        its_alone(stack, i, &mut outcome, finals).await?;
         add_outcome(&mut figures, i, &outcome, knobs.idle);
         figures.notes.push(notes);
         println!("   ({:.0} s)", started.elapsed().as_secs_f64());

@@ -9,7 +9,7 @@ use ks_tests::stack::Stack;
 
 use super::bulk::POLITE;
 use super::markdown::curve_table;
-use super::propagation::{Load, propagate};
+use super::propagation::{Load, its_alone, propagate};
 use super::results::{Outcome, Output, Part, Point};
 use super::simulated::simulated_wecs;
 use super::{Knobs, REAL_WECS, clean_up, knob, list, order, switch_to};
@@ -53,9 +53,10 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
             println!("== {i}: {objects} objects × {} WECs", load.wecs());
             let started = Instant::now();
             switch_to(stack, i).await?;
-            let (outcome, notes) = propagate(stack, knobs, i, &load).await?;
+            let (mut outcome, notes, finals) = propagate(stack, knobs, i, &load).await?;
             let finished = matches!(outcome, Outcome::Finished(_));
             clean_up(stack, finished, POLITE).await?;
+            its_alone(stack, i, &mut outcome, finals).await?;
             if !finished {
                 unfinished.insert(i);
             }
