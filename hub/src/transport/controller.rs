@@ -99,7 +99,8 @@ pub async fn run<P: Plugin>(
         || Input::All,
     );
     let ours = format!("{ORIGIN_WDS_LABEL}={}", settings.wds_name);
-    let expectations: Arc<std::sync::Mutex<Expectations>> = Arc::default();
+    let lag = settings.metrics.lag.clone();
+    let expectations = Arc::new(std::sync::Mutex::new(Expectations::new(lag)));
     let seeing = expectations.clone();
     // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each) until trimmed.
     let works = watch_seen_into_inputs(
@@ -317,6 +318,7 @@ fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations>, seen: S
             version: &version,
             deleted,
         },
+        Instant::now(),
     );
     work.labels()
         .get(ORIGIN_BINDING_LABEL)
@@ -384,7 +386,7 @@ impl<P: Plugin> Transport<P> {
             version,
             deleted: w.meta().deletion_timestamp.is_some(),
         });
-        self.expectations().sent(&work, outcome, sight);
+        self.expectations().sent(&work, outcome, sight, Instant::now());
         result
     }
 

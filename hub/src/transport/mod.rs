@@ -29,6 +29,7 @@ pub struct Metrics {
     /// Bytes of the ManifestWorks written: with the final content's size, what rewriting
     /// growing ManifestWorks costs the ITS.
     pub written_bytes: prometheus_client::metrics::counter::Counter,
+    pub lag: expectations::Lag,
 }
 
 impl Metrics {
@@ -41,10 +42,21 @@ impl Metrics {
             writes: "ManifestWork writes and deletions (made only when content changed)",
             queue_depth: "Bindings waiting to be checked, now or after a failure",
         };
-        self.common.register(registry, &help).register(
+        let sub = self.common.register(registry, &help);
+        sub.register(
             "written_bytes",
             "Bytes of the ManifestWorks written (request bodies)",
             self.written_bytes.clone(),
+        );
+        sub.register(
+            "write_seen_seconds",
+            "Seconds from a ManifestWork write to the watch showing it (its Binding waits meanwhile)",
+            self.lag.seen.clone(),
+        );
+        sub.register(
+            "write_unseen",
+            "ManifestWork writes the watch had not shown after 5 minutes (their Binding was planned without them)",
+            self.lag.given_up.clone(),
         );
     }
 }

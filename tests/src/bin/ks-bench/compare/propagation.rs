@@ -107,7 +107,7 @@ pub async fn propagate(
 
     let cap_minutes = knobs.cap(i);
     let before = writes_now(stack).await?;
-    let written_before = hub_written_bytes(stack, i);
+    let written_before = hub_written(stack, i);
     let usage = Usage::start(hub_pids(stack, i));
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(cap_minutes * 60.0);
@@ -177,7 +177,7 @@ pub async fn propagate(
     drop(usage);
     tracking.abort();
     let after = writes_now(stack).await?;
-    let written = hub_written_bytes(stack, i).zip(written_before).map(|(a, b)| a - b);
+    let written = hub_written(stack, i).zip(written_before).map(|(a, b)| a.since(b));
     let [wds_writes, its_writes] = [difference(&before[0], &after[0]), difference(&before[1], &after[1])];
     let mut measured = Measured {
         created_seconds: created.as_secs_f64(),
@@ -255,16 +255,26 @@ pub async fn propagate(
     );
     if let Some(written) = written {
         let final_bytes: usize = final_works.iter().map(|w| w.get().len()).sum();
-        let line = format!(
-            "{i}, {} objects × {} WECs: ManifestWork bytes written {:.0} MB, their final content {:.0} MB ({:.2}×)",
-            load.objects,
-            load.wecs(),
-            written / 1e6,
-            final_bytes as f64 / 1e6,
-            written / final_bytes.max(1) as f64
-        );
-        println!("   {line}");
-        notes.push_str(&format!("\n{line}"));
+        let point = format!("{i}, {} objects × {} WECs", load.objects, load.wecs());
+        let lines = [
+            format!(
+                "{point}: ManifestWork bytes written {:.0} MB, their final content {:.0} MB ({:.2}×)",
+                written.bytes / 1e6,
+                final_bytes as f64 / 1e6,
+                written.bytes / final_bytes.max(1) as f64
+            ),
+            format!(
+                "{point}: the hub's watch showed {:.0} of its writes {:.2} s after each on average, {:.0} after more than 60 s; {:.0} not within 5 min",
+                written.seen,
+                written.seen_seconds / written.seen.max(1.0),
+                written.seen - written.seen_within_minute,
+                written.unseen
+            ),
+        ];
+        for line in lines {
+            println!("   {line}");
+            notes.push_str(&format!("\n{line}"));
+        }
     }
     Ok((Outcome::Finished(measured), notes, final_works))
 }
@@ -374,16 +384,55 @@ impl Progress {
     }
 }
 
-/// The bytes of ManifestWorks our hub has written so far, by its own counter (request bodies);
-/// `None` for upstream's hub, which has none.
-fn hub_written_bytes(stack: &Stack, i: Implementation) -> Option<f64> {
+/// Our hub's own account of its ManifestWork writes so far, by its metrics.
+#[derive(Clone, Copy, Debug, Default)]
+struct Written {
+    /// Request bodies.
+    bytes: f64,
+    /// Writes its watch showed, the seconds that took in all, and those it showed within 60 s.
+    seen: f64,
+    seen_seconds: f64,
+    seen_within_minute: f64,
+    /// Writes its watch had not shown after 5 min.
+    unseen: f64,
+}
+
+impl Written {
+    fn of(text: &str) -> Written {
+        let metric = |name: &str| ks_tests::metrics::sum(text, &format!("kubestellar_transport_{name}"));
+        Written {
+            bytes: metric("written_bytes_total"),
+            seen: metric("write_seen_seconds_count"),
+            seen_seconds: metric("write_seen_seconds_sum"),
+            seen_within_minute: text
+                .lines()
+                .find_map(|l| l.strip_prefix("kubestellar_transport_write_seen_seconds_bucket{le=\"60.0\"} "))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or_default(),
+            unseen: metric("write_unseen_total"),
+        }
+    }
+
+    fn since(self, before: Written) -> Written {
+        Written {
+            bytes: self.bytes - before.bytes,
+            seen: self.seen - before.seen,
+            seen_seconds: self.seen_seconds - before.seen_seconds,
+            seen_within_minute: self.seen_within_minute - before.seen_within_minute,
+            unseen: self.unseen - before.unseen,
+        }
+    }
+}
+
+/// `None` for upstream's hub, which has no such metrics.
+fn hub_written(stack: &Stack, i: Implementation) -> Option<Written> {
     if i != Implementation::Ours {
         return None;
     }
     let hub = std::net::SocketAddr::from(([127, 0, 0, 1], stack.hub_port(WDS)));
     std::net::TcpStream::connect(hub).ok()?;
     let (code, text) = ks_tests::process::http_get(hub, "/metrics");
-    (code == 200).then(|| ks_tests::metrics::sum(&text, "kubestellar_transport_written_bytes_total"))
+    (code == 200).then(|| Written::of(&text))
 }
 
 /// Whether the writes of the WECs' reports into the ITS (ManifestWork status, WorkStatuses)
