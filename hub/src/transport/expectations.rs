@@ -19,9 +19,10 @@ use tokio::time::Instant;
 
 use super::moves::WorkKey;
 
-/// How long a Binding waits at most, from a write's reply, for the watch to show it. As
-/// kube-controller-manager's. (Counted from the request, a minute expired, at 10,000 objects × 52
-/// WECs, a thousand writes, each then planned past, placing objects again.)
+/// How long a Binding waits at most, from a write's reply, for the watch to show it: as long as
+/// kube-controller-manager's. At 10,000 objects × 52 WECs the ITS's watch showed the writes 94 s
+/// after their replies on average; a minute from the request expired 1,146 of them, and each
+/// Binding planned past its writes placed objects again (2,089 writes instead of 1,248).
 pub const EXPIRY: Duration = Duration::from_secs(300);
 
 /// How soon the watch shows the transport's own writes. Clones share the values.

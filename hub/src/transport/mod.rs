@@ -50,12 +50,12 @@ impl Metrics {
         );
         sub.register(
             "write_seen_seconds",
-            "Seconds from a ManifestWork write to the watch showing it (its Binding waits meanwhile)",
+            "Seconds from a ManifestWork write's reply to the watch showing it, 0 when it showed first (its Binding waits meanwhile)",
             self.lag.seen.clone(),
         );
         sub.register(
             "write_unseen",
-            "ManifestWork writes the watch had not shown after 5 minutes (their Binding was planned without them)",
+            "ManifestWork writes the watch had not shown 5 minutes after their reply (their Binding was planned without them)",
             self.lag.given_up.clone(),
         );
     }

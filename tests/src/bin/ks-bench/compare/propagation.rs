@@ -264,7 +264,7 @@ pub async fn propagate(
                 written.bytes / final_bytes.max(1) as f64
             ),
             format!(
-                "{point}: the hub's watch showed {:.0} of its writes {:.2} s after each on average, {:.0} after more than 60 s; {:.0} not within 5 min",
+                "{point}: the hub's watch showed {:.0} of its writes {:.2} s after each reply on average, {:.0} after more than 60 s; {:.0} not within 5 min",
                 written.seen,
                 written.seen_seconds / written.seen.max(1.0),
                 written.seen - written.seen_within_minute,
