@@ -373,6 +373,30 @@ fn caused_by_bench(meta: &kube::api::ObjectMeta) -> bool {
 /// finish, the hub is stopped and the bench deletes the ManifestWorks itself. Then the bench
 /// clears the real WECs itself ([`clear_real_wecs`]).
 async fn clean_up(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Result<()> {
+    // A connection dropped during a clean-up once lost a 35-minute part.
+    for _ in 0..TRIES {
+        match clean_up_once(stack, finished, polite).await {
+            Err(err) if transient(&err) => println!("   clean-up interrupted ({err:#}); again"),
+            done => return done,
+        }
+    }
+    clean_up_once(stack, finished, polite).await
+}
+
+/// How often a step is tried again after a dropped connection.
+const TRIES: usize = 3;
+
+/// Whether `err` is a failed connection rather than an apiserver's answer: worth trying again.
+fn transient(err: &anyhow::Error) -> bool {
+    err.chain().any(|e| {
+        matches!(
+            e.downcast_ref::<kube::Error>(),
+            Some(kube::Error::Service(_) | kube::Error::HyperError(_))
+        )
+    })
+}
+
+async fn clean_up_once(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Result<()> {
     let started = Instant::now();
     let withdrawn = finished && {
         delete_wds_objects(stack).await?;
@@ -448,19 +472,39 @@ async fn quiesce(stack: &Stack, deadline: Duration) -> anyhow::Result<()> {
     .await
 }
 
-/// Polls `check` until it holds (true) or `until` passes (false).
+/// Polls `check` until it holds (true) or `until` passes (false); a failed connection is one
+/// more poll, until then.
 async fn within<F, Fut>(until: Instant, mut check: F) -> anyhow::Result<bool>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = anyhow::Result<bool>>,
 {
     loop {
-        if check().await? {
-            return Ok(true);
+        match check().await {
+            Ok(true) => return Ok(true),
+            Err(err) if !transient(&err) || Instant::now() >= until => return Err(err),
+            Err(err) => println!("   a poll failed ({err:#}); polling on"),
+            Ok(false) => {}
         }
         if Instant::now() >= until {
             return Ok(false);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_dropped_connection_is_tried_again_an_apiservers_answer_is_not() {
+        let dropped = kube::Error::Service("connection closed before message completed".into());
+        assert!(transient(
+            &anyhow::Error::from(dropped).context("listing ManifestWorks")
+        ));
+        let refused = kube::Error::Api(Box::new(kube::core::Status::failure("no", "Forbidden").with_code(403)));
+        assert!(!transient(&anyhow::Error::from(refused)));
+        assert!(!transient(&anyhow::anyhow!("timed out")));
     }
 }
