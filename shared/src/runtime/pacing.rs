@@ -1,8 +1,8 @@
 //! Pacing each key's costly writes ([`Pacing`]): after writes that took `d`, the key rests
 //! `factor × d` before it writes again, and changes that arrive meanwhile wait, to be written
 //! together. A rest ends early once its key has been quiet for half of it: the burst is over and
-//! what waits is final, so it is not held back for nothing. When a change waited during a rest,
-//! the burst goes on and the next rest is at least twice as long (up to a longest rest). So a key's writes take at most 1/(factor+1) of the time while it keeps changing, and a
+//! what waits is final, so it is not held back for nothing. When changes kept coming to the end
+//! of a rest, the burst goes on and the next rest is at least twice as long (up to a longest rest). So a key's writes take at most 1/(factor+1) of the time while it keeps changing, and a
 //! burst that grows a key (a policy's objects created one by one, each write holding all so far)
 //! rewrites it a logarithmic number of times, not once per change. A small key's writes take
 //! milliseconds, and so do its rests: one change after a quiet spell is written at once.
@@ -78,8 +78,10 @@ impl<K: Ord, V: PartialEq> Pacing<K, V> {
             return;
         }
         let mut length = spent.saturating_mul(self.factor);
-        // A change waited during the rest before these writes: the burst goes on.
-        if let Some(before) = before.filter(|r| r.waiting.is_some()) {
+        // A change waited to the end of the rest before these writes: the burst goes on. One due
+        // because the key had gone quiet ended it: doubling then made a user's one-at-a-time
+        // changes, each in the last one's rest, wait ever longer (15 s each).
+        if let Some(before) = before.filter(|r| r.due() == Some(r.until)) {
             length = length.max(before.length.saturating_mul(2));
         }
         let length = length.min(self.longest);
@@ -135,9 +137,9 @@ mod tests {
         pacing.hold(&"p", 2, t0 + ms(100));
         assert_eq!(pacing.hold(&"p", 3, t0 + ms(1000)), Some(t0 + ms(2500)));
         assert_eq!(pacing.hold(&"p", 3, t0 + ms(2500)), None);
-        // The burst may go on: the next rest is twice as long, and ends the same way.
+        // The burst is over: the next rest is the writes' own.
         pacing.wrote("p", 3, ms(100), t0 + ms(2600));
-        assert_eq!(pacing.hold(&"p", 4, t0 + ms(2601)), Some(t0 + ms(5601)));
+        assert_eq!(pacing.hold(&"p", 4, t0 + ms(2601)), Some(t0 + ms(2751)));
     }
 
     #[test]
@@ -181,6 +183,26 @@ mod tests {
             writes.push((spent, pacing.rests["p"].length));
         }
         writes
+    }
+
+    /// A user creating objects one at a time, each once the last is delivered: a change 350 ms
+    /// after each write. After one slow write (a 3 s rest), the wait for each change must not
+    /// climb, rest after doubled rest, to half the longest (15 s each, as it did).
+    #[test]
+    fn changes_one_after_another_are_not_held_ever_longer() {
+        let mut pacing = Pacing::new(3, LONGEST);
+        let mut now = Instant::now();
+        pacing.wrote("p", 0, ms(1000), now);
+        let mut waits = Vec::new();
+        for version in 1..30 {
+            let change = now + ms(350);
+            let due = pacing.hold(&"p", version, change).unwrap_or(change);
+            assert_eq!(pacing.hold(&"p", version, due), None);
+            waits.push((due - change).as_millis());
+            now = due + ms(30);
+            pacing.wrote("p", version, ms(30), now);
+        }
+        assert!(waits[1..].iter().all(|wait| *wait == 0), "{waits:?}");
     }
 
     #[test]
