@@ -204,7 +204,8 @@ mod tests {
 
     #[test]
     fn a_write_waits_until_the_watch_shows_its_version() {
-        let mut expectations = Expectations::default();
+        let lag = Lag::default();
+        let mut expectations = Expectations::new(lag.clone());
         let now = Instant::now();
         expectations.sending(key("w-0"), "b", now);
         assert_eq!(expectations.wait_of("b", now), Some(now + EXPIRY), "in flight");
@@ -216,8 +217,6 @@ mod tests {
             "an older version is not the write"
         );
         assert_eq!(expectations.wait_of("other", now), None, "other Bindings do not wait");
-        let lag = Lag::default();
-        expectations.lag = lag.clone();
         expectations.observed(&key("w-0"), at("7"), replied + Duration::from_secs(2));
         assert_eq!(expectations.wait_of("b", now), None);
         let mut registry = prometheus_client::registry::Registry::default();

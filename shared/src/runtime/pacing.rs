@@ -2,7 +2,8 @@
 //! `factor × d` before it writes again, and changes that arrive meanwhile wait, to be written
 //! together. A rest ends early once its key has been quiet for half of it: the burst is over and
 //! what waits is final, so it is not held back for nothing. When changes kept coming to the end
-//! of a rest, the burst goes on and the next rest is at least twice as long (up to a longest rest). So a key's writes take at most 1/(factor+1) of the time while it keeps changing, and a
+//! of a rest, the burst goes on and the next rest is at least twice as long (up to a longest
+//! rest). So a key's writes take at most 1/(factor+1) of the time while it keeps changing, and a
 //! burst that grows a key (a policy's objects created one by one, each write holding all so far)
 //! rewrites it a logarithmic number of times, not once per change. A small key's writes take
 //! milliseconds, and so do its rests: one change after a quiet spell is written at once.

@@ -386,14 +386,12 @@ async fn clean_up(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Re
 /// How often a step is tried again after a dropped connection.
 const TRIES: usize = 3;
 
-/// Whether `err` is a failed connection rather than an apiserver's answer: worth trying again.
+/// Whether `err` is worth trying again (a failed connection, not the apiserver refusing), as
+/// the controllers classify it.
 fn transient(err: &anyhow::Error) -> bool {
-    err.chain().any(|e| {
-        matches!(
-            e.downcast_ref::<kube::Error>(),
-            Some(kube::Error::Service(_) | kube::Error::HyperError(_))
-        )
-    })
+    err.chain()
+        .filter_map(|e| e.downcast_ref::<kube::Error>())
+        .any(|e| ks_shared::runtime::failure(e) == ks_shared::runtime::Failure::Transient)
 }
 
 async fn clean_up_once(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Result<()> {
@@ -472,8 +470,8 @@ async fn quiesce(stack: &Stack, deadline: Duration) -> anyhow::Result<()> {
     .await
 }
 
-/// Polls `check` until it holds (true) or `until` passes (false); a failed connection is one
-/// more poll, until then.
+/// Polls `check` until it holds (true) or `until` passes (false); a transient failure (a
+/// failed connection) is one more poll, until then.
 async fn within<F, Fut>(until: Instant, mut check: F) -> anyhow::Result<bool>
 where
     F: FnMut() -> Fut,
