@@ -58,7 +58,7 @@ const REAL_WECS: [&str; 2] = ["cluster1", "cluster2"];
   wecs     the bulk run at --curve-wec-objects objects, to each of --curve-wecs WECs: the growth with WECs
   agent    ours only: --agent-objects Gauges on cluster1 (RSS every tenth), one status change each
   churn    ours only: --agent-cycles Pod create/delete cycles, --agent-pods Pods at a time, the agent's RSS
-           over them (about 4 cycles a second here, so the default is what fits in about 45 minutes)
+           over them (about 16 cycles a second here: the default 10,000 take about 11 minutes)
 
 Upstream runs stop after --upstream-cap-minutes (ours after --ours-cap-minutes) and are reported as
 \"did not finish in N min\"; a curve does not try upstream at larger points once one did not finish.
