@@ -305,4 +305,14 @@ mod tests {
             "ks-hub-wds1-status-transport"
         );
     }
+
+    /// The options are set at build time, by `.cargo/config.toml`: a build that misses them
+    /// keeps freed pages for ten seconds again.
+    #[cfg(feature = "jemalloc")]
+    #[test]
+    fn jemalloc_returns_freed_pages_within_a_second() {
+        let options = tikv_jemalloc_ctl::config::malloc_conf::read().expect("jemalloc's build options");
+        // This version of the crate reads the C string's final NUL too.
+        assert_eq!(options.trim_end_matches('\0'), "dirty_decay_ms:1000,muzzy_decay_ms:0");
+    }
 }
