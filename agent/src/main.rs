@@ -21,7 +21,8 @@ use clap::Parser;
 use ks_shared::cli::{CommonArgs, Process};
 use ks_shared::client::{Limits, limited_client};
 
-// Returns freed memory to the system (see the workspace's Cargo.toml).
+// Returns freed memory to the system (see the workspace's Cargo.toml; its options are in
+// `.cargo/config.toml`).
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -16,7 +16,8 @@ use ks_shared::names::field_manager;
 use ks_shared::names::{CP_TYPE_ITS, CP_TYPE_WDS};
 use kube::Client;
 
-// Returns freed memory to the system (see the workspace's Cargo.toml).
+// Returns freed memory to the system (see the workspace's Cargo.toml; its options are in
+// `.cargo/config.toml`).
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
