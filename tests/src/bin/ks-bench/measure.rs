@@ -1,6 +1,7 @@
 //! What scenarios measure besides their own clocks: latency percentiles, and a process's
 //! memory and CPU time from /proc.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -76,14 +77,72 @@ impl Drop for Usage {
 
 /// User plus system CPU time of a process, in seconds (clock ticks of 1/100 s).
 fn proc_cpu_seconds(pid: u32) -> f64 {
+    stat_ticks(&pid.to_string(), &[11, 12]) / 100.0
+}
+
+/// The sum of some fields of `/proc/<pid>/stat`, counted after the command (state is 0).
+fn stat_ticks(pid: &str, fields: &[usize]) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
     let Some((_, rest)) = stat.rsplit_once(')') else {
         return 0.0;
     };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // After the command: state is field 0, utime 11, stime 12.
-    let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    (ticks(11) + ticks(12)) / 100.0
+    let all: Vec<&str> = rest.split_whitespace().collect();
+    fields
+        .iter()
+        .map(|&i| all.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0))
+        .sum()
+}
+
+/// CPU seconds of each of the stack's processes, and of the bench's own (itself, and the
+/// kubectl processes it ran and waited for), from a start on: where a shared machine's time went.
+pub struct CpuByProcess {
+    pids: std::path::PathBuf,
+    start: BTreeMap<String, f64>,
+}
+
+/// The bench's own share: its children's (kubectl) and its own.
+const KUBECTL: &str = "kubectl (the bench's)";
+const BENCH: &str = "ks-bench";
+
+impl CpuByProcess {
+    /// From now on, for the processes whose PIDs are in `pids` (the stack's `<name>.pid` files).
+    pub fn start(pids: &std::path::Path) -> CpuByProcess {
+        let pids = pids.to_path_buf();
+        let start = now(&pids);
+        CpuByProcess { pids, start }
+    }
+
+    /// CPU seconds since the start, by process, the most first (processes started since count
+    /// from 0; those gone since are left out).
+    pub fn since(&self) -> Vec<(String, f64)> {
+        let mut used: Vec<(String, f64)> = now(&self.pids)
+            .into_iter()
+            .map(|(name, cpu)| {
+                let before = self.start.get(&name).copied().unwrap_or(0.0);
+                (name, cpu - before)
+            })
+            .collect();
+        used.sort_by(|a, b| b.1.total_cmp(&a.1));
+        used
+    }
+}
+
+fn now(pids: &std::path::Path) -> BTreeMap<String, f64> {
+    let mut cpu = BTreeMap::new();
+    for entry in std::fs::read_dir(pids).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let (Some(name), Ok(pid)) = (
+            path.file_stem().and_then(|s| s.to_str()).map(str::to_string),
+            std::fs::read_to_string(&path),
+        ) else {
+            continue;
+        };
+        cpu.insert(name, stat_ticks(pid.trim(), &[11, 12]) / 100.0);
+    }
+    // Children's times count once they have been waited for, as each kubectl has.
+    cpu.insert(KUBECTL.to_string(), stat_ticks("self", &[13, 14]) / 100.0);
+    cpu.insert(BENCH.to_string(), stat_ticks("self", &[11, 12]) / 100.0);
+    cpu
 }

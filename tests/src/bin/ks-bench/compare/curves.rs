@@ -53,10 +53,10 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
             println!("== {i}: {objects} objects × {} WECs", load.wecs());
             let started = Instant::now();
             switch_to(stack, i).await?;
-            let (mut outcome, notes, finals) = propagate(stack, knobs, i, &load).await?;
+            let (mut outcome, mut notes, finals) = propagate(stack, knobs, i, &load).await?;
             let finished = matches!(outcome, Outcome::Finished(_));
             clean_up(stack, finished, POLITE).await?;
-            its_alone(stack, i, &mut outcome, finals).await?;
+            its_alone(stack, i, &load, (&mut outcome, &mut notes), finals).await?;
             if !finished {
                 unfinished.insert(i);
             }

@@ -28,7 +28,7 @@ use super::results::{Measured, Outcome};
 use super::simulated::SIMULATED_LABEL;
 use super::{Knobs, REAL_WECS, WDS, hub_pids, within};
 use crate::fixtures::{MANAGER, apply_namespace, unique};
-use crate::measure::Usage;
+use crate::measure::{CpuByProcess, Usage};
 
 /// How long the agents get to report every object before the idle window.
 const REPORTED_DEADLINE: Duration = Duration::from_secs(600);
@@ -109,6 +109,7 @@ pub async fn propagate(
     let before = writes_now(stack).await?;
     let written_before = hub_written(stack, i);
     let usage = Usage::start(hub_pids(stack, i));
+    let machine = CpuByProcess::start(&stack.procs.pids);
     let started = Instant::now();
     let until = started + Duration::from_secs_f64(cap_minutes * 60.0);
     kubectl::apply(stack, &files, knobs.kubectl_parallel).await?;
@@ -158,6 +159,7 @@ pub async fn propagate(
         std::future::ready(Ok(full == mailboxes.len()))
     };
     let in_mailboxes = within(until, full).await?.then(|| started.elapsed());
+    let cpu_by_process = machine.since();
     let mut on_wecs = None;
     if in_mailboxes.is_some() {
         let wecs = [stack.client(REAL_WECS[0]).await?, stack.client(REAL_WECS[1]).await?];
@@ -199,6 +201,17 @@ pub async fn propagate(
         load.wecs(),
         describe(&its_writes)
     );
+    let cpu_line = format!(
+        "{i}, {} objects × {} WECs: {}",
+        load.objects,
+        load.wecs(),
+        match in_mailboxes {
+            Some(took) => cpu_shares(&cpu_by_process, "until every mailbox was full", took),
+            None => cpu_shares(&cpu_by_process, "until the cap", started.elapsed()),
+        }
+    );
+    println!("   {cpu_line}");
+    notes.push_str(&format!("\n{cpu_line}"));
     if on_wecs.is_none() {
         println!(
             "   {i} did not finish in {cap_minutes} min (every mailbox full: {})",
@@ -279,20 +292,56 @@ pub async fn propagate(
     Ok((Outcome::Finished(measured), notes, final_works))
 }
 
-/// The ITS apiserver alone with a finished run's `finals`, into its `outcome`. Measured once the
-/// run is cleaned up: at 10,000 objects × 52 WECs, the run's ManifestWorks and their copies at
-/// once took the ITS apiserver to 12.7 GB, and the machine out of memory.
-pub async fn its_alone(stack: &Stack, i: Implementation, outcome: &mut Outcome, finals: Finals) -> anyhow::Result<()> {
+/// The ITS apiserver alone with a finished run's `finals`, into its `outcome`, and where the
+/// machine's CPU went meanwhile into its `notes`. Measured once the run is cleaned up: at 10,000
+/// objects × 52 WECs, the run's ManifestWorks and their copies at once took the ITS apiserver to
+/// 12.7 GB, and the machine out of memory.
+pub async fn its_alone(
+    stack: &Stack,
+    i: Implementation,
+    load: &Load<'_>,
+    (outcome, notes): (&mut Outcome, &mut String),
+    finals: Finals,
+) -> anyhow::Result<()> {
     let Outcome::Finished(measured) = outcome else {
         return Ok(());
     };
     let its = stack.client("its1").await?;
-    measured.apiserver_alone_seconds = physical_limit(&its, &finals).await?.as_secs_f64();
+    let machine = CpuByProcess::start(&stack.procs.pids);
+    let took = physical_limit(&its, &finals).await?;
+    measured.apiserver_alone_seconds = took.as_secs_f64();
     println!(
         "   {i}: the ITS apiserver alone: {:.1} s",
         measured.apiserver_alone_seconds
     );
+    let cpu = cpu_shares(&machine.since(), "while the ITS apiserver alone wrote them", took);
+    notes.push_str(&format!(
+        "\n{i}, {} objects × {} WECs: {cpu}",
+        load.objects,
+        load.wecs()
+    ));
     Ok(())
+}
+
+/// Where the machine's CPU went during the `took` after a start: the processes that used the
+/// most, then the rest together.
+fn cpu_shares(used: &[(String, f64)], until: &str, took: Duration) -> String {
+    const NAMED: usize = 8;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let total: f64 = used.iter().map(|(_, cpu)| cpu).sum();
+    let named: Vec<String> = used
+        .iter()
+        .take(NAMED)
+        .map(|(name, cpu)| format!("{name} {cpu:.0}"))
+        .collect();
+    let rest: f64 = used.iter().skip(NAMED).map(|(_, cpu)| cpu).sum();
+    format!(
+        "CPU seconds {until} ({:.1} s, so {:.0} on {cores} cores; the processes used {total:.0}): {}, the other {} {rest:.0}",
+        took.as_secs_f64(),
+        took.as_secs_f64() * cores as f64,
+        named.join(", "),
+        used.len().saturating_sub(NAMED)
+    )
 }
 
 fn names(spreads: &[kubectl::Spread]) -> Vec<String> {
