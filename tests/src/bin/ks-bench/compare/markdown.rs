@@ -404,7 +404,9 @@ both real WECs and every simulated one), the Namespace and its objects, applied 
 ManagedClusters with a mailbox namespace but no agent. Timed from the first `kubectl apply`: *created in the \
 WDS* (every kubectl returned), *all in every mailbox* (a watch on ManifestWorks: every mailbox's works of the \
 run's policies hold every object and Namespace; *after kubectl finished* is the part of it after *created in the \
-WDS*, the hub's tail), *all on both real WECs*. kubectl shares the machine with \
+WDS*, the hub's tail; *as the ITS accepted it* is the same moment by the ITS apiserver's own clock, to the second: \
+the latest time in the managedFields entries that own the `spec` of the ManifestWorks the watch then showed, since \
+a busy apiserver's watch shows writes long after it accepted them), *all on both real WECs*. kubectl shares the machine with \
 everything downstream: a hub that delivers while kubectl runs (the WECs' apiservers and agents applying \
 thousands of objects, their reports flowing back) slows kubectl down, and one that delivers little does not, \
 so *created in the WDS* compares what the whole machine did meanwhile, not the hubs alone. Meanwhile the hub's peak RSS \

@@ -124,8 +124,12 @@ pub enum Outcome {
 pub struct Measured {
     /// Until `kubectl apply` of every file returned.
     pub created_seconds: f64,
-    /// Until every mailbox held every object.
+    /// Until every mailbox held every object, as a watch on the ITS showed it.
     pub in_mailboxes_seconds: f64,
+    /// Until the ITS accepted the last write of that (its own time, to the second); 0 in results
+    /// from before it was measured.
+    #[serde(default)]
+    pub in_mailboxes_accepted_seconds: f64,
     /// Until both real WECs held every object.
     pub on_wecs_seconds: f64,
     pub hub_peak_rss_mib: f64,
