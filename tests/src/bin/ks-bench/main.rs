@@ -81,8 +81,11 @@ enum Command {
     Compare(compare::Knobs),
     /// Writes docs/benchmarks.md and its plots again from the parts' results (no stack needed).
     Report {
+        /// Where the parts' results (<part>.json) are and the plots go (relative: from the
+        /// repository's root).
         #[arg(long, default_value = "docs/bench")]
         out_dir: std::path::PathBuf,
+        /// The report to write (relative: from the repository's root).
         #[arg(long, default_value = "docs/benchmarks.md")]
         markdown: std::path::PathBuf,
     },

@@ -3,6 +3,7 @@
 //! part not yet run says so), the curves' growth between points and plots, the method, and the
 //! details.
 
+use anyhow::Context;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -16,6 +17,12 @@ pub fn write_report(dir: &Path, markdown: &Path) -> anyhow::Result<()> {
     for part in Part::ALL {
         results.push((part, PartResult::load(dir, part)?));
     }
+    // A wrong directory must not replace a report with one where nothing has run.
+    anyhow::ensure!(
+        results.iter().any(|(_, r)| r.is_some()),
+        "no part's results (<part>.json) in {}: nothing to report",
+        dir.display()
+    );
     let images = markdown
         .parent()
         .and_then(|p| dir.strip_prefix(p).ok())
@@ -23,9 +30,10 @@ pub fn write_report(dir: &Path, markdown: &Path) -> anyhow::Result<()> {
         .to_path_buf();
     let (text, plots) = render(&results, &images.to_string_lossy());
     for (name, svg) in plots {
-        std::fs::write(dir.join(name), svg)?;
+        let plot = dir.join(name);
+        std::fs::write(&plot, svg).with_context(|| format!("writing the plot {}", plot.display()))?;
     }
-    std::fs::write(markdown, text)?;
+    std::fs::write(markdown, text).with_context(|| format!("writing the report {}", markdown.display()))?;
     Ok(())
 }
 

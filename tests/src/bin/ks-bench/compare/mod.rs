@@ -123,10 +123,11 @@ pub struct Knobs {
     /// most half the WEC node's 1,000 Pods, as a round's new Pods come before the old go).
     #[arg(long, default_value_t = 500)]
     pub agent_pods: usize,
-    /// Where each part's results (<part>.json) and the plots (*.svg) go.
+    /// Where each part's results (<part>.json) and the plots (*.svg) go; a relative path is from
+    /// the repository's root, wherever the bench runs.
     #[arg(long, default_value = "docs/bench")]
     pub out_dir: PathBuf,
-    /// The report written from every part's results.
+    /// The report written from every part's results (relative: from the repository's root).
     #[arg(long, default_value = "docs/benchmarks.md")]
     pub markdown: PathBuf,
 }

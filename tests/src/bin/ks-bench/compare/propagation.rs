@@ -326,14 +326,13 @@ pub async fn its_alone(
         return Ok(());
     };
     let its = stack.client("its1").await?;
-    let machine = CpuByProcess::start(&stack.procs.pids);
-    let took = physical_limit(&its, &finals).await?;
+    let (took, cpu) = physical_limit(stack, &its, &finals).await?;
     measured.apiserver_alone_seconds = took.as_secs_f64();
     println!(
         "   {i}: the ITS apiserver alone: {:.1} s",
         measured.apiserver_alone_seconds
     );
-    let cpu = cpu_shares(&machine.since(), "while the ITS apiserver alone wrote them", took);
+    let cpu = cpu_shares(&cpu, "while the ITS apiserver alone wrote them", took);
     notes.push_str(&format!(
         "\n{i}, {} objects × {} WECs: {cpu}",
         load.objects,
@@ -386,12 +385,18 @@ async fn final_contents(works: &Api<ManifestWork>, selector: &str) -> anyhow::Re
 }
 
 /// The time the ITS apiserver alone needs to accept `works` (their final content, each written
-/// once) from a tight client loop with 8 writes in flight, into a namespace no agent reads.
-async fn physical_limit(its: &kube::Client, works: &[Box<RawValue>]) -> anyhow::Result<Duration> {
+/// once) from a tight client loop with 8 writes in flight, into a namespace no agent reads; and
+/// the CPU seconds of the stack's processes meanwhile (not while they are deleted).
+async fn physical_limit(
+    stack: &Stack,
+    its: &kube::Client,
+    works: &[Box<RawValue>],
+) -> anyhow::Result<(Duration, Vec<(String, f64)>)> {
     let ns = unique("bench-floor");
     let namespaces = apply_namespace(its, &ns, &json!({})).await?;
     let apply = PatchParams::apply(MANAGER).force();
     let api: Api<ManifestWork> = Api::namespaced(its.clone(), &ns);
+    let machine = CpuByProcess::start(&stack.procs.pids);
     let started = Instant::now();
     futures::stream::iter(works.iter().enumerate())
         .map(|(n, w)| {
@@ -408,13 +413,14 @@ async fn physical_limit(its: &kube::Client, works: &[Box<RawValue>]) -> anyhow::
         .try_collect::<Vec<()>>()
         .await?;
     let took = started.elapsed();
+    let cpu = machine.since();
     namespaces.delete(&ns, &DeleteParams::default()).await?;
     let gone = || async { Ok(namespaces.get_opt(&ns).await?.is_none()) };
     anyhow::ensure!(
         within(Instant::now() + COPIES_DEADLINE, gone).await?,
         "the ManifestWorks' copies in {ns} are not gone after {COPIES_DEADLINE:?}"
     );
-    Ok(took)
+    Ok((took, cpu))
 }
 
 /// What each ManifestWork holds, by (mailbox, name).
