@@ -11,6 +11,10 @@ use super::report::{Implementation, Unit};
 use super::results::{Measured, Outcome, Part, PartResult, Point};
 use super::svg::{Chart, Series, line_chart};
 
+/// The hand-written reading of the results against the issue's targets, kept beside them and
+/// put in the report as it is, since what a gap comes from is found by people, not the bench.
+pub const TARGETS: &str = "targets.md";
+
 /// Reads every part's JSON in `dir`, writes the plots into `dir` and the report to `markdown`.
 pub fn write_report(dir: &Path, markdown: &Path) -> anyhow::Result<()> {
     let mut results = Vec::new();
@@ -28,7 +32,13 @@ pub fn write_report(dir: &Path, markdown: &Path) -> anyhow::Result<()> {
         .and_then(|p| dir.strip_prefix(p).ok())
         .unwrap_or(dir)
         .to_path_buf();
-    let (text, plots) = render(&results, &images.to_string_lossy());
+    let targets = dir.join(TARGETS);
+    let reading = match std::fs::read_to_string(&targets) {
+        Ok(text) => Some(text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(e).with_context(|| format!("reading {}", targets.display())),
+    };
+    let (text, plots) = render(&results, reading.as_deref(), &images.to_string_lossy());
     for (name, svg) in plots {
         let plot = dir.join(name);
         std::fs::write(&plot, svg).with_context(|| format!("writing the plot {}", plot.display()))?;
@@ -37,8 +47,13 @@ pub fn write_report(dir: &Path, markdown: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The report, and the plots (file name, SVG) it refers to under `images`.
-pub fn render(results: &[(Part, Option<PartResult>)], images: &str) -> (String, Vec<(String, String)>) {
+/// The report, with the `reading` of it against the targets after its introduction, and the
+/// plots (file name, SVG) it refers to under `images`.
+pub fn render(
+    results: &[(Part, Option<PartResult>)],
+    reading: Option<&str>,
+    images: &str,
+) -> (String, Vec<(String, String)>) {
     let mut out = String::from(
         "# Benchmarks: ours and upstream KubeStellar side by side\n\n\
 Written by `make bench` (`ks-bench compare`), which runs in parts: `make bench SCENARIO=<part>` runs one \
@@ -49,6 +64,10 @@ by\" is upstream's figure divided by ours for times, memory and counts (for rate
 upstream), so above 1× means ours is better; a run stopped at its time cap shows as \"did not finish in \
 N min\", and what it had reached by then (memory, CPU, writes) as \"≥\".\n\n",
     );
+    if let Some(reading) = reading {
+        out.push_str(reading.trim_end());
+        out.push_str("\n\n");
+    }
     let mut plots = Vec::new();
     for (part, result) in results {
         let _ = writeln!(out, "## {}\n", part.title());
@@ -570,7 +589,9 @@ mod tests {
             (Part::Agent, None),
             (Part::Churn, None),
         ];
-        let (text, plots) = render(&results, "bench");
+        let reading = "## Against the targets\n\nMet, mostly.\n";
+        let (text, plots) = render(&results, Some(reading), "bench");
+        assert!(text.contains("≥\".\n\n## Against the targets\n\nMet, mostly.\n\n## Latency"));
         assert!(text.contains("## Latency: one object at a time\n\nNot run yet: `make bench SCENARIO=latency`."));
         assert!(text.contains("Not run yet: `make bench SCENARIO=wecs`."));
         assert!(
