@@ -29,7 +29,7 @@ pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
         switch_to(stack, i).await?;
         let (mut outcome, mut notes, finals) = propagate(stack, knobs, i, &load).await?;
         clean_up(stack, matches!(outcome, Outcome::Finished(_)), POLITE).await?;
-        its_alone(stack, i, &load, (&mut outcome, &mut notes), finals).await?;
+        its_alone(stack, i, &load, &mut outcome, &mut notes, finals).await?;
         add_outcome(&mut figures, i, &outcome, knobs.idle);
         figures.notes.push(notes);
         println!("   ({:.0} s)", started.elapsed().as_secs_f64());

@@ -56,7 +56,7 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
             let (mut outcome, mut notes, finals) = propagate(stack, knobs, i, &load).await?;
             let finished = matches!(outcome, Outcome::Finished(_));
             clean_up(stack, finished, POLITE).await?;
-            its_alone(stack, i, &load, (&mut outcome, &mut notes), finals).await?;
+            its_alone(stack, i, &load, &mut outcome, &mut notes, finals).await?;
             if !finished {
                 unfinished.insert(i);
             }

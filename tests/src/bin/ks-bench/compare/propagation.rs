@@ -319,7 +319,8 @@ pub async fn its_alone(
     stack: &Stack,
     i: Implementation,
     load: &Load<'_>,
-    (outcome, notes): (&mut Outcome, &mut String),
+    outcome: &mut Outcome,
+    notes: &mut String,
     finals: Finals,
 ) -> anyhow::Result<()> {
     let Outcome::Finished(measured) = outcome else {
