@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use ks_tests::stack::Procs;
+
 /// p50/p90/p99/max of some durations.
 pub fn summary(mut latencies: Vec<Duration>) -> String {
     latencies.sort();
@@ -75,13 +77,18 @@ impl Drop for Usage {
     }
 }
 
-/// User plus system CPU time of a process, in seconds (clock ticks of 1/100 s).
+/// User plus system CPU time of a process, in seconds.
 fn proc_cpu_seconds(pid: u32) -> f64 {
-    stat_ticks(&pid.to_string(), &[11, 12]) / 100.0
+    stat_seconds(&pid.to_string(), OWN)
 }
 
-/// The sum of some fields of `/proc/<pid>/stat`, counted after the command (state is 0).
-fn stat_ticks(pid: &str, fields: &[usize]) -> f64 {
+/// Fields of `/proc/<pid>/stat`, counted after the command (state is 0): a process's own user and
+/// system time, and those of its children it has waited for.
+const OWN: &[usize] = &[11, 12];
+const CHILDREN: &[usize] = &[13, 14];
+
+/// The sum of some time fields of `/proc/<pid>/stat`, in seconds (clock ticks of 1/100 s).
+fn stat_seconds(pid: &str, fields: &[usize]) -> f64 {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return 0.0;
     };
@@ -89,16 +96,17 @@ fn stat_ticks(pid: &str, fields: &[usize]) -> f64 {
         return 0.0;
     };
     let all: Vec<&str> = rest.split_whitespace().collect();
-    fields
+    let ticks: f64 = fields
         .iter()
         .map(|&i| all.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0))
-        .sum()
+        .sum();
+    ticks / 100.0
 }
 
 /// CPU seconds of each of the stack's processes, and of the bench's own (itself, and the
 /// kubectl processes it ran and waited for), from a start on: where a shared machine's time went.
 pub struct CpuByProcess {
-    pids: std::path::PathBuf,
+    procs: Procs,
     start: BTreeMap<String, f64>,
 }
 
@@ -107,17 +115,18 @@ const KUBECTL: &str = "kubectl (the bench's)";
 const BENCH: &str = "ks-bench";
 
 impl CpuByProcess {
-    /// From now on, for the processes whose PIDs are in `pids` (the stack's `<name>.pid` files).
-    pub fn start(pids: &std::path::Path) -> CpuByProcess {
-        let pids = pids.to_path_buf();
-        let start = now(&pids);
-        CpuByProcess { pids, start }
+    /// From now on, for the stack's processes.
+    pub fn start(procs: &Procs) -> CpuByProcess {
+        CpuByProcess {
+            procs: procs.clone(),
+            start: now(procs),
+        }
     }
 
     /// CPU seconds since the start, by process, the most first (processes started since count
     /// from 0; those gone since are left out).
     pub fn since(&self) -> Vec<(String, f64)> {
-        let mut used: Vec<(String, f64)> = now(&self.pids)
+        let mut used: Vec<(String, f64)> = now(&self.procs)
             .into_iter()
             .map(|(name, cpu)| {
                 let before = self.start.get(&name).copied().unwrap_or(0.0);
@@ -129,20 +138,44 @@ impl CpuByProcess {
     }
 }
 
-fn now(pids: &std::path::Path) -> BTreeMap<String, f64> {
+/// CPU seconds so far of each running process of the stack (by its `<name>.pid`) and of the bench.
+fn now(procs: &Procs) -> BTreeMap<String, f64> {
     let mut cpu = BTreeMap::new();
-    for entry in std::fs::read_dir(pids).into_iter().flatten().flatten() {
+    for entry in std::fs::read_dir(&procs.pids).into_iter().flatten().flatten() {
         let path = entry.path();
-        let (Some(name), Ok(pid)) = (
-            path.file_stem().and_then(|s| s.to_str()).map(str::to_string),
-            std::fs::read_to_string(&path),
-        ) else {
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
             continue;
         };
-        cpu.insert(name, stat_ticks(pid.trim(), &[11, 12]) / 100.0);
+        if let Some(pid) = procs.running(name) {
+            cpu.insert(name.to_string(), proc_cpu_seconds(pid));
+        }
     }
     // Children's times count once they have been waited for, as each kubectl has.
-    cpu.insert(KUBECTL.to_string(), stat_ticks("self", &[13, 14]) / 100.0);
-    cpu.insert(BENCH.to_string(), stat_ticks("self", &[11, 12]) / 100.0);
+    cpu.insert(KUBECTL.to_string(), stat_seconds("self", CHILDREN));
+    cpu.insert(BENCH.to_string(), stat_seconds("self", OWN));
     cpu
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_by_process_counts_the_running_and_leaves_out_the_gone() {
+        let state = std::env::temp_dir().join(format!("ks-bench-cpu-{}", std::process::id()));
+        let procs = Procs::new(&state).unwrap();
+        std::fs::write(procs.pids.join("me.pid"), std::process::id().to_string()).unwrap();
+        // PIDs stop well below this (the kernel's pid_max is at most 2^22).
+        std::fs::write(procs.pids.join("gone.pid"), "99999999").unwrap();
+        let cpu = CpuByProcess::start(&procs);
+        let (mut spin, deadline) = (0u64, std::time::Instant::now() + Duration::from_secs(10));
+        while proc_cpu_seconds(std::process::id()) < cpu.start["me"] + 0.05 && std::time::Instant::now() < deadline {
+            spin = spin.wrapping_add(1);
+        }
+        let used: BTreeMap<String, f64> = cpu.since().into_iter().collect();
+        let _ = std::fs::remove_dir_all(&state);
+        assert!(used["me"] >= 0.05, "{used:?} after {spin} turns");
+        assert!(!used.contains_key("gone"), "{used:?}");
+        assert!(used.contains_key(KUBECTL) && used.contains_key(BENCH), "{used:?}");
+    }
 }

@@ -113,7 +113,7 @@ pub async fn propagate(
     let before = writes_now(stack).await?;
     let written_before = hub_written(stack, i);
     let usage = Usage::start(hub_pids(stack, i));
-    let machine = CpuByProcess::start(&stack.procs.pids);
+    let machine = CpuByProcess::start(&stack.procs);
     let started = Instant::now();
     let started_at = Timestamp::now();
     let until = started + Duration::from_secs_f64(cap_minutes * 60.0);
@@ -397,7 +397,7 @@ async fn physical_limit(
     let namespaces = apply_namespace(its, &ns, &json!({})).await?;
     let apply = PatchParams::apply(MANAGER).force();
     let api: Api<ManifestWork> = Api::namespaced(its.clone(), &ns);
-    let machine = CpuByProcess::start(&stack.procs.pids);
+    let machine = CpuByProcess::start(&stack.procs);
     let started = Instant::now();
     futures::stream::iter(works.iter().enumerate())
         .map(|(n, w)| {
