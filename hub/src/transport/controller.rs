@@ -20,7 +20,7 @@ use ks_shared::runtime::{
     Backoff, Failure, Pacing, Seen, failure, watch_into_inputs, watch_seen_into_inputs, watch_trimmed_into_inputs,
     without_managed_fields,
 };
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -33,6 +33,7 @@ use super::Metrics;
 use super::expectations::{Expectations, Outcome, Sight};
 use super::moves::WorkKey;
 use super::plan::{self, Cached, Desired, Entry};
+use super::rewrite::rewrite;
 use super::schedule::Schedule;
 use super::sharding::Limits;
 use super::{Error, Plugin, moves, propagation, template, trace, wrap};
@@ -572,9 +573,12 @@ impl<P: Plugin> Transport<P> {
                 .iter()
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
             if !existing.is_some_and(|existing| self.plugin.same_content(existing, &work)) {
+                let present = existing.map(|existing| existing.meta().clone());
                 changes.push(
-                    self.permitted(async move { self.write_work(binding, mailbox, name, &work).await })
-                        .boxed(),
+                    self.permitted(
+                        async move { self.write_work(binding, mailbox, name, &work, present.as_ref()).await },
+                    )
+                    .boxed(),
                 );
             }
         }
@@ -702,18 +706,29 @@ impl<P: Plugin> Transport<P> {
         taken
     }
 
-    /// Writes one wrapped object of `binding`; `Some(why)` when the ITS rejects it or the mailbox
-    /// is missing (retrying cannot help).
+    /// Writes one wrapped object of `binding` over the one the cache holds (its metadata
+    /// `present`); `Some(why)` when the ITS rejects it or the mailbox is missing (retrying cannot
+    /// help).
     async fn write_work(
         &self,
         binding: &str,
         mailbox: &str,
         name: &str,
         work: &P::Wrapped,
+        present: Option<&ObjectMeta>,
     ) -> Result<Option<String>, Error> {
         let answer = self
             .expecting(binding, (mailbox.to_string(), name.to_string()), async {
-                let answer = self.send_work(mailbox, name, work).await;
+                let answer = match self.send_work(mailbox, name, work, present).await {
+                    // The cache was behind: created meanwhile, or deleted.
+                    Err(kube::Error::Api(status)) if present.is_none() && status.code == 409 => {
+                        self.send_work(mailbox, name, work, Some(&ObjectMeta::default())).await
+                    }
+                    Err(kube::Error::Api(status)) if present.is_some() && status.code == 404 => {
+                        self.send_work(mailbox, name, work, None).await
+                    }
+                    answer => answer,
+                };
                 let version = answer.as_ref().ok().and_then(|w| w.metadata.resource_version.clone());
                 (version.map(Outcome::Version), answer)
             })
@@ -740,18 +755,44 @@ impl<P: Plugin> Transport<P> {
         }
     }
 
-    /// The ITS's answer to a write of one wrapped object.
-    async fn send_work(&self, mailbox: &str, name: &str, work: &P::Wrapped) -> Result<Written, kube::Error> {
-        let params = PatchParams::apply(field_manager::TRANSPORT).force();
+    /// The ITS's answer to a write of one wrapped object: created if not `present`, else
+    /// rewritten over it ([`rewrite`]).
+    async fn send_work(
+        &self,
+        mailbox: &str,
+        name: &str,
+        work: &P::Wrapped,
+        present: Option<&ObjectMeta>,
+    ) -> Result<Written, kube::Error> {
         self.settings.metrics.common.writes.inc();
         // Serialized straight into the request: as a JSON value tree, 8 large ones in flight
         // took a quarter of the hub's peak heap. Of the reply (the whole ManifestWork, status
         // and all) only the version is decoded: the watch brings what the hub keeps of it.
-        let mut request = kube::core::Request::new(P::Wrapped::url_path(&(), Some(mailbox)))
-            .patch(name, &params, &Patch::Apply(work))
-            .map_err(kube::Error::BuildRequest)?;
+        let collection = P::Wrapped::url_path(&(), Some(mailbox));
+        let (verb, mut request) = match present {
+            None => {
+                let params = PostParams {
+                    field_manager: Some(field_manager::TRANSPORT.into()),
+                    ..Default::default()
+                };
+                let body = serde_json::to_vec(work).map_err(kube::Error::SerdeError)?;
+                let request = kube::core::Request::new(collection)
+                    .create(&params, body)
+                    .map_err(kube::Error::BuildRequest)?;
+                ("create", request)
+            }
+            Some(present) => {
+                let body = rewrite(work, present).map_err(kube::Error::SerdeError)?;
+                let request =
+                    http::Request::patch(format!("{collection}/{name}?fieldManager={}", field_manager::TRANSPORT))
+                        .header(http::header::CONTENT_TYPE, "application/json-patch+json")
+                        .body(body)
+                        .map_err(|err| kube::Error::BuildRequest(kube::core::request::Error::BuildRequest(err)))?;
+                ("patch", request)
+            }
+        };
         self.settings.metrics.written_bytes.inc_by(request.body().len() as u64);
-        request.extensions_mut().insert("patch");
+        request.extensions_mut().insert(verb);
         self.its.request::<Written>(request).await
     }
 

@@ -15,6 +15,7 @@ pub mod jsonpath;
 pub mod moves;
 mod plan;
 pub mod propagation;
+mod rewrite;
 mod schedule;
 pub mod sharding;
 pub mod template;

@@ -61,7 +61,8 @@ impl Stack {
             "--endpoint-reconciler-type=none".into(),
             // No node lifecycle controller runs to lift the not-ready taint from kwok's Nodes.
             "--disable-admission-plugins=TaintNodesByCondition".into(),
-            "--profiling=false".into(),
+            // `kubectl get --raw /debug/pprof/profile` (admins only) shows where its CPU goes.
+            "--profiling=true".into(),
             format!(
                 "--cert-dir={}",
                 self.state.join("apiserver").join(&space.name).display()

@@ -1,5 +1,6 @@
 //! The controller's writes of a Binding's ManifestWorks, against a mocked ITS.
 
+use ks_shared::names::CONTENT_DIGEST_ANNOTATION;
 use ks_shared::ocm::ManifestWork;
 
 use super::*;
@@ -107,8 +108,49 @@ async fn an_unchanged_work_is_not_written() {
     assert_eq!(transport.settings.metrics.written_bytes.get(), 0);
 }
 
+/// The name a write asked for, and the names of the objects it writes into it: a creation's, or
+/// a rewrite's (a JSON patch whose last operation replaces the spec).
+fn written(asked: &mock::Asked) -> (String, Vec<String>) {
+    let (name, spec) = match asked.method.as_str() {
+        "POST" => (
+            asked.body["metadata"]["name"].as_str().unwrap().to_string(),
+            &asked.body["spec"],
+        ),
+        "PATCH" => {
+            let path = asked.uri.split_once('?').unwrap().0;
+            let last = asked.body.as_array().unwrap().last().unwrap();
+            assert_eq!((&last["op"], &last["path"]), (&json!("replace"), &json!("/spec")));
+            (path.rsplit('/').next().unwrap().to_string(), &last["value"])
+        }
+        other => panic!("{other} is not a write"),
+    };
+    let names = spec["workload"]["manifests"].as_array().unwrap().iter();
+    (
+        name,
+        names
+            .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
+            .collect(),
+    )
+}
+
 #[tokio::test]
-async fn a_changed_work_is_applied_server_side_as_the_transport() {
+async fn a_new_work_is_created_as_the_transport() {
+    let (client, server) = mock::client();
+    let transport = with_works(&client, &[]);
+    let new = work("b-wds1-0", &["a"]);
+    let (applied, asked) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&new))),
+        answer_once(server, 201, &new)
+    );
+    assert!(applied.unwrap().rejections.is_empty());
+    assert_eq!(asked.method, "POST");
+    assert_eq!(asked.uri, format!("{WORKS}?&fieldManager=transport-controller"));
+    assert_eq!(asked.content_type, "application/json");
+    assert_eq!(asked.body, serde_json::to_value(&new).unwrap());
+}
+
+#[tokio::test]
+async fn a_changed_work_is_rewritten_by_a_json_patch_as_the_transport() {
     let (client, server) = mock::client();
     let transport = with_works(&client, &[work("b-wds1-0", &["a"])]);
     let changed = work("b-wds1-0", &["a", "b"]);
@@ -118,23 +160,43 @@ async fn a_changed_work_is_applied_server_side_as_the_transport() {
     );
     assert!(applied.unwrap().rejections.is_empty());
     assert_eq!(asked.method, "PATCH");
-    let (path, query) = asked.uri.split_once('?').unwrap();
-    assert_eq!(path, format!("{WORKS}/b-wds1-0"));
-    assert_eq!(query, "&force=true&fieldManager=transport-controller");
-    assert_eq!(asked.content_type, "application/apply-patch+yaml");
-    assert_eq!(asked.body["apiVersion"], "work.open-cluster-management.io/v1");
-    assert_eq!(asked.body["kind"], "ManifestWork");
-    assert_eq!(asked.body["metadata"]["name"], "b-wds1-0");
-    let names: Vec<&serde_json::Value> = asked.body["spec"]["workload"]["manifests"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|m| &m["metadata"]["name"])
-        .collect();
-    assert_eq!(names, ["a", "b"]);
+    assert_eq!(asked.uri, format!("{WORKS}/b-wds1-0?fieldManager=transport-controller"));
+    assert_eq!(asked.content_type, "application/json-patch+json");
+    assert_eq!(
+        written(&asked),
+        ("b-wds1-0".to_string(), vec!["a".to_string(), "b".to_string()])
+    );
+    let digest = &changed.metadata.annotations.as_ref().unwrap()[CONTENT_DIGEST_ANNOTATION];
+    assert!(asked.body.as_array().unwrap().contains(&json!({
+        "op": "add", "path": "/metadata/annotations/transport.kubestellar.io~1content-digest", "value": digest
+    })));
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
     let sent = serde_json::to_vec(&asked.body).unwrap().len() as u64;
     assert_eq!(transport.settings.metrics.written_bytes.get(), sent);
+}
+
+#[tokio::test]
+async fn a_work_the_cache_shows_wrongly_is_written_the_other_way() {
+    // Created meanwhile: the creation is refused, and it is rewritten. Deleted meanwhile: the
+    // rewrite finds nothing, and it is created.
+    for (cached, first, then) in [(false, ("POST", 409), "PATCH"), (true, ("PATCH", 404), "POST")] {
+        let (client, mut server) = mock::client();
+        let cache = if cached { vec![work("b-wds1-0", &["a"])] } else { vec![] };
+        let transport = with_works(&client, &cache);
+        let wanted = work("b-wds1-0", &["a", "b"]);
+        let answers = async {
+            let asked = server.answer(first.1, mock::failure(first.1)).await;
+            assert_eq!(asked.method, first.0);
+            server.answer(200, serde_json::to_value(&wanted).unwrap()).await
+        };
+        let (applied, asked) = tokio::join!(
+            transport.apply_works("b", desired(std::slice::from_ref(&wanted))),
+            answers
+        );
+        assert!(applied.unwrap().rejections.is_empty(), "{first:?}");
+        assert_eq!(asked.method, then);
+        assert_eq!(written(&asked).1, ["a", "b"]);
+    }
 }
 
 #[tokio::test]
@@ -202,13 +264,12 @@ async fn the_binding_waits_until_the_watch_shows_its_deletion() {
 
 #[tokio::test]
 async fn failed_writes_and_deletes_are_errors_to_retry() {
+    let Err(Error::Api(kube::Error::Api(status))) = write_answered(500).await else {
+        panic!("a write answered 500 is not retried");
+    };
+    assert_eq!(status.code, 500);
     let stale = work("b-wds1-1", &["b"]);
     for code in [409, 500] {
-        let Err(Error::Api(kube::Error::Api(status))) = write_answered(code).await else {
-            panic!("a write answered {code} is not retried");
-        };
-        assert_eq!(status.code, code);
-
         let (client, server) = mock::client();
         let transport = with_works(&client, std::slice::from_ref(&stale));
         let (applied, asked) = tokio::join!(
@@ -246,7 +307,7 @@ async fn a_work_losing_an_object_to_a_new_one_waits_until_that_one_is_applied() 
     let (applied, asked) = tokio::join!(transport.apply_works("b", wanted), answer_once(server, 201, &new));
     // Only the new one is written; the server is gone, so any other request would fail.
     assert!(applied.unwrap().holding);
-    assert_eq!(asked.uri.split_once('?').unwrap().0, format!("{WORKS}/b-wds1-1"));
+    assert_eq!(written(&asked).0, "b-wds1-1");
     assert!(transport.holding.lock().unwrap().contains("b"));
 }
 
@@ -263,19 +324,13 @@ async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_l
     // d is new in w-0; b moves to the new w-1, which no agent has applied.
     let wanted = desired(&[work("b-wds1-0", &["a", "d"]), work("b-wds1-1", &["b"])]);
     let answers = async {
-        let mut written = BTreeMap::new();
+        let mut all = BTreeMap::new();
         let some_work = serde_json::to_value(work("any", &[])).unwrap();
         for _ in 0..2 {
-            let asked = server.answer(200, some_work.clone()).await;
-            let names: Vec<String> = asked.body["spec"]["workload"]["manifests"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
-                .collect();
-            written.insert(asked.body["metadata"]["name"].as_str().unwrap().to_string(), names);
+            let (name, names) = written(&server.answer(200, some_work.clone()).await);
+            all.insert(name, names);
         }
-        written
+        all
     };
     let (applied, written) = tokio::join!(transport.apply_works("b", wanted), answers);
     assert!(applied.unwrap().holding);

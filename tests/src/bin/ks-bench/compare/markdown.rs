@@ -443,7 +443,7 @@ kubectl's creates, the ServiceAccount a new Namespace gets, Leases and Events) a
 ITS (the hub's, plus the OCM agent's finalizer patch on each new ManifestWork of a real WEC); then, once the \
 agents on both real WECs have reported every object (a WorkStatus each) and the WECs' reports (ManifestWork \
 status, WorkStatuses) have not changed for 5 s, the hub's writes during `--idle` seconds of idle (target 0). *ITS apiserver alone*: the same final \
-ManifestWorks, each written once into a namespace no agent reads, from a tight client loop with 8 writes in \
+ManifestWorks, each written once (created: the cheapest write the apiserver takes) into a namespace no agent reads, from a tight client loop with 8 writes in \
 flight, after the run is cleaned up (so the ITS never holds both) — the physical limit. The details say where \
 the machine's CPU went until every mailbox was full, and while the ITS apiserver alone wrote: CPU seconds of \
 each process of the stack (from `/proc`), of the bench's kubectl processes and of the bench itself. A run that has not reached every mailbox and both real WECs after \
