@@ -74,7 +74,7 @@ else
 BENCH_KNOBS ?=
 endif
 
-.PHONY: bench bench-tracing
+.PHONY: bench bench-tracing bench-write-cost
 bench: deps ## Ours vs upstream KubeStellar v0.30.0 on a fresh stack, in parts (SCENARIO=latency|bulk|objects|wecs|agent|churn; QUICK=1 small); writes docs/benchmarks.md
 	deps/build.sh kubestellar
 	$(CARGO) build --release --workspace --bins
@@ -89,3 +89,6 @@ bench-plan: ## Time and peak memory of the transport's plan of one Binding: 10,0
 
 bench-tracing: build ## Delivery and status latency with the hub's tracing off and on, alternating (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- tracing-overhead --rounds 2 --objects 30 --changes 30
+
+bench-write-cost: build ## ITS apiserver CPU per way of writing a ManifestWork (create, apply, JSON patch), with and without OCM's status (make up first)
+	$(CARGO) run -q -p ks-tests --bin ks-bench -- write-cost

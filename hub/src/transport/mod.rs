@@ -15,7 +15,6 @@ pub mod jsonpath;
 pub mod moves;
 mod plan;
 pub mod propagation;
-mod rewrite;
 mod schedule;
 pub mod sharding;
 pub mod template;

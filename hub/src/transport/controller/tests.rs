@@ -1,6 +1,5 @@
 //! The controller's writes of a Binding's ManifestWorks, against a mocked ITS.
 
-use ks_shared::names::CONTENT_DIGEST_ANNOTATION;
 use ks_shared::ocm::ManifestWork;
 
 use super::*;
@@ -108,25 +107,17 @@ async fn an_unchanged_work_is_not_written() {
     assert_eq!(transport.settings.metrics.written_bytes.get(), 0);
 }
 
-/// The name a write asked for, and the names of the objects it writes into it: a creation's, or
-/// a rewrite's (a JSON patch whose last operation replaces the spec).
+/// The name a write (a creation or a server-side apply) asked for, and the names of the objects
+/// it writes into it.
 fn written(asked: &mock::Asked) -> (String, Vec<String>) {
-    let (name, spec) = match asked.method.as_str() {
-        "POST" => (
-            asked.body["metadata"]["name"].as_str().unwrap().to_string(),
-            &asked.body["spec"],
-        ),
-        "PATCH" => {
-            let path = asked.uri.split_once('?').unwrap().0;
-            let last = asked.body.as_array().unwrap().last().unwrap();
-            assert_eq!((&last["op"], &last["path"]), (&json!("replace"), &json!("/spec")));
-            (path.rsplit('/').next().unwrap().to_string(), &last["value"])
-        }
-        other => panic!("{other} is not a write"),
-    };
-    let names = spec["workload"]["manifests"].as_array().unwrap().iter();
+    assert!(
+        ["POST", "PATCH"].contains(&asked.method.as_str()),
+        "{} is not a write",
+        asked.method
+    );
+    let names = asked.body["spec"]["workload"]["manifests"].as_array().unwrap().iter();
     (
-        name,
+        asked.body["metadata"]["name"].as_str().unwrap().to_string(),
         names
             .map(|m| m["metadata"]["name"].as_str().unwrap().to_string())
             .collect(),
@@ -150,7 +141,7 @@ async fn a_new_work_is_created_as_the_transport() {
 }
 
 #[tokio::test]
-async fn a_changed_work_is_rewritten_by_a_json_patch_as_the_transport() {
+async fn a_changed_work_is_applied_server_side_as_the_transport() {
     let (client, server) = mock::client();
     let transport = with_works(&client, &[work("b-wds1-0", &["a"])]);
     let changed = work("b-wds1-0", &["a", "b"]);
@@ -160,43 +151,36 @@ async fn a_changed_work_is_rewritten_by_a_json_patch_as_the_transport() {
     );
     assert!(applied.unwrap().rejections.is_empty());
     assert_eq!(asked.method, "PATCH");
-    assert_eq!(asked.uri, format!("{WORKS}/b-wds1-0?fieldManager=transport-controller"));
-    assert_eq!(asked.content_type, "application/json-patch+json");
     assert_eq!(
-        written(&asked),
-        ("b-wds1-0".to_string(), vec!["a".to_string(), "b".to_string()])
+        asked.uri,
+        format!("{WORKS}/b-wds1-0?&force=true&fieldManager=transport-controller")
     );
-    let digest = &changed.metadata.annotations.as_ref().unwrap()[CONTENT_DIGEST_ANNOTATION];
-    assert!(asked.body.as_array().unwrap().contains(&json!({
-        "op": "add", "path": "/metadata/annotations/transport.kubestellar.io~1content-digest", "value": digest
-    })));
+    assert_eq!(asked.content_type, "application/apply-patch+yaml");
+    assert_eq!(asked.body, serde_json::to_value(&changed).unwrap());
+    assert_eq!(written(&asked).1, ["a", "b"]);
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
     let sent = serde_json::to_vec(&asked.body).unwrap().len() as u64;
     assert_eq!(transport.settings.metrics.written_bytes.get(), sent);
 }
 
 #[tokio::test]
-async fn a_work_the_cache_shows_wrongly_is_written_the_other_way() {
-    // Created meanwhile: the creation is refused, and it is rewritten. Deleted meanwhile: the
-    // rewrite finds nothing, and it is created.
-    for (cached, first, then) in [(false, ("POST", 409), "PATCH"), (true, ("PATCH", 404), "POST")] {
-        let (client, mut server) = mock::client();
-        let cache = if cached { vec![work("b-wds1-0", &["a"])] } else { vec![] };
-        let transport = with_works(&client, &cache);
-        let wanted = work("b-wds1-0", &["a", "b"]);
-        let answers = async {
-            let asked = server.answer(first.1, mock::failure(first.1)).await;
-            assert_eq!(asked.method, first.0);
-            server.answer(200, serde_json::to_value(&wanted).unwrap()).await
-        };
-        let (applied, asked) = tokio::join!(
-            transport.apply_works("b", desired(std::slice::from_ref(&wanted))),
-            answers
-        );
-        assert!(applied.unwrap().rejections.is_empty(), "{first:?}");
-        assert_eq!(asked.method, then);
-        assert_eq!(written(&asked).1, ["a", "b"]);
-    }
+async fn a_work_created_behind_the_caches_back_is_applied() {
+    let (client, mut server) = mock::client();
+    let transport = with_works(&client, &[]);
+    let wanted = work("b-wds1-0", &["a"]);
+    let answers = async {
+        let asked = server.answer(409, mock::failure(409)).await;
+        assert_eq!(asked.method, "POST");
+        server.answer(200, serde_json::to_value(&wanted).unwrap()).await
+    };
+    let (applied, asked) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&wanted))),
+        answers
+    );
+    assert!(applied.unwrap().rejections.is_empty());
+    assert_eq!(asked.method, "PATCH");
+    assert_eq!(asked.content_type, "application/apply-patch+yaml");
+    assert_eq!(written(&asked), ("b-wds1-0".to_string(), vec!["a".to_string()]));
 }
 
 #[tokio::test]

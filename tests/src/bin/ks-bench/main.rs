@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand};
 use ks_tests::harness::repo_root;
 use ks_tests::stack::Stack;
 
-use scenarios::{agent, binding, delivery, status, tracing_overhead};
+use scenarios::{agent, binding, delivery, status, tracing_overhead, write_cost};
 
 #[derive(Parser)]
 #[command(
@@ -75,6 +75,16 @@ enum Command {
         #[arg(long, default_value_t = 30)]
         changes: usize,
     },
+    /// What each way of writing a ManifestWork (create, server-side apply, JSON patch, OCM's
+    /// status merge patch) costs the ITS apiserver in CPU seconds, without and with OCM's
+    /// per-manifest status in it.
+    WriteCost {
+        #[arg(long, default_value_t = 100)]
+        works: usize,
+        /// ConfigMaps per ManifestWork (of 300 bytes each).
+        #[arg(long, default_value_t = 500)]
+        manifests: usize,
+    },
     /// Ours against upstream KubeStellar v0.30.0, alternating, in parts (`--scenario`); each
     /// part's results go to docs/bench/<part>.json, and docs/benchmarks.md with its plots is
     /// written again from every part's results present.
@@ -115,6 +125,7 @@ async fn main() -> anyhow::Result<()> {
             objects,
             changes,
         } => tracing_overhead::run(&stack, rounds, objects, changes).await,
+        Command::WriteCost { works, manifests } => write_cost::run(&stack, works, manifests).await,
         Command::Compare(knobs) => compare::run(&stack, &knobs).await,
         Command::Report { .. } => unreachable!("handled above"),
     }

@@ -5,3 +5,4 @@ pub mod binding;
 pub mod delivery;
 pub mod status;
 pub mod tracing_overhead;
+pub mod write_cost;
