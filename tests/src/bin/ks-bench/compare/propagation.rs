@@ -400,17 +400,15 @@ async fn physical_limit(
         field_manager: Some(MANAGER.into()),
         ..Default::default()
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(its.clone(), &ns, &ApiResource::erase::<ManifestWork>(&()));
+    let resource = ApiResource::erase::<ManifestWork>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(its.clone(), &ns, &resource);
     let machine = CpuByProcess::start(&stack.procs);
     let started = Instant::now();
     futures::stream::iter(works.iter().enumerate())
         .map(|(n, w)| {
             let (api, params) = (api.clone(), params.clone());
-            async move {
-                let work = DynamicObject::new(&format!("w-{n}"), &ApiResource::erase::<ManifestWork>(&()))
-                    .data(json!({"spec": w}));
-                api.create(&params, &work).await.map(|_| ())
-            }
+            let work = DynamicObject::new(&format!("w-{n}"), &resource).data(json!({"spec": w}));
+            async move { api.create(&params, &work).await.map(|_| ()) }
         })
         .buffer_unordered(8)
         .try_collect::<Vec<()>>()

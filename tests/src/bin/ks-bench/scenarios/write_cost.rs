@@ -1,7 +1,7 @@
 //! `write-cost`: what each way of writing a ManifestWork costs the ITS apiserver, in its CPU
-//! seconds; how the transport writes them (hub/src/transport/rewrite.rs) rests on it. Each way
-//! writes every ManifestWork once, 8 at a time, first without status, then once OCM-like
-//! per-manifest conditions are in their status, as OCM's work agent writes them.
+//! seconds; how the transport writes them (`send_work` in hub/src/transport/controller.rs) rests
+//! on it. Each way writes every ManifestWork once, 8 at a time, first without status, then once
+//! OCM-like per-manifest conditions are in their status, as OCM's work agent writes them.
 
 use std::time::{Duration, Instant};
 
@@ -76,15 +76,9 @@ pub async fn run(stack: &Stack, works: usize, manifests: usize) -> anyhow::Resul
         .await?;
     }
     // Gone before the next run starts: deleting them costs the ITS as much as writing them.
+    let uid = namespaces.get(&ns).await?.metadata.uid.unwrap_or_default();
     namespaces.delete(&ns, &DeleteParams::default()).await?;
-    wait_until(
-        namespaces,
-        &ns,
-        "the namespace to be gone",
-        DEADLINE,
-        conditions::is_deleted(""),
-    )
-    .await?;
+    wait_until(namespaces, &ns, "gone", DEADLINE, conditions::is_deleted(&uid)).await?;
     Ok(())
 }
 
