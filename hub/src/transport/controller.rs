@@ -750,10 +750,10 @@ impl<P: Plugin> Transport<P> {
 
     /// The ITS's answer to a write of one wrapped object: created (POST) if it does not exist,
     /// else server-side applied. See `ks-bench write-cost`: for 100 ManifestWorks of 213 kB the
-    /// ITS used about 6 CPU-s to create them against 7 to 12 to apply them, as it parses an
-    /// apply's body as YAML. Once OCM's per-manifest status is in them, a JSON patch cost it more
-    /// than an apply in 6 of 7 paired runs (e.g. 42 against 24 CPU-s): the ITS turns the whole
-    /// object into JSON and back to patch it.
+    /// ITS used 5 to 6 CPU-s to create them against 8 to 9 to apply them, as it parses an apply's
+    /// body as YAML. Once OCM's per-manifest status is in them, a JSON patch cost it more than an
+    /// apply in each of 6 paired runs (26 to 34 against 24 to 28 CPU-s): the ITS turns the whole
+    /// object, status and all, into JSON and back to patch it.
     async fn send_work(
         &self,
         mailbox: &str,

@@ -12,7 +12,7 @@ use super::markdown::curve_table;
 use super::propagation::{Load, its_alone, propagate};
 use super::results::{Outcome, Output, Part, Point};
 use super::simulated::simulated_wecs;
-use super::{Knobs, REAL_WECS, clean_up, knob, list, order, switch_to};
+use super::{Knobs, clean_up, knob, list, order, switch_to};
 
 pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Output> {
     let mut scale: Vec<(usize, usize)> = match part {
@@ -32,10 +32,11 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
     let mut output = Output::default();
     let mut unfinished = BTreeSet::new();
     for (n, &(objects, wecs)) in scale.iter().enumerate() {
-        let simulated = simulated_wecs(stack, wecs.saturating_sub(REAL_WECS.len())).await?;
+        let simulated = simulated_wecs(stack, wecs.saturating_sub(knobs.real_wecs().len())).await?;
         let load = Load {
             objects,
             namespaces: knobs.namespaces,
+            real: knobs.real_wecs(),
             simulated: &simulated,
         };
         for i in order(n) {
@@ -83,6 +84,7 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
     };
     output.knobs.extend([
         knob("namespaces", knobs.namespaces),
+        knob("without-real-wecs", knobs.without_real_wecs),
         knob("kubectl-parallel", knobs.kubectl_parallel),
         knob("idle", knobs.idle),
         knob("upstream-cap-minutes", knobs.upstream_cap_minutes),

@@ -87,6 +87,11 @@ pub struct Knobs {
     /// bulk: ManagedClusters with a mailbox but no agent, besides the 2 real WECs.
     #[arg(long, default_value_t = 50)]
     pub simulated_wecs: usize,
+    /// bulk, objects, wecs: the policies select the simulated WECs only, not the 2 real ones: what
+    /// the hub and the ITS take when no WEC on this machine applies anything meanwhile (to take
+    /// the time apart; not the scale issue's setup, and "all on both real WECs" is not measured).
+    #[arg(long)]
+    pub without_real_wecs: bool,
     /// bulk, objects, wecs: `kubectl apply` processes at once (one file per namespace).
     #[arg(long, default_value_t = 4)]
     pub kubectl_parallel: usize,
@@ -133,6 +138,11 @@ pub struct Knobs {
 }
 
 impl Knobs {
+    /// The real WECs the bulk and curve parts deliver to.
+    pub fn real_wecs(&self) -> &'static [&'static str] {
+        if self.without_real_wecs { &[] } else { &REAL_WECS }
+    }
+
     pub fn cap(&self, i: Implementation) -> f64 {
         match i {
             Implementation::Ours => self.ours_cap_minutes,

@@ -27,7 +27,7 @@ use super::kubectl::{self, LABEL};
 use super::report::Implementation;
 use super::results::{Measured, Outcome};
 use super::simulated::SIMULATED_LABEL;
-use super::{Knobs, REAL_WECS, WDS, hub_pids, within};
+use super::{Knobs, WDS, hub_pids, within};
 use crate::fixtures::{MANAGER, apply_namespace, unique};
 use crate::measure::{CpuByProcess, Usage};
 
@@ -43,12 +43,14 @@ const COPIES_DEADLINE: Duration = Duration::from_secs(600);
 pub struct Load<'a> {
     pub objects: usize,
     pub namespaces: usize,
+    /// The real WECs: both, or none (`--without-real-wecs`).
+    pub real: &'a [&'a str],
     pub simulated: &'a [String],
 }
 
 impl Load<'_> {
     pub fn wecs(&self) -> usize {
-        REAL_WECS.len() + self.simulated.len()
+        self.real.len() + self.simulated.len()
     }
 }
 
@@ -67,7 +69,11 @@ pub async fn propagate(
     let its = stack.client("its1").await?;
     let prefix = unique("bench-bulk");
     let spreads = kubectl::spread(&prefix, load.objects, load.namespaces);
-    let clusters = json!([{"matchLabels": {"location-group": "edge"}}, {"matchLabels": {SIMULATED_LABEL: "true"}}]);
+    let simulated = json!({"matchLabels": {SIMULATED_LABEL: "true"}});
+    let clusters = match load.real {
+        [] => json!([simulated]),
+        _ => json!([{"matchLabels": {"location-group": "edge"}}, simulated]),
+    };
     let dir = stack.state.join("tmp").join(&prefix);
     let files = kubectl::write_files(&dir, &spreads, &clusters)?;
 
@@ -128,7 +134,8 @@ pub async fn propagate(
     let _ = std::fs::remove_dir_all(&dir);
 
     // Every mailbox holding every object and every Namespace.
-    let mailboxes: Vec<String> = REAL_WECS
+    let mailboxes: Vec<String> = load
+        .real
         .iter()
         .map(|s| s.to_string())
         .chain(load.simulated.iter().cloned())
@@ -172,7 +179,7 @@ pub async fn propagate(
     let cpu_by_process = machine.since();
     let mut on_wecs = None;
     if in_mailboxes.is_some() {
-        let wecs = [stack.client(REAL_WECS[0]).await?, stack.client(REAL_WECS[1]).await?];
+        let wecs = futures::future::try_join_all(load.real.iter().map(|wec| stack.client(wec))).await?;
         let all_there = || async {
             let mut all = true;
             for wec in &wecs {
@@ -197,7 +204,10 @@ pub async fn propagate(
         in_mailboxes_accepted_seconds: last_accepted
             .filter(|_| in_mailboxes.is_some())
             .map_or(0.0, |t| (t.as_millisecond() - started_at.as_millisecond()) as f64 / 1e3),
-        on_wecs_seconds: on_wecs.unwrap_or_default().as_secs_f64(),
+        on_wecs_seconds: on_wecs
+            .filter(|_| !load.real.is_empty())
+            .unwrap_or_default()
+            .as_secs_f64(),
         hub_peak_rss_mib: peak,
         hub_cpu_seconds: cpu,
         hub_wds_writes: hub_writes_in_wds(&wds_writes),
@@ -244,7 +254,7 @@ pub async fn propagate(
     // (status return is the hub's work too), then a measuring window.
     let reported = || async {
         let mut all = true;
-        for wec in REAL_WECS {
+        for wec in load.real {
             let statuses = Api::<WorkStatus>::namespaced(its.clone(), wec)
                 .list_metadata(&ListParams::default().labels(&ours))
                 .await?;
@@ -275,13 +285,16 @@ pub async fn propagate(
     ));
 
     let final_works = final_contents(&works, &ours).await?;
+    let on_wecs = match load.real {
+        [] => "no real WECs".to_string(),
+        _ => format!("both real WECs in {:.1} s", measured.on_wecs_seconds),
+    };
     let full_line = format!(
-        "{i}, {} objects × {} WECs: every mailbox full in {:.1} s as the watch showed it, and as the ITS accepted the last write {:.0} s; both real WECs in {:.1} s",
+        "{i}, {} objects × {} WECs: every mailbox full in {:.1} s as the watch showed it, and as the ITS accepted the last write {:.0} s; {on_wecs}",
         load.objects,
         load.wecs(),
         measured.in_mailboxes_seconds,
         measured.in_mailboxes_accepted_seconds,
-        measured.on_wecs_seconds
     );
     println!("   {full_line}");
     notes.push_str(&format!("\n{full_line}"));
