@@ -179,6 +179,7 @@ pub async fn run<P: Plugin>(
         BINDING_CONCURRENCY,
         Pacing::new(PACE, LONGEST_REST),
         Backoff::new(RETRY_MIN, RETRY_MAX),
+        transport.settings.metrics.lag.held.clone(),
     );
     let transport = &transport;
     let mut running: FuturesUnordered<BoxFuture<'_, Reconciled>> = FuturesUnordered::new();

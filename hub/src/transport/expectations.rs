@@ -32,6 +32,9 @@ pub struct Lag {
     pub seen: Histogram,
     /// Writes the watch had not shown after [`EXPIRY`].
     pub given_up: Counter,
+    /// Seconds a changed Binding waited, from when its own writes first held it back until it
+    /// was planned again: the time these waits add to delivery.
+    pub held: Histogram,
 }
 
 impl Default for Lag {
@@ -39,6 +42,7 @@ impl Default for Lag {
         Lag {
             seen: Histogram::new([0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0]),
             given_up: Counter::default(),
+            held: Histogram::new([0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0]),
         }
     }
 }

@@ -54,6 +54,11 @@ impl Metrics {
             self.lag.seen.clone(),
         );
         sub.register(
+            "binding_held_seconds",
+            "Seconds a changed Binding waited for its own ManifestWork writes to show in the watch before it was planned again",
+            self.lag.held.clone(),
+        );
+        sub.register(
             "write_unseen",
             "ManifestWork writes the watch had not shown 5 minutes after their reply (their Binding was planned without them)",
             self.lag.given_up.clone(),

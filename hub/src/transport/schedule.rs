@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ks_shared::runtime::{Backoff, Pacing};
+use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
 /// A Binding's version: its generation (status changes leave it as it was).
@@ -21,12 +22,21 @@ pub struct Schedule {
     resting: BTreeMap<String, Instant>,
     retries: Backoff<String>,
     pacing: Pacing<String, Version>,
+    /// Since when each Binding held back by its own writes not yet in the cache has waited.
+    held_since: BTreeMap<String, Instant>,
+    /// How long those waits took, observed as each Binding starts.
+    held: Histogram,
 }
 
 impl Schedule {
     /// At most `concurrency` Bindings at once; their rests and back-offs as [`Pacing::new`] and
-    /// [`Backoff::new`] take them.
-    pub fn new(concurrency: usize, pacing: Pacing<String, Version>, retries: Backoff<String>) -> Schedule {
+    /// [`Backoff::new`] take them; how long Bindings wait for their own writes into `held`.
+    pub fn new(
+        concurrency: usize,
+        pacing: Pacing<String, Version>,
+        retries: Backoff<String>,
+        held: Histogram,
+    ) -> Schedule {
         Schedule {
             concurrency,
             pending: BTreeSet::new(),
@@ -34,6 +44,8 @@ impl Schedule {
             resting: BTreeMap::new(),
             retries,
             pacing,
+            held_since: BTreeMap::new(),
+            held,
         }
     }
 
@@ -70,9 +82,17 @@ impl Schedule {
             }
             self.pending.remove(&name);
             let version = version(&name);
-            if let Some(until) = self.pacing.hold(&name, version, now).or_else(|| waits(&name)) {
+            if let Some(until) = self.pacing.hold(&name, version, now) {
                 self.resting.insert(name, until);
                 continue;
+            }
+            if let Some(until) = waits(&name) {
+                self.held_since.entry(name.clone()).or_insert(now);
+                self.resting.insert(name, until);
+                continue;
+            }
+            if let Some(since) = self.held_since.remove(&name) {
+                self.held.observe((now - since).as_secs_f64());
             }
             self.running.insert(name.clone());
             started.push((name, version));
@@ -114,6 +134,7 @@ mod tests {
             concurrency,
             Pacing::new(3, Duration::from_secs(30)),
             Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+            Histogram::new([1.0]),
         )
     }
 
@@ -198,8 +219,19 @@ mod tests {
         assert!(schedule.start(t0, |_| Some(1), |_| Some(until)).is_empty());
         assert_eq!(schedule.wake(), Some(until));
         assert_eq!(schedule.waiting(), 1);
+        // Still held back a moment later: the wait counts from the first time.
+        schedule.changed("a".into());
+        assert!(schedule.start(t0 + ms(2), |_| Some(1), |_| Some(until)).is_empty());
         // The watch brought the write back: that is a change of the Binding too.
         schedule.changed("a".into());
         assert_eq!(names(&schedule.start(t0 + ms(5), |_| Some(1), no_wait)), ["a"]);
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("held", "", schedule.held.clone());
+        ks_shared::runtime::assert_exports(&registry, &["held_sum 0.005", "held_count 1"]);
+        // Planned again without a wait: nothing more is observed.
+        schedule.finished("a".into(), Some(1), Ok(Duration::ZERO), t0 + ms(6));
+        schedule.changed("a".into());
+        assert_eq!(names(&schedule.start(t0 + ms(60), |_| Some(2), no_wait)), ["a"]);
+        ks_shared::runtime::assert_exports(&registry, &["held_count 1"]);
     }
 }
