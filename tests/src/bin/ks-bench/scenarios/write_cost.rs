@@ -31,29 +31,32 @@ pub async fn run(stack: &Stack, works: usize, manifests: usize) -> anyhow::Resul
     let kb = serde_json::to_vec(&work(0, 0))?.len() / 1000;
     println!("{works} ManifestWorks of {manifests} ConfigMaps ({kb} kB) each, 8 writes in flight:");
     let apply = PatchParams::apply(MANAGER).force();
-    let rewrite = |round: usize| -> anyhow::Result<Patch<Value>> {
-        let patch = json!([{"op": "replace", "path": "/spec", "value": spec(manifests, round)}]);
-        Ok(Patch::Json(serde_json::from_value(patch)?))
-    };
     let status = json!({"status": ocm_status(manifests)});
-    let (api, apply, status, work, rewrite) = (&api, &apply, &status, &work, &rewrite);
+    let (api, apply, status, work) = (&api, &apply, &status, &work);
+    // Each way as a write of round `round`'s content into ManifestWork n.
+    let applying = move |round: usize| {
+        move |n: usize| async move {
+            api.patch(&format!("w-{n}"), apply, &Patch::Apply(work(n, round)))
+                .await?;
+            Ok(())
+        }
+    };
+    let patching = move |round: usize| {
+        move |n: usize| async move {
+            let patch = json!([{"op": "replace", "path": "/spec", "value": spec(manifests, round)}]);
+            let patch: Patch<Value> = Patch::Json(serde_json::from_value(patch)?);
+            api.patch(&format!("w-{n}"), &PatchParams::default(), &patch).await?;
+            Ok(())
+        }
+    };
     cost(stack, "create (POST)", works, |n| async move {
         let created: ManifestWork = serde_json::from_value(work(n, 0))?;
         api.create(&PostParams::default(), &created).await?;
         Ok(())
     })
     .await?;
-    cost(stack, "server-side apply", works, |n| async move {
-        api.patch(&format!("w-{n}"), apply, &Patch::Apply(work(n, 1))).await?;
-        Ok(())
-    })
-    .await?;
-    cost(stack, "JSON patch of the spec", works, |n| async move {
-        api.patch(&format!("w-{n}"), &PatchParams::default(), &rewrite(2)?)
-            .await?;
-        Ok(())
-    })
-    .await?;
+    cost(stack, "server-side apply", works, applying(1)).await?;
+    cost(stack, "JSON patch of the spec", works, patching(2)).await?;
     cost(stack, "OCM's status (merge patch)", works, |n| async move {
         api.patch_status(&format!("w-{n}"), &PatchParams::default(), &Patch::Merge(status))
             .await?;
@@ -62,18 +65,8 @@ pub async fn run(stack: &Stack, works: usize, manifests: usize) -> anyhow::Resul
     .await?;
     // Twice each way, alternating: one way's cost here varies by half from run to run.
     for round in [3, 5] {
-        cost(stack, "server-side apply, with status", works, |n| async move {
-            api.patch(&format!("w-{n}"), apply, &Patch::Apply(work(n, round)))
-                .await?;
-            Ok(())
-        })
-        .await?;
-        cost(stack, "JSON patch of the spec, with status", works, |n| async move {
-            api.patch(&format!("w-{n}"), &PatchParams::default(), &rewrite(round + 1)?)
-                .await?;
-            Ok(())
-        })
-        .await?;
+        cost(stack, "server-side apply, with status", works, applying(round)).await?;
+        cost(stack, "JSON patch of the spec, with status", works, patching(round + 1)).await?;
     }
     // Gone before the next run starts: deleting them costs the ITS as much as writing them.
     let uid = namespaces.get(&ns).await?.metadata.uid.unwrap_or_default();
