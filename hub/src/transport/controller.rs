@@ -294,15 +294,15 @@ struct Transport<P: Plugin> {
     /// Bindings with a ManifestWork held back until the objects it loses land in another (of the
     /// same Binding or another): passed again on every Binding's change.
     holding: std::sync::Mutex<BTreeSet<String>>,
-    /// Its own ManifestWork writes that the cache has not shown yet: a Binding is planned only
-    /// once it has (or they expire).
-    expectations: Arc<std::sync::Mutex<Expectations>>,
+    /// Its own ManifestWork writes that the cache has not shown yet: a Binding is planned from
+    /// them laid over the cache.
+    expectations: Arc<std::sync::Mutex<Expectations<P::Wrapped>>>,
     /// Permits for ManifestWork writes, [`WRITE_CONCURRENCY`] in all, shared by the Bindings.
     writes: tokio::sync::Semaphore,
 }
 
 /// What the watch of wrapped objects shows, taken into `expectations`, and the input it is.
-fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations>, seen: Seen<'_, W>) -> Option<Input> {
+fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations<W>>, seen: Seen<'_, W>) -> Option<Input> {
     let mut expectations = expectations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let (work, deleted) = match seen {
         Seen::Changed(work) => (work, work.meta().deletion_timestamp.is_some()),
@@ -324,6 +324,11 @@ fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations>, seen: S
     work.labels()
         .get(ORIGIN_BINDING_LABEL)
         .map(|b| Input::Binding(b.clone()))
+}
+
+/// Whether a wrapped object is `binding`'s.
+fn of_binding<W: Resource>(work: &W, binding: &str) -> bool {
+    work.labels().get(ORIGIN_BINDING_LABEL).map(String::as_str) == Some(binding)
 }
 
 /// A wrapped object's (mailbox, name).
@@ -365,7 +370,7 @@ impl<P: Plugin> Transport<P> {
         }
     }
 
-    fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations> {
+    fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations<P::Wrapped>> {
         self.expectations
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -377,7 +382,7 @@ impl<P: Plugin> Transport<P> {
         &self,
         binding: &str,
         work: WorkKey,
-        request: impl Future<Output = (Option<Outcome>, T)>,
+        request: impl Future<Output = (Option<Outcome<P::Wrapped>>, T)>,
     ) -> T {
         self.expectations().sending(work.clone(), binding, Instant::now());
         let (outcome, result) = request.await;
@@ -391,13 +396,30 @@ impl<P: Plugin> Transport<P> {
         result
     }
 
-    /// This Binding's wrapped objects, in any mailbox.
+    /// This Binding's wrapped objects, in any mailbox, as a plan starts from them: see
+    /// [`Transport::works_where`].
     fn current_works(&self, binding: &str) -> Vec<Arc<P::Wrapped>> {
-        self.works
+        self.works_where(|w| of_binding(w, binding))
+    }
+
+    /// The wrapped objects `wanted` picks, as the cache holds them with the transport's own
+    /// writes that the watch has not shown yet in place of what it holds: a plan from the cache
+    /// alone, while the watch lags, would place again what is already placed.
+    fn works_where(&self, wanted: impl Fn(&P::Wrapped) -> bool) -> Vec<Arc<P::Wrapped>> {
+        let mut works: BTreeMap<WorkKey, Arc<P::Wrapped>> = self
+            .works
             .state()
             .into_iter()
-            .filter(|w| w.labels().get(ORIGIN_BINDING_LABEL).map(String::as_str) == Some(binding))
-            .collect()
+            .filter(|w| wanted(w))
+            .map(|w| (work_key(&*w), w))
+            .collect();
+        for (key, written) in self.expectations().unseen(Instant::now()) {
+            match written {
+                Some(work) if wanted(work) => works.insert(key.clone(), work.clone()),
+                _ => works.remove(key),
+            };
+        }
+        works.into_values().collect()
     }
 
     /// Brings the Binding's ManifestWorks and statuses in line; how long the ManifestWork writes
@@ -451,7 +473,15 @@ impl<P: Plugin> Transport<P> {
         if policy.metadata.deletion_timestamp.is_some() || policy.status.is_none() {
             return Ok(());
         }
-        let propagation = plan::propagation(&self.plugin, binding, &self.current_works(&name));
+        // From the cache alone: what OCM's agents reported, where a write not shown yet has no
+        // status.
+        let reported: Vec<Arc<P::Wrapped>> = self
+            .works
+            .state()
+            .into_iter()
+            .filter(|w| of_binding(&**w, &name))
+            .collect();
+        let propagation = plan::propagation(&self.plugin, binding, &reported);
         let current = policy.status.as_ref();
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
         let condition = propagation::condition(
@@ -689,17 +719,9 @@ impl<P: Plugin> Transport<P> {
                 })
             })
             .collect();
-        for work in self.works.state() {
-            if work
-                .labels()
-                .get(ORIGIN_BINDING_LABEL)
-                .is_some_and(|b| takers.contains(b))
-            {
-                now.insert(
-                    (work.namespace().unwrap_or_default(), work.name_any()),
-                    self.as_is(&work),
-                );
-            }
+        let taking = |w: &P::Wrapped| w.labels().get(ORIGIN_BINDING_LABEL).is_some_and(|b| takers.contains(b));
+        for work in self.works_where(taking) {
+            now.insert(work_key(&*work), self.as_is(&work));
         }
         taken
     }
@@ -724,7 +746,12 @@ impl<P: Plugin> Transport<P> {
                     answer => answer,
                 };
                 let version = answer.as_ref().ok().and_then(|w| w.metadata.resource_version.clone());
-                (version.map(Outcome::Version), answer)
+                let written = || {
+                    let mut written = work.clone();
+                    P::trim(&mut written);
+                    Arc::new(written)
+                };
+                (version.map(|v| Outcome::Written(v, written())), answer)
             })
             .await;
         let Err(err) = answer else {

@@ -50,17 +50,17 @@ impl Metrics {
         );
         sub.register(
             "write_seen_seconds",
-            "Seconds from a ManifestWork write's reply to the watch showing it, 0 when it showed first (its Binding waits meanwhile)",
+            "Seconds from a ManifestWork write's reply to the watch showing it, 0 when it showed first (its Binding is planned from what it wrote meanwhile)",
             self.lag.seen.clone(),
         );
         sub.register(
             "binding_held_seconds",
-            "Seconds a changed Binding waited for its own ManifestWork writes to show in the watch before it was planned again",
+            "Seconds a changed Binding waited for its own ManifestWork writes in flight before it was planned again",
             self.lag.held.clone(),
         );
         sub.register(
             "write_unseen",
-            "ManifestWork writes the watch had not shown 5 minutes after their reply (their Binding was planned without them)",
+            "ManifestWork writes the watch had not shown 5 minutes after their reply (from then on their Binding is planned from the cache alone)",
             self.lag.given_up.clone(),
         );
     }

@@ -22,7 +22,7 @@ pub struct Schedule {
     resting: BTreeMap<String, Instant>,
     retries: Backoff<String>,
     pacing: Pacing<String, Version>,
-    /// Since when each Binding held back by its own writes not yet in the cache has waited.
+    /// Since when each Binding held back by its own writes in flight has waited.
     held_since: BTreeMap<String, Instant>,
     /// How long those waits took, observed as each Binding starts.
     held: Histogram,
@@ -65,7 +65,7 @@ impl Schedule {
 
     /// The Bindings to reconcile at `now`, each with its version (`version` reads it); they
     /// count as running until [`Schedule::finished`]. One for which `waits` gives a time (its
-    /// own writes are not in the cache yet) rests until then, or until it changes again.
+    /// own writes are in flight) rests until then, or until it changes again.
     pub fn start(
         &mut self,
         now: Instant,

@@ -209,28 +209,61 @@ fn at(mut work: ManifestWork, version: &str) -> ManifestWork {
     work
 }
 
-#[tokio::test]
-async fn the_binding_waits_until_the_watch_shows_its_own_write() {
-    let (client, server) = mock::client();
-    let transport = with_works(&client, &[]);
-    let written = work("b-wds1-0", &["a"]);
-    let reply = at(written.clone(), "7");
-    let (applied, _) = tokio::join!(
-        transport.apply_works("b", desired(std::slice::from_ref(&written))),
-        answer_once(server, 201, &reply)
-    );
-    assert!(applied.unwrap().rejections.is_empty());
-    let waits = || transport.expectations().wait_of("b", Instant::now());
-    assert!(waits().is_some(), "planned again now, it would not see what it wrote");
-    let older = seen_work(&transport.expectations, Seen::Changed(&at(written.clone(), "6")));
-    assert!(matches!(older, Some(Input::Binding(b)) if b == "b"));
-    assert!(waits().is_some(), "an older version");
-    seen_work(&transport.expectations, Seen::Changed(&at(written, "7")));
-    assert_eq!(waits(), None);
+/// The names of the ManifestWorks of Binding `b` that a plan starts from, with the names of the
+/// objects each holds.
+fn planned_from(transport: &Transport<Ocm>) -> Vec<(String, Vec<String>)> {
+    let mut works: Vec<_> = transport
+        .current_works("b")
+        .iter()
+        .map(|w| (w.name_any(), Ocm.gloss(w).into_iter().map(|(.., name)| name).collect()))
+        .collect();
+    works.sort();
+    works
 }
 
 #[tokio::test]
-async fn the_binding_waits_until_the_watch_shows_its_deletion() {
+async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write_it_again() {
+    let (client, server) = mock::client();
+    let before = at(work("b-wds1-0", &["a"]), "5");
+    let transport = with_works(&client, std::slice::from_ref(&before));
+    let written = work("b-wds1-0", &["a", "b"]);
+    let reply = at(written.clone(), "7");
+    let (applied, _) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&written))),
+        answer_once(server, 200, &reply)
+    );
+    assert!(applied.unwrap().rejections.is_empty());
+    assert_eq!(
+        transport.expectations().wait_of("b", Instant::now()),
+        None,
+        "no wait for the watch"
+    );
+    assert_eq!(
+        planned_from(&transport),
+        [("b-wds1-0".into(), vec!["a".into(), "b".into()])]
+    );
+    // The ITS answers nothing more: another write would fail.
+    let again = transport
+        .apply_works("b", desired(std::slice::from_ref(&written)))
+        .await;
+    assert!(again.unwrap().rejections.is_empty());
+    assert_eq!(transport.settings.metrics.common.writes.get(), 1);
+    let older = seen_work(
+        &transport.expectations,
+        Seen::Changed(&at(work("b-wds1-0", &["a"]), "6")),
+    );
+    assert!(matches!(older, Some(Input::Binding(b)) if b == "b"));
+    assert_eq!(
+        planned_from(&transport)[0].1.len(),
+        2,
+        "an older version is not the write"
+    );
+    seen_work(&transport.expectations, Seen::Changed(&at(written, "7")));
+    assert_eq!(transport.expectations().unseen(Instant::now()).count(), 0);
+}
+
+#[tokio::test]
+async fn a_binding_planned_again_before_the_watch_shows_its_deletion_does_not_delete_again() {
     let kept = work("b-wds1-0", &["a"]);
     let stale = at(work("b-wds1-1", &["b"]), "5");
     let (client, server) = mock::client();
@@ -240,10 +273,12 @@ async fn the_binding_waits_until_the_watch_shows_its_deletion() {
         answer_once(server, 200, &stale)
     );
     assert!(applied.unwrap().rejections.is_empty());
-    let waits = || transport.expectations().wait_of("b", Instant::now());
-    assert!(waits().is_some());
+    assert_eq!(planned_from(&transport), [("b-wds1-0".into(), vec!["a".into()])]);
+    let again = transport.apply_works("b", desired(std::slice::from_ref(&kept))).await;
+    assert!(again.unwrap().rejections.is_empty());
+    assert_eq!(transport.settings.metrics.common.writes.get(), 1);
     seen_work(&transport.expectations, Seen::Deleted(&stale));
-    assert_eq!(waits(), None);
+    assert_eq!(transport.expectations().unseen(Instant::now()).count(), 0);
 }
 
 #[tokio::test]

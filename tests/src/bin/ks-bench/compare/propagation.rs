@@ -316,7 +316,7 @@ pub async fn propagate(
                 written.unseen
             ),
             format!(
-                "{point}: a changed Binding waited for its own writes to show {:.0} times, {:.1} s in all",
+                "{point}: a changed Binding waited for its own writes in flight {:.0} times, {:.1} s in all",
                 written.held, written.held_seconds
             ),
         ];
@@ -509,7 +509,7 @@ struct Written {
     seen_within_minute: f64,
     /// Writes its watch had not shown after 5 min.
     unseen: f64,
-    /// Times a changed Binding waited for its own writes to show, and the seconds in all.
+    /// Times a changed Binding waited for its own writes in flight, and the seconds in all.
     held: f64,
     held_seconds: f64,
 }
