@@ -179,7 +179,6 @@ pub async fn run<P: Plugin>(
         BINDING_CONCURRENCY,
         Pacing::new(PACE, LONGEST_REST),
         Backoff::new(RETRY_MIN, RETRY_MAX),
-        transport.settings.metrics.lag.held.clone(),
     );
     let transport = &transport;
     let mut running: FuturesUnordered<BoxFuture<'_, Reconciled>> = FuturesUnordered::new();
@@ -246,9 +245,7 @@ pub async fn run<P: Plugin>(
                 .get(&ObjectRef::new(name))
                 .and_then(|b| b.metadata.generation)
         };
-        let now = Instant::now();
-        let waits = |name: &str| transport.expectations().wait_of(name, now);
-        for (name, generation) in schedule.start(now, generation, waits) {
+        for (name, generation) in schedule.start(Instant::now(), generation) {
             metrics.common.reconciles.inc();
             running.push(
                 async move {
@@ -313,14 +310,15 @@ fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations<W>>, seen
         }
     };
     let version = work.meta().resource_version.clone().unwrap_or_default();
-    expectations.observed(
-        &work_key(work),
-        Sight {
-            version: &version,
-            deleted,
-        },
-        Instant::now(),
-    );
+    let sight = Sight {
+        version: &version,
+        deleted,
+    };
+    // Its Binding was planned from this write since its reply: planning it again for it, one
+    // Binding at a time, only delays those with something to write.
+    if expectations.observed(&work_key(work), sight, Instant::now()) {
+        return None;
+    }
     work.labels()
         .get(ORIGIN_BINDING_LABEL)
         .map(|b| Input::Binding(b.clone()))

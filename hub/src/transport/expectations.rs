@@ -9,8 +9,9 @@
 //! Binding 122 s on average at 10,000 objects × 52 WECs, after kubectl's last creates.
 //!
 //! A write's outcome is known only once its reply arrives, and the watch may deliver it before
-//! that: while a request is in flight, its Binding waits, and what the watch shows of that
-//! ManifestWork is remembered, so nothing already seen is laid over the cache.
+//! that: while a request is in flight, what the watch shows of that ManifestWork is remembered,
+//! so nothing already seen is laid over the cache. (A Binding's requests are all answered before
+//! its reconcile ends, so no plan reads one in flight.)
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -34,9 +35,6 @@ pub struct Lag {
     pub seen: Histogram,
     /// Writes the watch had not shown after [`EXPIRY`].
     pub given_up: Counter,
-    /// Seconds a changed Binding waited, from when its own writes in flight first held it back
-    /// until it was planned again: the time these waits add to delivery.
-    pub held: Histogram,
 }
 
 impl Default for Lag {
@@ -44,7 +42,6 @@ impl Default for Lag {
         Lag {
             seen: Histogram::new([0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0]),
             given_up: Counter::default(),
-            held: Histogram::new([0.05, 0.25, 1.0, 5.0, 15.0, 60.0, 300.0]),
         }
     }
 }
@@ -84,6 +81,7 @@ impl<W> Outcome<W> {
 }
 
 struct Awaited<W> {
+    /// The Binding that wrote it, for the log.
     binding: String,
     /// When the request was sent; once it finished, when its reply came.
     since: Instant,
@@ -155,16 +153,21 @@ impl<W> Expectations<W> {
         }
     }
 
-    /// The watch shows `work` as `sight`.
-    pub fn observed(&mut self, work: &WorkKey, sight: Sight<'_>, now: Instant) {
+    /// The watch shows `work` as `sight`. Whether that is a finished write's outcome: what plans
+    /// have read since its reply, so nothing new.
+    pub fn observed(&mut self, work: &WorkKey, sight: Sight<'_>, now: Instant) -> bool {
         let Some(awaited) = self.awaited.get_mut(work) else {
-            return;
+            return false;
         };
         match &awaited.outcome {
             None => awaited.seen.push((sight.version.to_string(), sight.deleted)),
-            Some(outcome) if outcome.seen_in(sight) => self.seen(work, now),
+            Some(outcome) if outcome.seen_in(sight) => {
+                self.seen(work, now);
+                return true;
+            }
             Some(_) => {}
         }
+        false
     }
 
     /// The watch re-listed: the events of the writes may never come, and the cache holds what
@@ -184,16 +187,6 @@ impl<W> Expectations<W> {
                 Some(Outcome::Deleted) => Some((work, None)),
                 None => None,
             })
-    }
-
-    /// Until when `binding` waits for its writes in flight, if it does.
-    pub fn wait_of(&mut self, binding: &str, now: Instant) -> Option<Instant> {
-        self.expire(now);
-        self.awaited
-            .values()
-            .filter(|awaited| awaited.binding == binding && awaited.outcome.is_none())
-            .map(|awaited| awaited.since + EXPIRY)
-            .min()
     }
 
     /// Gives up on what the watch has not shown [`EXPIRY`] after its reply (any Binding's, also
@@ -254,32 +247,20 @@ mod tests {
         let mut expectations = Expectations::new(lag.clone());
         let now = Instant::now();
         expectations.sending(key("w-0"), "b", now);
-        assert_eq!(expectations.wait_of("b", now), Some(now + EXPIRY), "in flight");
-        assert_eq!(unseen(&mut expectations, now), [], "not known yet");
+        assert_eq!(unseen(&mut expectations, now), [], "in flight, not known yet");
         let replied = now + Duration::from_secs(10);
         expectations.sent(&key("w-0"), written("7", 1), Some(at("5")), replied);
-        assert_eq!(expectations.wait_of("b", now), None, "planned from what it wrote");
         assert_eq!(unseen(&mut expectations, now), [("w-0".into(), Some(1))]);
-        expectations.observed(&key("w-0"), at("6"), replied);
-        assert_eq!(
-            unseen(&mut expectations, now),
-            [("w-0".into(), Some(1))],
+        assert!(
+            !expectations.observed(&key("w-0"), at("6"), replied),
             "an older version"
         );
-        expectations.observed(&key("w-0"), at("7"), replied + Duration::from_secs(2));
+        assert_eq!(unseen(&mut expectations, now), [("w-0".into(), Some(1))]);
+        assert!(expectations.observed(&key("w-0"), at("7"), replied + Duration::from_secs(2)));
         assert_eq!(unseen(&mut expectations, now), []);
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register("seen", "", lag.seen);
         ks_shared::runtime::assert_exports(&registry, &["seen_sum 2.0", "seen_count 1"]); // from the reply
-    }
-
-    #[test]
-    fn only_the_writing_binding_waits_while_a_write_is_in_flight() {
-        let mut expectations = Expectations::<u8>::default();
-        let now = Instant::now();
-        expectations.sending(key("w-0"), "b", now);
-        assert!(expectations.wait_of("b", now).is_some());
-        assert_eq!(expectations.wait_of("other", now), None);
     }
 
     #[test]
@@ -323,21 +304,19 @@ mod tests {
         let now = Instant::now();
         expectations.sending(key("w-0"), "b", now);
         expectations.sent(&key("w-0"), None, None, now);
-        assert_eq!(
-            (expectations.wait_of("b", now), unseen(&mut expectations, now)),
-            (None, vec![]),
-            "failed"
-        );
+        assert_eq!(unseen(&mut expectations, now), [], "failed");
         expectations.sending(key("w-0"), "b", now);
         expectations.sent(&key("w-0"), written("7", 1), None, now);
         expectations.relisted();
         assert_eq!(unseen(&mut expectations, now), [], "relisted");
         expectations.sending(key("w-0"), "b", now);
         let late = now + 2 * EXPIRY;
-        assert!(
-            expectations.wait_of("b", late).is_some(),
-            "in flight, it does not expire"
+        assert_eq!(
+            unseen(&mut expectations, late),
+            [],
+            "in flight: not laid over the cache"
         );
+        assert_eq!(expectations.awaited.len(), 1, "nor expired");
         expectations.sent(&key("w-0"), written("7", 1), None, late);
         let before = late + EXPIRY - Duration::from_secs(1);
         assert_eq!(unseen(&mut expectations, before).len(), 1, "counted from the reply");

@@ -54,11 +54,6 @@ impl Metrics {
             self.lag.seen.clone(),
         );
         sub.register(
-            "binding_held_seconds",
-            "Seconds a changed Binding waited for its own ManifestWork writes in flight before it was planned again",
-            self.lag.held.clone(),
-        );
-        sub.register(
             "write_unseen",
             "ManifestWork writes the watch had not shown 5 minutes after their reply (from then on their Binding is planned from the cache alone)",
             self.lag.given_up.clone(),

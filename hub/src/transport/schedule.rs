@@ -7,7 +7,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use ks_shared::runtime::{Backoff, Pacing};
-use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
 /// A Binding's version: its generation (status changes leave it as it was).
@@ -22,21 +21,12 @@ pub struct Schedule {
     resting: BTreeMap<String, Instant>,
     retries: Backoff<String>,
     pacing: Pacing<String, Version>,
-    /// Since when each Binding held back by its own writes in flight has waited.
-    held_since: BTreeMap<String, Instant>,
-    /// How long those waits took, observed as each Binding starts.
-    held: Histogram,
 }
 
 impl Schedule {
     /// At most `concurrency` Bindings at once; their rests and back-offs as [`Pacing::new`] and
-    /// [`Backoff::new`] take them; how long Bindings wait for their own writes into `held`.
-    pub fn new(
-        concurrency: usize,
-        pacing: Pacing<String, Version>,
-        retries: Backoff<String>,
-        held: Histogram,
-    ) -> Schedule {
+    /// [`Backoff::new`] take them.
+    pub fn new(concurrency: usize, pacing: Pacing<String, Version>, retries: Backoff<String>) -> Schedule {
         Schedule {
             concurrency,
             pending: BTreeSet::new(),
@@ -44,8 +34,6 @@ impl Schedule {
             resting: BTreeMap::new(),
             retries,
             pacing,
-            held_since: BTreeMap::new(),
-            held,
         }
     }
 
@@ -64,14 +52,8 @@ impl Schedule {
     }
 
     /// The Bindings to reconcile at `now`, each with its version (`version` reads it); they
-    /// count as running until [`Schedule::finished`]. One for which `waits` gives a time (its
-    /// own writes are in flight) rests until then, or until it changes again.
-    pub fn start(
-        &mut self,
-        now: Instant,
-        version: impl Fn(&str) -> Version,
-        mut waits: impl FnMut(&str) -> Option<Instant>,
-    ) -> Vec<(String, Version)> {
+    /// count as running until [`Schedule::finished`].
+    pub fn start(&mut self, now: Instant, version: impl Fn(&str) -> Version) -> Vec<(String, Version)> {
         self.pending.extend(self.retries.take_due(now));
         self.pending.extend(std::mem::take(&mut self.resting).into_keys());
         let startable: Vec<String> = self.pending.difference(&self.running).cloned().collect();
@@ -85,14 +67,6 @@ impl Schedule {
             if let Some(until) = self.pacing.hold(&name, version, now) {
                 self.resting.insert(name, until);
                 continue;
-            }
-            if let Some(until) = waits(&name) {
-                self.held_since.entry(name.clone()).or_insert(now);
-                self.resting.insert(name, until);
-                continue;
-            }
-            if let Some(since) = self.held_since.remove(&name) {
-                self.held.observe((now - since).as_secs_f64());
             }
             self.running.insert(name.clone());
             started.push((name, version));
@@ -134,19 +108,14 @@ mod tests {
             concurrency,
             Pacing::new(3, Duration::from_secs(30)),
             Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
-            Histogram::new([1.0]),
         )
     }
 
     /// Binding `a` changed, ran at version 1 and finished at `at` with `outcome`.
     fn ran_a(schedule: &mut Schedule, outcome: Result<Duration, ()>, at: Instant) {
         schedule.changed("a".into());
-        assert_eq!(names(&schedule.start(at, |_| Some(1), no_wait)), ["a"]);
+        assert_eq!(names(&schedule.start(at, |_| Some(1))), ["a"]);
         schedule.finished("a".into(), Some(1), outcome, at);
-    }
-
-    fn no_wait(_: &str) -> Option<Instant> {
-        None
     }
 
     fn names(started: &[(String, Version)]) -> Vec<&str> {
@@ -160,12 +129,12 @@ mod tests {
         for name in ["a", "b", "c"] {
             schedule.changed(name.into());
         }
-        let started = schedule.start(t0, |_| Some(1), no_wait);
+        let started = schedule.start(t0, |_| Some(1));
         assert_eq!(names(&started), ["a", "b"]);
         assert_eq!(schedule.waiting(), 1);
-        assert!(schedule.start(t0, |_| Some(1), no_wait).is_empty());
+        assert!(schedule.start(t0, |_| Some(1)).is_empty());
         schedule.finished("b".into(), Some(1), Ok(Duration::ZERO), t0);
-        assert_eq!(names(&schedule.start(t0, |_| Some(1), no_wait)), ["c"]);
+        assert_eq!(names(&schedule.start(t0, |_| Some(1))), ["c"]);
         assert_eq!(schedule.waiting(), 0);
     }
 
@@ -174,13 +143,13 @@ mod tests {
         let mut schedule = schedule(4);
         let t0 = Instant::now();
         schedule.changed("a".into());
-        assert_eq!(names(&schedule.start(t0, |_| Some(1), no_wait)), ["a"]);
+        assert_eq!(names(&schedule.start(t0, |_| Some(1))), ["a"]);
         schedule.changed("a".into());
         // Never twice at once, and not forgotten.
-        assert!(schedule.start(t0, |_| Some(2), no_wait).is_empty());
+        assert!(schedule.start(t0, |_| Some(2)).is_empty());
         assert_eq!(schedule.waiting(), 1);
         schedule.finished("a".into(), Some(1), Ok(Duration::ZERO), t0);
-        assert_eq!(schedule.start(t0, |_| Some(2), no_wait), [("a".to_string(), Some(2))]);
+        assert_eq!(schedule.start(t0, |_| Some(2)), [("a".to_string(), Some(2))]);
     }
 
     #[test]
@@ -188,12 +157,9 @@ mod tests {
         let mut schedule = schedule(4);
         let t0 = Instant::now();
         ran_a(&mut schedule, Err(()), t0);
-        assert!(schedule.start(t0, |_| Some(1), no_wait).is_empty());
+        assert!(schedule.start(t0, |_| Some(1)).is_empty());
         assert_eq!(schedule.wake(), Some(t0 + Duration::from_secs(1)));
-        assert_eq!(
-            names(&schedule.start(t0 + Duration::from_secs(1), |_| Some(1), no_wait)),
-            ["a"]
-        );
+        assert_eq!(names(&schedule.start(t0 + Duration::from_secs(1), |_| Some(1))), ["a"]);
     }
 
     #[test]
@@ -204,34 +170,9 @@ mod tests {
         schedule.changed("a".into());
         schedule.changed("b".into());
         // `a` rests 3 × 400 ms (or until quiet for half of that); `b` runs meanwhile.
-        assert_eq!(names(&schedule.start(t0 + ms(10), |_| Some(2), no_wait)), ["b"]);
+        assert_eq!(names(&schedule.start(t0 + ms(10), |_| Some(2))), ["b"]);
         assert_eq!(schedule.wake(), Some(t0 + ms(610)));
         schedule.finished("b".into(), Some(2), Ok(Duration::ZERO), t0 + ms(20));
-        assert_eq!(names(&schedule.start(t0 + ms(610), |_| Some(2), no_wait)), ["a"]);
-    }
-
-    #[test]
-    fn a_binding_whose_writes_are_not_in_the_cache_rests_until_they_are_or_its_wait_ends() {
-        let mut schedule = schedule(1);
-        let t0 = Instant::now();
-        schedule.changed("a".into());
-        let until = t0 + Duration::from_secs(60);
-        assert!(schedule.start(t0, |_| Some(1), |_| Some(until)).is_empty());
-        assert_eq!(schedule.wake(), Some(until));
-        assert_eq!(schedule.waiting(), 1);
-        // Still held back a moment later: the wait counts from the first time.
-        schedule.changed("a".into());
-        assert!(schedule.start(t0 + ms(2), |_| Some(1), |_| Some(until)).is_empty());
-        // The watch brought the write back: that is a change of the Binding too.
-        schedule.changed("a".into());
-        assert_eq!(names(&schedule.start(t0 + ms(5), |_| Some(1), no_wait)), ["a"]);
-        let mut registry = prometheus_client::registry::Registry::default();
-        registry.register("held", "", schedule.held.clone());
-        ks_shared::runtime::assert_exports(&registry, &["held_sum 0.005", "held_count 1"]);
-        // Planned again without a wait: nothing more is observed.
-        schedule.finished("a".into(), Some(1), Ok(Duration::ZERO), t0 + ms(6));
-        schedule.changed("a".into());
-        assert_eq!(names(&schedule.start(t0 + ms(60), |_| Some(2), no_wait)), ["a"]);
-        ks_shared::runtime::assert_exports(&registry, &["held_count 1"]);
+        assert_eq!(names(&schedule.start(t0 + ms(610), |_| Some(2))), ["a"]);
     }
 }

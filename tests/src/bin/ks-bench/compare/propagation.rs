@@ -315,10 +315,6 @@ pub async fn propagate(
                 written.seen - written.seen_within_minute,
                 written.unseen
             ),
-            format!(
-                "{point}: a changed Binding waited for its own writes in flight {:.0} times, {:.1} s in all",
-                written.held, written.held_seconds
-            ),
         ];
         for line in lines {
             println!("   {line}");
@@ -509,9 +505,6 @@ struct Written {
     seen_within_minute: f64,
     /// Writes its watch had not shown after 5 min.
     unseen: f64,
-    /// Times a changed Binding waited for its own writes in flight, and the seconds in all.
-    held: f64,
-    held_seconds: f64,
 }
 
 impl Written {
@@ -527,8 +520,6 @@ impl Written {
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or_default(),
             unseen: metric("write_unseen_total"),
-            held: metric("binding_held_seconds_count"),
-            held_seconds: metric("binding_held_seconds_sum"),
         }
     }
 
@@ -539,8 +530,6 @@ impl Written {
             seen_seconds: self.seen_seconds - before.seen_seconds,
             seen_within_minute: self.seen_within_minute - before.seen_within_minute,
             unseen: self.unseen - before.unseen,
-            held: self.held - before.held,
-            held_seconds: self.held_seconds - before.held_seconds,
         }
     }
 }
