@@ -314,8 +314,8 @@ fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations<W>>, seen
         version: &version,
         deleted,
     };
-    // Its Binding was planned from this write since its reply: planning it again for it, one
-    // Binding at a time, only delays those with something to write.
+    // Its Binding's plans and propagation counts have read this write since its reply: planning
+    // it again for it, one Binding at a time, only delays those with something to write.
     if expectations.observed(&work_key(work), sight, Instant::now()) {
         return None;
     }
@@ -471,15 +471,14 @@ impl<P: Plugin> Transport<P> {
         if policy.metadata.deletion_timestamp.is_some() || policy.status.is_none() {
             return Ok(());
         }
-        // From the cache alone: what OCM's agents reported, where a write not shown yet has no
-        // status.
+        // What the WECs reported is in the cache's; a write not shown yet has no status.
         let reported: Vec<Arc<P::Wrapped>> = self
             .works
             .state()
             .into_iter()
             .filter(|w| of_binding(&**w, &name))
             .collect();
-        let propagation = plan::propagation(&self.plugin, binding, &reported);
+        let propagation = plan::propagation(&self.plugin, binding, &self.current_works(&name), &reported);
         let current = policy.status.as_ref();
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
         let condition = propagation::condition(

@@ -127,15 +127,28 @@ pub(super) struct Desired<W> {
     pub errors: Vec<String>,
 }
 
-/// How far the Binding's objects got on each of its WECs, by its wrapped objects' status.
-pub(super) fn propagation<P: Plugin>(plugin: &P, binding: &Binding, works: &[Arc<P::Wrapped>]) -> Propagation {
+/// How far the Binding's objects got on each of its WECs: delivered by what its wrapped objects
+/// hold as plans read them (`planned`: its own writes count from their replies), applied and
+/// available by what the WECs reported in the `reported` ones' status (the cache's).
+pub(super) fn propagation<P: Plugin>(
+    plugin: &P,
+    binding: &Binding,
+    planned: &[Arc<P::Wrapped>],
+    reported: &[Arc<P::Wrapped>],
+) -> Propagation {
     let wecs = binding.spec.destinations.iter().map(|destination| {
         let mailbox = plugin.mailbox(&destination.cluster_id);
-        let landed = works
-            .iter()
-            .filter(|w| w.namespace().as_deref() == Some(mailbox.as_str()))
-            .map(|w| plugin.landed(w))
-            .sum();
+        let landed = |works: &[Arc<P::Wrapped>]| -> propagation::Landed {
+            works
+                .iter()
+                .filter(|w| w.namespace().as_deref() == Some(mailbox.as_str()))
+                .map(|w| plugin.landed(w))
+                .sum()
+        };
+        let landed = propagation::Landed {
+            delivered: landed(planned).delivered,
+            ..landed(reported)
+        };
         (destination.cluster_id.clone(), landed)
     });
     propagation::summarize(entries(binding).count(), wecs)

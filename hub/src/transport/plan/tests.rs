@@ -398,17 +398,30 @@ fn propagation_counts_what_each_wec_reports_landed() {
         ..Default::default()
     });
     let works: Vec<Arc<ManifestWork>> = works.into_values().map(Arc::new).collect();
-    let propagation = propagation(&Ocm, &case.binding, &works);
-    assert_eq!(
-        (propagation.wecs.as_str(), propagation.applied.as_str()),
-        ("0/2", "2/4")
-    );
-    let per_wec: Vec<_> = propagation
-        .per_wec
+    let reported = propagation(&Ocm, &case.binding, &works, &works);
+    assert_eq!((reported.wecs.as_str(), reported.applied.as_str()), ("0/2", "2/4"));
+    let per_wec = |propagation: Propagation| -> Vec<_> {
+        propagation
+            .per_wec
+            .iter()
+            .map(|w| (w.wec.clone(), w.selected, w.delivered, w.applied, w.available))
+            .collect()
+    };
+    let expected = |c2_delivered| {
+        vec![
+            ("c1".to_string(), 2, 2, 2, 1),
+            ("c2".to_string(), 2, c2_delivered, 0, 0),
+        ]
+    };
+    assert_eq!(per_wec(reported), expected(2));
+    // Delivered counts what plans read (c2's deleted, the watch not showing it yet); applied
+    // and available what was reported.
+    let planned: Vec<Arc<ManifestWork>> = works
         .iter()
-        .map(|w| (w.wec.as_str(), w.selected, w.delivered, w.applied, w.available))
+        .filter(|w| w.namespace().as_deref() == Some("c1"))
+        .cloned()
         .collect();
-    assert_eq!(per_wec, [("c1", 2, 2, 2, 1), ("c2", 2, 2, 0, 0)]);
+    assert_eq!(per_wec(propagation(&Ocm, &case.binding, &planned, &works)), expected(0));
 }
 
 /// A benchmark, not a check (`make bench-plan`): how long one Binding's plan takes for
