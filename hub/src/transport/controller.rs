@@ -50,7 +50,9 @@ pub struct Settings {
 /// How many Bindings are reconciled at once. One: at 10,000 objects to 12 WECs on 2 cores, 4 at
 /// once saturated the ITS apiserver (504s) and the mailboxes were not full after 25 min, while one
 /// at a time filled them. (An earlier run with 4 lost objects: a ManifestWork that lost some was
-/// held back whole, gains included; now only what it loses waits.)
+/// held back whole, gains included; now only what it loses waits.) Plans rely on it too: with
+/// more, one could read another Binding's ManifestWorks while its writes are in flight, which
+/// `expectations` does not lay over the cache.
 const BINDING_CONCURRENCY: usize = 1;
 /// How many ManifestWork writes or deletes are in flight at once, over all Bindings: what the
 /// ITS is asked at a time, and the writes' memory (up to 512 kB each), do not grow with them.
@@ -743,12 +745,12 @@ impl<P: Plugin> Transport<P> {
                     answer => answer,
                 };
                 let version = answer.as_ref().ok().and_then(|w| w.metadata.resource_version.clone());
-                let written = || {
+                let outcome = version.map(|version| {
                     let mut written = work.clone();
                     P::trim(&mut written);
-                    Arc::new(written)
-                };
-                (version.map(|v| Outcome::Written(v, written())), answer)
+                    Outcome::Written(version, Arc::new(written))
+                });
+                (outcome, answer)
             })
             .await;
         let Err(err) = answer else {

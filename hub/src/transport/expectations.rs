@@ -11,7 +11,8 @@
 //! A write's outcome is known only once its reply arrives, and the watch may deliver it before
 //! that: while a request is in flight, what the watch shows of that ManifestWork is remembered,
 //! so nothing already seen is laid over the cache. (A Binding's requests are all answered before
-//! its reconcile ends, so no plan reads one in flight.)
+//! its reconcile ends, and one Binding is reconciled at a time, so no plan, of it or of another
+//! Binding taking its objects over, reads one in flight.)
 
 use std::collections::HashMap;
 use std::sync::Arc;
