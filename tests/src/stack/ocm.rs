@@ -362,9 +362,10 @@ impl Stack {
 
     /// Restarts `wec`'s OCM agents with the work agent re-reading what it applied every
     /// `status_sync` (OCM's default, 10 s, with `None`), and waits until they apply work again.
-    /// Only the agent bench lengthens it: at 10,000 objects on one WEC that re-reading wants
-    /// 1,000 GETs a second and applying starves behind it. Elsewhere the default stays, as the
-    /// hub's propagation counts come from the status it syncs.
+    /// The agent part lengthens it: at 10,000 objects on one WEC that re-reading wants 1,000
+    /// GETs a second and applying starves behind it. The bulk part can, to measure that share
+    /// (`--ocm-status-sync-seconds`). Elsewhere the default stays, as the hub's propagation
+    /// counts come from the status it syncs.
     pub async fn restart_klusterlet(&self, wec: &str, status_sync: Option<Duration>) -> anyhow::Result<()> {
         self.procs
             .stop(&Self::klusterlet_process(wec), Duration::from_secs(10))?;

@@ -88,7 +88,7 @@ enum Command {
     /// Ours against upstream KubeStellar v0.30.0, alternating, in parts (`--scenario`); each
     /// part's results go to docs/bench/<part>.json, and docs/benchmarks.md with its plots is
     /// written again from every part's results present.
-    Compare(compare::Knobs),
+    Compare(Box<compare::Knobs>),
     /// Writes docs/benchmarks.md and its plots again from the parts' results (no stack needed).
     Report {
         /// Where the parts' results (<part>.json) are and the plots go (relative: from the

@@ -23,20 +23,16 @@ pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
         real: knobs.real_wecs(),
         simulated: &simulated,
     };
-    let mut figures = Figures::default();
-    for i in order(0) {
-        println!("== {i}: {} objects × {} WECs", load.objects, load.wecs());
-        let started = Instant::now();
-        switch_to(stack, i).await?;
-        let (mut outcome, mut notes, finals) = propagate(stack, knobs, i, &load).await?;
-        clean_up(stack, matches!(outcome, Outcome::Finished(_)), POLITE).await?;
-        its_alone(stack, i, &load, &mut outcome, &mut notes, finals).await?;
-        add_outcome(&mut figures, i, &outcome, knobs.idle);
-        figures.notes.push(notes);
-        println!("   ({:.0} s)", started.elapsed().as_secs_f64());
+    let status_sync = knobs.ocm_status_sync_seconds.map(Duration::from_secs);
+    if status_sync.is_some() {
+        set_status_sync(stack, knobs, status_sync).await?;
+    }
+    let measured = runs(stack, knobs, &load).await;
+    if status_sync.is_some() {
+        set_status_sync(stack, knobs, None).await?;
     }
     Ok(Output {
-        figures,
+        figures: measured?,
         knobs: vec![
             knob("bulk-objects", knobs.bulk_objects),
             knob("namespaces", knobs.namespaces),
@@ -46,9 +42,42 @@ pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
             knob("idle", knobs.idle),
             knob("upstream-cap-minutes", knobs.upstream_cap_minutes),
             knob("ours-cap-minutes", knobs.ours_cap_minutes),
-        ],
+        ]
+        .into_iter()
+        .chain(
+            knobs
+                .ocm_status_sync_seconds
+                .map(|s| knob("ocm-status-sync-seconds", s)),
+        )
+        .collect(),
         ..Output::default()
     })
+}
+
+/// Once with each implementation.
+async fn runs(stack: &Stack, knobs: &Knobs, load: &Load<'_>) -> anyhow::Result<Figures> {
+    let mut figures = Figures::default();
+    for i in order(0) {
+        println!("== {i}: {} objects × {} WECs", load.objects, load.wecs());
+        let started = Instant::now();
+        switch_to(stack, i).await?;
+        let (mut outcome, mut notes, finals) = propagate(stack, knobs, i, load).await?;
+        clean_up(stack, matches!(outcome, Outcome::Finished(_)), POLITE).await?;
+        its_alone(stack, i, load, &mut outcome, &mut notes, finals).await?;
+        add_outcome(&mut figures, i, &outcome, knobs.idle);
+        figures.notes.push(notes);
+        println!("   ({:.0} s)", started.elapsed().as_secs_f64());
+    }
+    Ok(figures)
+}
+
+/// Restarts the real WECs' OCM agents with `every` as their work agents' status-sync interval
+/// (OCM's default with `None`).
+async fn set_status_sync(stack: &Stack, knobs: &Knobs, every: Option<Duration>) -> anyhow::Result<()> {
+    for wec in knobs.real_wecs() {
+        stack.restart_klusterlet(wec, every).await?;
+    }
+    Ok(())
 }
 
 /// One run's figures; a run that did not finish shows its cap for the times it did not reach,

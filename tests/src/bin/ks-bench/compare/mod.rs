@@ -92,6 +92,11 @@ pub struct Knobs {
     /// the time apart; not the scale issue's setup, and "all on both real WECs" is not measured).
     #[arg(long)]
     pub without_real_wecs: bool,
+    /// bulk: the real WECs' OCM work agents re-read every object they applied this often, in
+    /// seconds, during the part, instead of OCM's default 10 s: how much of the time is that
+    /// polling (to take the time apart; not as users run OCM, whose applied-status needs it).
+    #[arg(long)]
+    pub ocm_status_sync_seconds: Option<u64>,
     /// bulk, objects, wecs: `kubectl apply` processes at once (one file per namespace).
     #[arg(long, default_value_t = 4)]
     pub kubectl_parallel: usize,
