@@ -1,8 +1,16 @@
 //! Gathering bursts of changes into one write per key ([`Debounce`]): a key is due once its
 //! changes stop for a quiet pause, or a longest wait after its first unwritten change. A lone
-//! change is written after the quiet pause alone (its latency stays short); a burst (objects
+//! change is written after the base quiet pause alone (its latency stays short); a burst (objects
 //! created one after another) becomes one write, or one per longest wait while it lasts, not one
-//! per quiet pause. While a burst goes on past its longest wait, each next wait doubles (up to
+//! per quiet pause.
+//!
+//! The quiet pause follows the burst's own pace: [`PACE_FACTOR`] times its typical gap between
+//! changes, from the base pause up to [`QUIET_GROWTH`] times it. A client that creates objects
+//! one round trip after another on a busy machine leaves gaps longer than the base pause now and
+//! then; a fixed pause would split its burst there, and each split rewrites all the key holds.
+//! Changes further apart than the longest pause are separate (a lone change keeps the base pause).
+//!
+//! While a burst goes on past its longest wait, each next wait doubles (up to
 //! [`LONGEST_GROWTH`] times the first): every write of a growing key rewrites all it holds, so
 //! a constant pace would make a long burst cost the square of its length.
 
@@ -15,12 +23,32 @@ use tokio::time::Instant;
 /// How far the longest wait grows while a burst goes on.
 pub const LONGEST_GROWTH: u32 = 16;
 
+/// How far the quiet pause grows with a slow burst's pace.
+pub const QUIET_GROWTH: u32 = 4;
+
+/// The quiet pause, in the burst's typical gaps between changes.
+pub const PACE_FACTOR: u32 = 4;
+
 /// The keys with unwritten changes, and when each is due.
 #[derive(Debug)]
 pub struct Debounce<K> {
-    quiet: Duration,
+    quiet: Quiet,
     longest: Duration,
     keys: BTreeMap<K, Burst>,
+}
+
+/// The bounds of the quiet pause.
+#[derive(Clone, Copy, Debug)]
+struct Quiet {
+    base: Duration,
+    most: Duration,
+}
+
+impl Quiet {
+    /// The pause for a burst whose typical gap is `pace`, if it has one yet.
+    fn after(self, pace: Option<Duration>) -> Duration {
+        pace.map_or(self.base, |pace| (pace * PACE_FACTOR).clamp(self.base, self.most))
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -30,20 +58,31 @@ struct Burst {
     first: Option<Instant>,
     last: Instant,
     longest: Duration,
+    /// The burst's typical gap between changes (a moving average), once it has one.
+    pace: Option<Duration>,
 }
 
 impl Burst {
-    fn due(self, quiet: Duration) -> Option<Instant> {
-        self.first.map(|first| (self.last + quiet).min(first + self.longest))
+    fn quiet(self, quiet: Quiet) -> Duration {
+        quiet.after(self.pace)
+    }
+
+    fn due(self, quiet: Quiet) -> Option<Instant> {
+        self.first
+            .map(|first| (self.last + self.quiet(quiet)).min(first + self.longest))
     }
 }
 
 impl<K: Ord + Clone> Debounce<K> {
-    /// Keys are due `quiet` after their last change, and at most `longest` after their first
-    /// (never before `quiet`).
+    /// Keys are due a quiet pause after their last change (`quiet`, or up to [`QUIET_GROWTH`]
+    /// times it in a slow burst), and at most `longest` after their first (never before the
+    /// pause).
     pub fn new(quiet: Duration, longest: Duration) -> Debounce<K> {
         Debounce {
-            quiet,
+            quiet: Quiet {
+                base: quiet,
+                most: quiet * QUIET_GROWTH,
+            },
             longest: longest.max(quiet),
             keys: BTreeMap::new(),
         }
@@ -51,16 +90,25 @@ impl<K: Ord + Clone> Debounce<K> {
 
     /// `key` changed at `now`.
     pub fn changed(&mut self, key: K, now: Instant) {
-        let longest = self.longest;
+        let (quiet, longest) = (self.quiet, self.longest);
         let burst = self.keys.entry(key).or_insert(Burst {
             first: None,
             last: now,
             longest,
+            pace: None,
         });
-        if burst.first.is_none() && burst.last + self.quiet <= now {
-            // Its burst had stopped (not yet forgotten, as nothing was due since).
+        let gap = now.saturating_duration_since(burst.last);
+        if burst.first.is_none() && gap >= burst.quiet(quiet) {
+            // Written, and quiet since: the next write waits the first longest wait again.
             burst.longest = longest;
         }
+        burst.pace = match burst.pace {
+            _ if gap > quiet.most => None,
+            // The first change of a burst has no gap yet.
+            None if burst.first.is_none() && gap.is_zero() => None,
+            None => Some(gap),
+            Some(pace) => Some((pace * 3 + gap) / 4),
+        };
         burst.last = now;
         burst.first.get_or_insert(now);
     }
@@ -81,8 +129,8 @@ impl<K: Ord + Clone> Debounce<K> {
                 burst.first = None;
                 burst.longest = (burst.longest * 2).min(ceiling);
             }
-            // A burst that has stopped is forgotten once written.
-            burst.first.is_some() || burst.last + quiet > now
+            // A written key is forgotten once no next change could count as its burst's.
+            burst.first.is_some() || burst.last + quiet.most > now
         });
         due
     }
@@ -208,12 +256,66 @@ mod tests {
         d.changed("p", later);
         d.changed("p", later + ms(10));
         assert_eq!(d.take_due(later + ms(10) + QUIET), vec!["p"]);
-        d.changed("p", later + ms(100));
-        assert_eq!(d.next_due(), Some(later + ms(100) + QUIET));
+        // Further apart than any quiet pause: a new burst.
+        d.changed("p", later + ms(300));
+        assert_eq!(d.next_due(), Some(later + ms(300) + QUIET));
         for n in 1..300 {
-            d.changed("p", later + ms(100 + 10 * n));
+            d.changed("p", later + ms(300 + 10 * n));
         }
-        assert_eq!(d.next_due(), Some(later + ms(100) + LONGEST));
+        assert_eq!(d.next_due(), Some(later + ms(300) + LONGEST));
+    }
+
+    #[test]
+    fn a_burst_slower_than_the_base_pause_is_split_once_then_waited_for() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        // A change every 60 ms for about a second: the first is written alone, as a lone change
+        // would be; from the second on, the pause follows the burst's pace (4 x 60 ms, at most
+        // 200 ms).
+        let mut writes = Vec::new();
+        for n in 0..17 {
+            let now = t0 + ms(60 * n);
+            if !d.take_due(now).is_empty() {
+                writes.push(now - t0);
+            }
+            d.changed("p", now);
+        }
+        assert_eq!(writes, vec![ms(60)]);
+        let last = t0 + ms(960);
+        assert_eq!(d.next_due(), Some(last + QUIET * QUIET_GROWTH));
+        assert_eq!(d.take_due(last + QUIET * QUIET_GROWTH), vec!["p"]);
+    }
+
+    #[test]
+    fn stalls_within_a_bursts_pace_do_not_split_it() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        // A client on a busy machine: a change every 40 ms, and every tenth gap a 150 ms stall,
+        // which a fixed 50 ms pause would split the burst at.
+        let mut now = t0;
+        for n in 1..=30 {
+            assert!(d.take_due(now).is_empty(), "written during the burst at {n}");
+            d.changed("p", now);
+            now += if n % 10 == 0 { ms(150) } else { ms(40) };
+        }
+        let last = d.keys["p"].last;
+        assert_eq!(last - t0, ms(27 * 40 + 2 * 150));
+        assert_eq!(d.take_due(d.next_due().unwrap()), vec!["p"]);
+        assert!(d.is_empty());
+    }
+
+    #[test]
+    fn changes_further_apart_than_the_longest_pause_each_wait_the_base_pause() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        // One object after another, each delivered before the next: the latency of each stays
+        // the base pause.
+        for n in 0..10 {
+            let now = t0 + ms(300 * n);
+            d.changed("p", now);
+            assert_eq!(d.next_due(), Some(now + QUIET), "change {n}");
+            assert_eq!(d.take_due(now + QUIET), vec!["p"]);
+        }
     }
 
     #[test]
