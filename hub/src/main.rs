@@ -107,8 +107,9 @@ struct Args {
     #[arg(long, env = "KS_ITS_BURST", default_value_t = 40, value_name = "N")]
     its_burst: u32,
     /// Milliseconds a policy's changes must pause before its Binding is written: a lone change
-    /// waits this long, a burst (objects created one after another) until it stops, which is a
-    /// pause of 4 times its typical gap between changes, from this up to 4 times this.
+    /// waits this long, a burst (objects created one after another) until it stops: a pause of
+    /// 4 times the typical gap between the objects joining or leaving the policy's selection,
+    /// from this up to 4 times this.
     #[arg(long, env = "KS_BINDING_DEBOUNCE_MS", default_value_t = 50, value_name = "MS")]
     binding_debounce_ms: u64,
     /// The most milliseconds a policy's changes first wait while they keep coming: a burst

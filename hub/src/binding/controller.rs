@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::Metrics;
-use super::state::{Resolutions, StatusRequest};
+use super::state::{Change, Resolutions, StatusRequest};
 use super::writes;
 use super::{Labels, ObjectIdentity, Wec, WorkloadObject};
 use crate::informers::{CachedObject, WorkloadEvent, WorkloadInformers, WorkloadRef};
@@ -479,10 +479,14 @@ impl Loop<'_> {
         }
     }
 
-    /// Gathers the policies the inputs so far changed, as changed at `now`.
+    /// Gathers the policies the inputs so far changed, as changed at `now`: objects joining or
+    /// leaving a selection one after another set the pace its quiet pause follows.
     fn gather(&mut self, now: Instant) {
-        for name in self.resolutions.take_dirty() {
-            self.gathering.changed(name, now);
+        for (name, change) in self.resolutions.take_changes() {
+            match change {
+                Change::Membership => self.gathering.arrived(name, now),
+                Change::Content => self.gathering.changed(name, now),
+            }
         }
     }
 

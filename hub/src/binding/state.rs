@@ -48,11 +48,26 @@ pub struct PolicyState {
     pub wecs: BTreeSet<String>,
 }
 
+/// How a policy's Binding may have changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Change {
+    /// A selected object, the policy or its WECs changed.
+    Content,
+    /// Objects joined or left its selection: created or deleted, often one after another.
+    Membership,
+}
+
+/// Notes that `name`'s Binding may have changed; a membership change outranks a content one.
+fn mark(dirty: &mut BTreeMap<String, Change>, name: &str, change: Change) {
+    let marked = dirty.entry(name.to_string()).or_insert(change);
+    *marked = (*marked).max(change);
+}
+
 /// Every policy's resolution, and which Bindings need writing.
 #[derive(Default)]
 pub struct Resolutions {
     policies: BTreeMap<String, PolicyState>,
-    dirty: BTreeSet<String>,
+    dirty: BTreeMap<String, Change>,
 }
 
 impl Resolutions {
@@ -64,14 +79,19 @@ impl Resolutions {
         self.policies.keys().cloned().collect()
     }
 
+    /// Takes the policies whose Binding may have changed, and how.
+    pub fn take_changes(&mut self) -> BTreeMap<String, Change> {
+        std::mem::take(&mut self.dirty)
+    }
+
     /// Takes the names of the policies whose Binding may have changed.
     pub fn take_dirty(&mut self) -> BTreeSet<String> {
-        std::mem::take(&mut self.dirty)
+        self.take_changes().into_keys().collect()
     }
 
     /// Marks a policy for a Binding and status check even if nothing it selects changed.
     pub fn touch(&mut self, name: &str) {
-        self.dirty.insert(name.to_string());
+        mark(&mut self.dirty, name, Change::Content);
     }
 
     /// (Re)evaluates a policy against every object and WEC given.
@@ -102,7 +122,7 @@ impl Resolutions {
                 wecs,
             },
         );
-        self.dirty.insert(name.to_string());
+        mark(&mut self.dirty, name, Change::Content);
     }
 
     /// Forgets a deleted policy.
@@ -115,12 +135,18 @@ impl Resolutions {
     pub fn set_object(&mut self, key: &WorkloadRef, object: Option<(&WorkloadObject, Option<&Labels>)>) {
         for (name, policy) in &mut self.policies {
             let after = object.and_then(|(o, ns)| select(&policy.compiled, o, ns));
-            if policy.selected.get(key) != after.as_ref() {
+            let before = policy.selected.get(key);
+            if before != after.as_ref() {
+                let change = if before.is_some() == after.is_some() {
+                    Change::Content
+                } else {
+                    Change::Membership
+                };
                 match after {
                     Some(new) => policy.selected.insert(key.clone(), new),
                     None => policy.selected.remove(key),
                 };
-                self.dirty.insert(name.clone());
+                mark(&mut self.dirty, name, change);
             }
         }
     }
@@ -131,7 +157,7 @@ impl Resolutions {
             let before = policy.selected.len();
             policy.selected.retain(|key, _| keep(key));
             if policy.selected.len() != before {
-                self.dirty.insert(name.clone());
+                mark(&mut self.dirty, name, Change::Membership);
             }
         }
     }
@@ -146,7 +172,7 @@ impl Resolutions {
                 .collect();
             if now != policy.wecs {
                 policy.wecs = now;
-                self.dirty.insert(name.clone());
+                mark(&mut self.dirty, name, Change::Content);
             }
         }
     }
@@ -290,6 +316,26 @@ pub(crate) mod tests {
         r.set_object(&a.identity.workload_ref(), Some((&a, None)));
         r.set_object(&a.identity.workload_ref(), None);
         assert!(r.desired_spec("p").unwrap().workload.namespace_scope.is_empty());
+    }
+
+    #[test]
+    fn objects_joining_or_leaving_are_membership_changes_and_outrank_content_ones() {
+        let mut r = Resolutions::default();
+        let a = object("a", &[("app", "web")]);
+        r.set_policy("p", 1, &policy("web", false), [(&a, None)], &[]);
+        assert_eq!(r.take_changes(), BTreeMap::from([("p".to_string(), Change::Content)]));
+        let mut newer = a.clone();
+        newer.resource_version = "2".into();
+        r.set_object(&newer.identity.workload_ref(), Some((&newer, None)));
+        assert_eq!(r.take_changes()["p"], Change::Content, "a selected object changed");
+        let b = object("b", &[("app", "web")]);
+        r.set_object(&b.identity.workload_ref(), Some((&b, None)));
+        r.touch("p");
+        assert_eq!(r.take_changes()["p"], Change::Membership, "b joined");
+        r.set_object(&b.identity.workload_ref(), None);
+        assert_eq!(r.take_changes()["p"], Change::Membership, "b left");
+        r.retain_objects(|key| key.name != "a");
+        assert_eq!(r.take_changes()["p"], Change::Membership, "a went in a re-list");
     }
 
     #[test]

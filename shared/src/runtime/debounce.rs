@@ -4,11 +4,13 @@
 //! created one after another) becomes one write, or one per longest wait while it lasts, not one
 //! per quiet pause.
 //!
-//! The quiet pause follows the burst's own pace: [`PACE_FACTOR`] times its typical gap between
-//! changes, from the base pause up to [`QUIET_GROWTH`] times it. A client that creates objects
-//! one round trip after another on a busy machine leaves gaps longer than the base pause now and
-//! then; a fixed pause would split its burst there, and each split rewrites all the key holds.
-//! Changes further apart than the longest pause are separate (a lone change keeps the base pause).
+//! In a stream of arrivals (objects created or deleted one after another) the quiet pause follows
+//! the stream's pace: [`PACE_FACTOR`] times its typical gap between arrivals, from the base pause
+//! up to [`QUIET_GROWTH`] times it. A client that creates objects one round trip after another on
+//! a busy machine leaves gaps longer than the base pause now and then; a fixed pause would split
+//! its burst there, and each split rewrites all the key holds. Arrivals further apart than the
+//! longest pause are separate, and other changes (an object updated, its status written back)
+//! keep the base pause: a user waiting on one change at a time sees its latency unchanged.
 //!
 //! While a burst goes on past its longest wait, each next wait doubles (up to
 //! [`LONGEST_GROWTH`] times the first): every write of a growing key rewrites all it holds, so
@@ -58,13 +60,17 @@ struct Burst {
     first: Option<Instant>,
     last: Instant,
     longest: Duration,
-    /// The burst's typical gap between changes (a moving average), once it has one.
+    /// The typical gap between the arrivals of the stream going on (a moving average), once
+    /// it has one.
     pace: Option<Duration>,
+    last_arrival: Option<Instant>,
 }
 
 impl Burst {
     fn quiet(self, quiet: Quiet) -> Duration {
-        quiet.after(self.pace)
+        // The pace of a stream of arrivals that has stopped no longer applies.
+        let streaming = self.last_arrival.is_some_and(|at| self.last - at <= quiet.most);
+        quiet.after(self.pace.filter(|_| streaming))
     }
 
     fn due(self, quiet: Quiet) -> Option<Instant> {
@@ -75,7 +81,7 @@ impl Burst {
 
 impl<K: Ord + Clone> Debounce<K> {
     /// Keys are due a quiet pause after their last change (`quiet`, or up to [`QUIET_GROWTH`]
-    /// times it in a slow burst), and at most `longest` after their first (never before the
+    /// times it in a slow stream of arrivals), and at most `longest` after their first (never before the
     /// pause).
     pub fn new(quiet: Duration, longest: Duration) -> Debounce<K> {
         Debounce {
@@ -90,27 +96,41 @@ impl<K: Ord + Clone> Debounce<K> {
 
     /// `key` changed at `now`.
     pub fn changed(&mut self, key: K, now: Instant) {
+        self.burst(key, now);
+    }
+
+    /// `key` changed at `now` by an arrival (an object created or deleted): arrivals one after
+    /// another set the pace the quiet pause follows.
+    pub fn arrived(&mut self, key: K, now: Instant) {
+        let most = self.quiet.most;
+        let burst = self.burst(key, now);
+        let gap = burst.last_arrival.map(|at| now.saturating_duration_since(at));
+        burst.pace = match (burst.pace, gap) {
+            (_, None) => None,
+            (_, Some(gap)) if gap > most => None,
+            (None, Some(gap)) => Some(gap),
+            (Some(pace), Some(gap)) => Some((pace * 3 + gap) / 4),
+        };
+        burst.last_arrival = Some(now);
+    }
+
+    /// Notes a change of `key` at `now`; its burst.
+    fn burst(&mut self, key: K, now: Instant) -> &mut Burst {
         let (quiet, longest) = (self.quiet, self.longest);
         let burst = self.keys.entry(key).or_insert(Burst {
             first: None,
             last: now,
             longest,
             pace: None,
+            last_arrival: None,
         });
-        let gap = now.saturating_duration_since(burst.last);
-        if burst.first.is_none() && gap >= burst.quiet(quiet) {
+        if burst.first.is_none() && now.saturating_duration_since(burst.last) >= burst.quiet(quiet) {
             // Written, and quiet since: the next write waits the first longest wait again.
             burst.longest = longest;
         }
-        burst.pace = match burst.pace {
-            _ if gap > quiet.most => None,
-            // The first change of a burst has no gap yet.
-            None if burst.first.is_none() && gap.is_zero() => None,
-            None => Some(gap),
-            Some(pace) => Some((pace * 3 + gap) / 4),
-        };
         burst.last = now;
         burst.first.get_or_insert(now);
+        burst
     }
 
     /// When the next key is due, if any waits.
@@ -129,7 +149,7 @@ impl<K: Ord + Clone> Debounce<K> {
                 burst.first = None;
                 burst.longest = (burst.longest * 2).min(ceiling);
             }
-            // A written key is forgotten once no next change could count as its burst's.
+            // A written key is forgotten once no next arrival could count as its stream's.
             burst.first.is_some() || burst.last + quiet.most > now
         });
         due
@@ -256,21 +276,20 @@ mod tests {
         d.changed("p", later);
         d.changed("p", later + ms(10));
         assert_eq!(d.take_due(later + ms(10) + QUIET), vec!["p"]);
-        // Further apart than any quiet pause: a new burst.
-        d.changed("p", later + ms(300));
-        assert_eq!(d.next_due(), Some(later + ms(300) + QUIET));
+        d.changed("p", later + ms(100));
+        assert_eq!(d.next_due(), Some(later + ms(100) + QUIET));
         for n in 1..300 {
-            d.changed("p", later + ms(300 + 10 * n));
+            d.changed("p", later + ms(100 + 10 * n));
         }
-        assert_eq!(d.next_due(), Some(later + ms(300) + LONGEST));
+        assert_eq!(d.next_due(), Some(later + ms(100) + LONGEST));
     }
 
     #[test]
-    fn a_burst_slower_than_the_base_pause_is_split_once_then_waited_for() {
+    fn arrivals_slower_than_the_base_pause_are_split_once_then_waited_for() {
         let t0 = Instant::now();
         let mut d = Debounce::new(QUIET, LONGEST);
-        // A change every 60 ms for about a second: the first is written alone, as a lone change
-        // would be; from the second on, the pause follows the burst's pace (4 x 60 ms, at most
+        // An arrival every 60 ms for about a second: the first is written alone, as a lone
+        // change would be; from the second on, the pause follows their pace (4 x 60 ms, at most
         // 200 ms).
         let mut writes = Vec::new();
         for n in 0..17 {
@@ -278,7 +297,7 @@ mod tests {
             if !d.take_due(now).is_empty() {
                 writes.push(now - t0);
             }
-            d.changed("p", now);
+            d.arrived("p", now);
         }
         assert_eq!(writes, vec![ms(60)]);
         let last = t0 + ms(960);
@@ -287,15 +306,15 @@ mod tests {
     }
 
     #[test]
-    fn stalls_within_a_bursts_pace_do_not_split_it() {
+    fn stalls_within_a_streams_pace_do_not_split_it() {
         let t0 = Instant::now();
         let mut d = Debounce::new(QUIET, LONGEST);
-        // A client on a busy machine: a change every 40 ms, and every tenth gap a 150 ms stall,
-        // which a fixed 50 ms pause would split the burst at.
+        // A client on a busy machine: an object created every 40 ms, and every tenth gap a
+        // 150 ms stall, which a fixed 50 ms pause would split the burst at.
         let mut now = t0;
         for n in 1..=30 {
             assert!(d.take_due(now).is_empty(), "written during the burst at {n}");
-            d.changed("p", now);
+            d.arrived("p", now);
             now += if n % 10 == 0 { ms(150) } else { ms(40) };
         }
         let last = d.keys["p"].last;
@@ -305,17 +324,39 @@ mod tests {
     }
 
     #[test]
-    fn changes_further_apart_than_the_longest_pause_each_wait_the_base_pause() {
+    fn arrivals_further_apart_than_the_longest_pause_each_wait_the_base_pause() {
         let t0 = Instant::now();
         let mut d = Debounce::new(QUIET, LONGEST);
         // One object after another, each delivered before the next: the latency of each stays
         // the base pause.
         for n in 0..10 {
             let now = t0 + ms(300 * n);
+            d.arrived("p", now);
+            assert_eq!(d.next_due(), Some(now + QUIET), "arrival {n}");
+            assert_eq!(d.take_due(now + QUIET), vec!["p"]);
+        }
+    }
+
+    #[test]
+    fn other_changes_keep_the_base_pause() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        // Objects updated, or their status written back, every 60 ms: each is written after
+        // 50 ms, as a fixed pause would.
+        for n in 0..10 {
+            let now = t0 + ms(60 * n);
             d.changed("p", now);
             assert_eq!(d.next_due(), Some(now + QUIET), "change {n}");
             assert_eq!(d.take_due(now + QUIET), vec!["p"]);
         }
+        // After a stream of arrivals stops, an update waits the base pause again.
+        for n in 0..10 {
+            d.arrived("p", t0 + ms(1000 + 40 * n));
+        }
+        let last = t0 + ms(1360);
+        assert_eq!(d.take_due(d.next_due().unwrap()), vec!["p"]);
+        d.changed("p", last + ms(250));
+        assert_eq!(d.next_due(), Some(last + ms(250) + QUIET));
     }
 
     #[test]
