@@ -541,6 +541,7 @@ impl Loop<'_> {
                 match &written {
                     Ok(()) => {
                         self.metrics.writes.inc();
+                        tracing::debug!(policy = %name, objects = selected.0, wecs = selected.1, "Binding written");
                     }
                     Err(err) => write_error = Some(format!("writing Binding: {}", writes::error_message(err))),
                 }
