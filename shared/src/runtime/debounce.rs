@@ -25,10 +25,10 @@ use tokio::time::Instant;
 /// How far the longest wait grows while a burst goes on.
 pub const LONGEST_GROWTH: u32 = 16;
 
-/// How far the quiet pause grows with a slow burst's pace.
+/// How far the quiet pause grows with a slow stream's pace.
 pub const QUIET_GROWTH: u32 = 4;
 
-/// The quiet pause, in the burst's typical gaps between changes.
+/// The quiet pause, in the stream's typical gaps between arrivals.
 pub const PACE_FACTOR: u32 = 4;
 
 /// The keys with unwritten changes, and when each is due.
@@ -81,8 +81,8 @@ impl Burst {
 
 impl<K: Ord + Clone> Debounce<K> {
     /// Keys are due a quiet pause after their last change (`quiet`, or up to [`QUIET_GROWTH`]
-    /// times it in a slow stream of arrivals), and at most `longest` after their first (never before the
-    /// pause).
+    /// times it in a slow stream of arrivals), and at most `longest` after their first (never
+    /// before `quiet`).
     pub fn new(quiet: Duration, longest: Duration) -> Debounce<K> {
         Debounce {
             quiet: Quiet {
@@ -329,10 +329,21 @@ mod tests {
         let mut d = Debounce::new(QUIET, LONGEST);
         // One object after another, each delivered before the next: the latency of each stays
         // the base pause.
+        each_waits_the_base_pause(&mut d, t0, ms(300), Debounce::arrived);
+    }
+
+    /// Ten changes `gap` apart from `from`, each noted by `note`: each is due the base pause
+    /// after it.
+    fn each_waits_the_base_pause(
+        d: &mut Debounce<&'static str>,
+        from: Instant,
+        gap: Duration,
+        note: fn(&mut Debounce<&'static str>, &'static str, Instant),
+    ) {
         for n in 0..10 {
-            let now = t0 + ms(300 * n);
-            d.arrived("p", now);
-            assert_eq!(d.next_due(), Some(now + QUIET), "arrival {n}");
+            let now = from + gap * n;
+            note(d, "p", now);
+            assert_eq!(d.next_due(), Some(now + QUIET), "change {n}");
             assert_eq!(d.take_due(now + QUIET), vec!["p"]);
         }
     }
@@ -343,12 +354,7 @@ mod tests {
         let mut d = Debounce::new(QUIET, LONGEST);
         // Objects updated, or their status written back, every 60 ms: each is written after
         // 50 ms, as a fixed pause would.
-        for n in 0..10 {
-            let now = t0 + ms(60 * n);
-            d.changed("p", now);
-            assert_eq!(d.next_due(), Some(now + QUIET), "change {n}");
-            assert_eq!(d.take_due(now + QUIET), vec!["p"]);
-        }
+        each_waits_the_base_pause(&mut d, t0, ms(60), Debounce::changed);
         // After a stream of arrivals stops, an update waits the base pause again.
         for n in 0..10 {
             d.arrived("p", t0 + ms(1000 + 40 * n));
