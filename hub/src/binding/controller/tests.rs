@@ -157,6 +157,36 @@ async fn a_policy_taking_over_is_written_before_the_deleted_one_lets_go() {
 }
 
 #[tokio::test]
+async fn objects_joining_one_after_another_set_the_pace_other_changes_do_not() {
+    let (client, _server) = mock::client();
+    let mut resolutions = Resolutions::default();
+    resolutions.set_policy("p", 1, &policy(false).spec, [], &[]);
+    let mut looper = test_loop(&client, vec![policy(false)], &mut resolutions);
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    looper.gather(t0);
+    looper.gathering.take_all();
+    let a = config_map();
+    let key = a.identity.workload_ref();
+    // `a` joins, leaves and joins again, 60 ms apart: a stream of arrivals whose pause is
+    // 4 x 60 ms, at most 200 ms.
+    for (n, present) in [true, false, true].into_iter().enumerate() {
+        looper.resolutions.set_object(&key, present.then_some((&a, None)));
+        looper.gather(t0 + ms(60 * n as u64));
+    }
+    assert_eq!(looper.gathering.next_due(), Some(t0 + ms(120 + 200)));
+    looper.gathering.take_all();
+    // `a` changes twice, 60 ms apart, long after: each waits the base pause.
+    let mut newer = a.clone();
+    for (n, version) in ["2", "3"].into_iter().enumerate() {
+        newer.resource_version = version.into();
+        looper.resolutions.set_object(&key, Some((&newer, None)));
+        looper.gather(t0 + ms(1000 + 60 * n as u64));
+    }
+    assert_eq!(looper.gathering.next_due(), Some(t0 + ms(1060 + 50)));
+}
+
+#[tokio::test]
 async fn a_finalizer_removal_on_a_policy_gone_is_not_retried() {
     let mut deleting = policy(false);
     deleting.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH));
