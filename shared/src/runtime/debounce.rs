@@ -12,6 +12,13 @@
 //! longest pause are separate, and other changes (an object updated, its status written back)
 //! keep the base pause: a user waiting on one change at a time sees its latency unchanged.
 //!
+//! A fast stream (its arrivals on average at most [`FAST_GAP`] times the base pause apart) also
+//! waits out stalls of up to a [`STALL_SHARE`]th of how long it has lasted, up to
+//! [`STREAM_HORIZON`] times the base pause: a long burst holds many objects, each split rewrites
+//! them all, and the last of them waits at most that share longer. A client creating objects one
+//! at a time, each after the last was delivered, is never that fast (every delivery itself takes
+//! more than the base pause), so its objects keep their latency.
+//!
 //! While a burst goes on past its longest wait, each next wait doubles (up to
 //! [`LONGEST_GROWTH`] times the first): every write of a growing key rewrites all it holds, so
 //! a constant pace would make a long burst cost the square of its length.
@@ -31,6 +38,16 @@ pub const QUIET_GROWTH: u32 = 4;
 /// The quiet pause, in the stream's typical gaps between arrivals.
 pub const PACE_FACTOR: u32 = 4;
 
+/// How far apart arrivals still belong to one stream, and the longest quiet pause, in base
+/// pauses.
+pub const STREAM_HORIZON: u32 = 20;
+
+/// A fast stream's arrivals are on average at most this many base pauses apart.
+pub const FAST_GAP: u32 = 2;
+
+/// A fast stream waits out stalls of up to this fraction (1/N) of how long it has lasted.
+pub const STALL_SHARE: u32 = 4;
+
 /// The keys with unwritten changes, and when each is due.
 #[derive(Debug)]
 pub struct Debounce<K> {
@@ -43,7 +60,10 @@ pub struct Debounce<K> {
 #[derive(Clone, Copy, Debug)]
 struct Quiet {
     base: Duration,
+    /// The most a stream's pace makes the pause.
     most: Duration,
+    /// Arrivals further apart start a new stream; the most any pause is.
+    horizon: Duration,
 }
 
 impl Quiet {
@@ -51,6 +71,25 @@ impl Quiet {
     fn after(self, pace: Option<Duration>) -> Duration {
         pace.map_or(self.base, |pace| (pace * PACE_FACTOR).clamp(self.base, self.most))
     }
+
+    /// The stall `stream`, its last arrival at `last`, waits out: none unless it is fast.
+    fn stall(self, stream: Stream, last: Instant) -> Duration {
+        let lasted = last.saturating_duration_since(stream.from);
+        let gaps = stream.arrivals.saturating_sub(1);
+        let fast = gaps > 0 && lasted <= self.base * FAST_GAP * gaps;
+        if fast {
+            (lasted / STALL_SHARE).min(self.horizon)
+        } else {
+            Duration::ZERO
+        }
+    }
+}
+
+/// Arrivals no further apart than the horizon, one after another.
+#[derive(Clone, Copy, Debug)]
+struct Stream {
+    from: Instant,
+    arrivals: u32,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -64,13 +103,19 @@ struct Burst {
     /// it has one.
     pace: Option<Duration>,
     last_arrival: Option<Instant>,
+    stream: Option<Stream>,
 }
 
 impl Burst {
     fn quiet(self, quiet: Quiet) -> Duration {
         // The pace of a stream of arrivals that has stopped no longer applies.
-        let streaming = self.last_arrival.is_some_and(|at| self.last - at <= quiet.most);
-        quiet.after(self.pace.filter(|_| streaming))
+        let since_arrival = self.last_arrival.map(|at| self.last - at);
+        let paced = since_arrival.is_some_and(|since| since <= quiet.most);
+        let pause = quiet.after(self.pace.filter(|_| paced));
+        match (self.stream, self.last_arrival) {
+            (Some(stream), Some(at)) if self.last - at <= quiet.horizon => pause.max(quiet.stall(stream, at)),
+            _ => pause,
+        }
     }
 
     fn due(self, quiet: Quiet) -> Option<Instant> {
@@ -88,6 +133,7 @@ impl<K: Ord + Clone> Debounce<K> {
             quiet: Quiet {
                 base: quiet,
                 most: quiet * QUIET_GROWTH,
+                horizon: quiet * STREAM_HORIZON,
             },
             longest: longest.max(quiet),
             keys: BTreeMap::new(),
@@ -102,7 +148,7 @@ impl<K: Ord + Clone> Debounce<K> {
     /// `key` changed at `now` by an arrival (an object created or deleted): arrivals one after
     /// another set the pace the quiet pause follows.
     pub fn arrived(&mut self, key: K, now: Instant) {
-        let most = self.quiet.most;
+        let Quiet { most, horizon, .. } = self.quiet;
         let burst = self.burst(key, now);
         let gap = burst.last_arrival.map(|at| now.saturating_duration_since(at));
         burst.pace = match (burst.pace, gap) {
@@ -110,6 +156,13 @@ impl<K: Ord + Clone> Debounce<K> {
             (_, Some(gap)) if gap > most => None,
             (None, Some(gap)) => Some(gap),
             (Some(pace), Some(gap)) => Some((pace * 3 + gap) / 4),
+        };
+        burst.stream = match (burst.stream, gap) {
+            (Some(stream), Some(gap)) if gap <= horizon => Some(Stream {
+                arrivals: stream.arrivals.saturating_add(1),
+                ..stream
+            }),
+            _ => Some(Stream { from: now, arrivals: 1 }),
         };
         burst.last_arrival = Some(now);
     }
@@ -123,6 +176,7 @@ impl<K: Ord + Clone> Debounce<K> {
             longest,
             pace: None,
             last_arrival: None,
+            stream: None,
         });
         if burst.first.is_none() && now.saturating_duration_since(burst.last) >= burst.quiet(quiet) {
             // Written, and quiet since: the next write waits the first longest wait again.
@@ -150,7 +204,7 @@ impl<K: Ord + Clone> Debounce<K> {
                 burst.longest = (burst.longest * 2).min(ceiling);
             }
             // A written key is forgotten once no next arrival could count as its stream's.
-            burst.first.is_some() || burst.last + quiet.most > now
+            burst.first.is_some() || burst.last + quiet.horizon > now
         });
         due
     }
@@ -290,7 +344,7 @@ mod tests {
         let mut d = Debounce::new(QUIET, LONGEST);
         // An arrival every 60 ms for about a second: the first is written alone, as a lone
         // change would be; from the second on, the pause follows their pace (4 x 60 ms, at most
-        // 200 ms).
+        // 200 ms), and at the end a quarter of the stream's length (960 ms).
         let mut writes = Vec::new();
         for n in 0..17 {
             let now = t0 + ms(60 * n);
@@ -301,8 +355,8 @@ mod tests {
         }
         assert_eq!(writes, vec![ms(60)]);
         let last = t0 + ms(960);
-        assert_eq!(d.next_due(), Some(last + QUIET * QUIET_GROWTH));
-        assert_eq!(d.take_due(last + QUIET * QUIET_GROWTH), vec!["p"]);
+        assert_eq!(d.next_due(), Some(last + ms(240)));
+        assert_eq!(d.take_due(last + ms(240)), vec!["p"]);
     }
 
     #[test]
@@ -321,6 +375,35 @@ mod tests {
         assert_eq!(last - t0, ms(27 * 40 + 2 * 150));
         assert_eq!(d.take_due(d.next_due().unwrap()), vec!["p"]);
         assert!(d.is_empty());
+    }
+
+    #[test]
+    fn a_fast_stream_waits_out_a_stall_of_a_quarter_of_how_long_it_has_lasted() {
+        // kubectl creating objects every 40 ms, then stalling for 750 ms on a busy machine: after
+        // 1 s of creates the stream waits out 250 ms, and the stall splits it; after 4 s (or
+        // more) it waits out a second.
+        assert!(stalled_stream_is_split(ms(1000), ms(750)));
+        assert!(!stalled_stream_is_split(ms(4000), ms(750)));
+        assert!(!stalled_stream_is_split(ms(8000), ms(990)));
+        // No stream waits out more than the horizon.
+        assert!(stalled_stream_is_split(ms(8000), ms(1010)));
+    }
+
+    /// Whether "p" is written during a stall of `stall` after arrivals every 40 ms for
+    /// `lasting`, with a longest wait that never comes.
+    fn stalled_stream_is_split(lasting: Duration, stall: Duration) -> bool {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, ms(60_000));
+        let mut now = t0;
+        while now - t0 <= lasting {
+            assert!(d.take_due(now).is_empty(), "written before the stall");
+            d.arrived("p", now);
+            now += ms(40);
+        }
+        let resumed = now - ms(40) + stall;
+        let split = !d.take_due(resumed - ms(1)).is_empty();
+        d.arrived("p", resumed);
+        split
     }
 
     #[test]
@@ -355,14 +438,15 @@ mod tests {
         // Objects updated, or their status written back, every 60 ms: each is written after
         // 50 ms, as a fixed pause would.
         each_waits_the_base_pause(&mut d, t0, ms(60), Debounce::changed);
-        // After a stream of arrivals stops, an update waits the base pause again.
+        // Once a stream of arrivals has stopped for longer than any stall, an update waits the
+        // base pause again.
         for n in 0..10 {
             d.arrived("p", t0 + ms(1000 + 40 * n));
         }
         let last = t0 + ms(1360);
         assert_eq!(d.take_due(d.next_due().unwrap()), vec!["p"]);
-        d.changed("p", last + ms(250));
-        assert_eq!(d.next_due(), Some(last + ms(250) + QUIET));
+        d.changed("p", last + QUIET * STREAM_HORIZON + ms(1));
+        assert_eq!(d.next_due(), Some(last + QUIET * STREAM_HORIZON + ms(1) + QUIET));
     }
 
     #[test]
