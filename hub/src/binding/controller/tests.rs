@@ -181,9 +181,9 @@ async fn objects_joining_one_after_another_set_the_pace_other_changes_do_not() {
     for (n, version) in ["2", "3"].into_iter().enumerate() {
         newer.resource_version = version.into();
         looper.resolutions.set_object(&key, Some((&newer, None)));
-        looper.gather(t0 + ms(2000 + 60 * n as u64));
+        looper.gather(t0 + ms(4000 + 60 * n as u64));
     }
-    assert_eq!(looper.gathering.next_due(), Some(t0 + ms(2060 + 50)));
+    assert_eq!(looper.gathering.next_due(), Some(t0 + ms(4060 + 50)));
 }
 
 #[tokio::test]
