@@ -73,9 +73,9 @@ impl Quiet {
         pace.map_or(self.base, |pace| (pace * PACE_FACTOR).clamp(self.base, self.most))
     }
 
-    /// The stall `stream`, its last arrival at `last`, waits out: none unless it is fast.
-    fn stall(self, stream: Stream, last: Instant) -> Duration {
-        let lasted = last.saturating_duration_since(stream.from);
+    /// The stall `stream` waits out: none unless it is fast.
+    fn stall(self, stream: Stream) -> Duration {
+        let lasted = stream.last.saturating_duration_since(stream.from);
         let gaps = stream.arrivals.saturating_sub(1);
         let fast = gaps > 0 && lasted <= self.base * FAST_GAP * gaps;
         if fast {
@@ -90,7 +90,11 @@ impl Quiet {
 #[derive(Clone, Copy, Debug)]
 struct Stream {
     from: Instant,
+    last: Instant,
     arrivals: u32,
+    /// The typical gap between its arrivals (a moving average) while they come no further
+    /// apart than the most a pace makes the pause.
+    pace: Option<Duration>,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -100,23 +104,19 @@ struct Burst {
     first: Option<Instant>,
     last: Instant,
     longest: Duration,
-    /// The typical gap between the arrivals of the stream going on (a moving average), once
-    /// it has one.
-    pace: Option<Duration>,
-    last_arrival: Option<Instant>,
+    /// The stream of arrivals, once there was one.
     stream: Option<Stream>,
 }
 
 impl Burst {
     fn quiet(self, quiet: Quiet) -> Duration {
-        // The pace of a stream of arrivals that has stopped no longer applies.
-        let since_arrival = self.last_arrival.map(|at| self.last - at);
-        let paced = since_arrival.is_some_and(|since| since <= quiet.most);
-        let pause = quiet.after(self.pace.filter(|_| paced));
-        match (self.stream, self.last_arrival) {
-            (Some(stream), Some(at)) if self.last - at <= quiet.horizon => pause.max(quiet.stall(stream, at)),
-            _ => pause,
-        }
+        // A stream of arrivals that has stopped no longer applies, nor its pace once a pause
+        // of that pace has passed.
+        let Some(stream) = self.stream.filter(|s| self.last - s.last <= quiet.horizon) else {
+            return quiet.base;
+        };
+        let paced = self.last - stream.last <= quiet.most;
+        quiet.after(stream.pace.filter(|_| paced)).max(quiet.stall(stream))
     }
 
     fn due(self, quiet: Quiet) -> Option<Instant> {
@@ -151,21 +151,25 @@ impl<K: Ord + Clone> Debounce<K> {
     pub fn arrived(&mut self, key: K, now: Instant) {
         let Quiet { most, horizon, .. } = self.quiet;
         let burst = self.burst(key, now);
-        let gap = burst.last_arrival.map(|at| now.saturating_duration_since(at));
-        burst.pace = match (burst.pace, gap) {
-            (_, None) => None,
-            (_, Some(gap)) if gap > most => None,
-            (None, Some(gap)) => Some(gap),
-            (Some(pace), Some(gap)) => Some((pace * 3 + gap) / 4),
-        };
-        burst.stream = match (burst.stream, gap) {
-            (Some(stream), Some(gap)) if gap <= horizon => Some(Stream {
+        let going_on = burst.stream.map(|s| (s, now.saturating_duration_since(s.last)));
+        burst.stream = Some(match going_on {
+            Some((stream, gap)) if gap <= horizon => Stream {
+                last: now,
                 arrivals: stream.arrivals.saturating_add(1),
+                pace: match stream.pace {
+                    _ if gap > most => None,
+                    None => Some(gap),
+                    Some(pace) => Some((pace * 3 + gap) / 4),
+                },
                 ..stream
-            }),
-            _ => Some(Stream { from: now, arrivals: 1 }),
-        };
-        burst.last_arrival = Some(now);
+            },
+            _ => Stream {
+                from: now,
+                last: now,
+                arrivals: 1,
+                pace: None,
+            },
+        });
     }
 
     /// Notes a change of `key` at `now`; its burst.
@@ -175,8 +179,6 @@ impl<K: Ord + Clone> Debounce<K> {
             first: None,
             last: now,
             longest,
-            pace: None,
-            last_arrival: None,
             stream: None,
         });
         if burst.first.is_none() && now.saturating_duration_since(burst.last) >= burst.quiet(quiet) {
