@@ -383,11 +383,15 @@ impl StatusController {
             uid: &uid,
             object: &whole,
         };
+        let combine = || plan::combined_statuses(&subject, &selecting, &wecs, |c| self.valid_collector(c));
         // CEL evaluation is CPU work (bounded by its budget): the runtime moves this worker's
-        // other tasks elsewhere meanwhile.
-        let (desired, errors) = tokio::task::block_in_place(|| {
-            plan::combined_statuses(&subject, &selecting, &wecs, |c| self.valid_collector(c))
-        });
+        // other tasks elsewhere meanwhile, on a thread it starts or wakes for them. Without
+        // collectors there is no CEL to run, and no reason for that thread.
+        let (desired, errors) = if collecting {
+            tokio::task::block_in_place(combine)
+        } else {
+            combine()
+        };
         let changed = self.errors.set(key, errors);
         let started = SystemTime::now();
         if self.write_status(key, &object, &resource, action).await? {
