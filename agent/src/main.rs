@@ -99,6 +99,8 @@ const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(st
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let mut process = Process::start("ks-agent", Some(&args.cluster_name), &args.common)?;
+    #[cfg(feature = "jemalloc")]
+    ks_shared::allocator::register(&mut process.registry);
     let metrics = metrics::Metrics::register(&mut process.registry);
     let ready = process.readiness.gate("appliedmanifestworks");
     let serving = process

@@ -151,6 +151,8 @@ async fn run() -> anyhow::Result<()> {
     }
     let with = |name: &str| args.controllers.iter().any(|c| c == name);
     let mut process = Process::start("ks-hub", Some(&args.wds_name), &args.common)?;
+    #[cfg(feature = "jemalloc")]
+    ks_shared::allocator::register(&mut process.registry);
     let binding_metrics = ks_hub::binding::Metrics::default();
     binding_metrics.register(&mut process.registry, &ks_hub::binding::METRICS);
     let status_metrics = ks_hub::status::Metrics::default();
@@ -318,5 +320,27 @@ mod tests {
         let options = tikv_jemalloc_ctl::config::malloc_conf::read().expect("jemalloc's build options");
         // This version of the crate reads the C string's final NUL too.
         assert_eq!(options.trim_end_matches('\0'), "dirty_decay_ms:1000,muzzy_decay_ms:0");
+    }
+
+    /// /metrics tells the heap the program holds from what jemalloc keeps: a 64 MiB buffer counts
+    /// as allocated, and jemalloc's resident pages hold at least what is allocated.
+    #[cfg(feature = "jemalloc")]
+    #[test]
+    fn metrics_show_the_heap_held() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        ks_shared::allocator::register(&mut registry);
+        let held = std::hint::black_box(vec![1u8; 64 << 20]);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encoded");
+        let bytes = |state: &str| -> u64 {
+            let line = format!("kubestellar_allocator_bytes{{state=\"{state}\"}} ");
+            let value = text.lines().find_map(|l| l.strip_prefix(&line));
+            value
+                .unwrap_or_else(|| panic!("no {state} in {text}"))
+                .parse()
+                .expect("a number")
+        };
+        assert!(bytes("allocated") >= held.len() as u64, "{text}");
+        assert!(bytes("resident") >= bytes("allocated"), "{text}");
     }
 }

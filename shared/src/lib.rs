@@ -2,6 +2,8 @@
 //! the Open Cluster Management types we use, well-known names, label-selector matching,
 //! telemetry and Kubernetes plumbing.
 
+#[cfg(feature = "allocator-metrics")]
+pub mod allocator;
 pub mod api;
 pub mod apilatency;
 pub mod cli;
