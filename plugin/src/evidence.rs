@@ -92,7 +92,6 @@ pub async fn gather(
         Some(object) => Some(Observed {
             object: WorkloadObject {
                 identity: identity.clone(),
-                uid: object.uid().unwrap_or_default(),
                 resource_version: object.resource_version().unwrap_or_default(),
                 labels: object.labels().clone(),
             },

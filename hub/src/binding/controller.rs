@@ -113,7 +113,6 @@ fn workload_object(resource: &ApiResource, object: &CachedObject) -> WorkloadObj
             name: object.name_any(),
             kind: resource.kind.clone(),
         },
-        uid: object.uid().unwrap_or_default(),
         resource_version: object.resource_version().unwrap_or_default(),
         labels: object.labels().clone(),
     }

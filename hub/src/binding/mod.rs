@@ -27,7 +27,7 @@ pub use policy::{CompiledClause, CompiledPolicy, PolicyError};
 pub use resolution::{binding_spec_differs, desired_binding_spec, keep_unknown};
 pub use selection::{clause_matches, clause_misses, fold_modulations, matching_clauses, policy_matches, wec_selected};
 pub use singleton::singleton_error;
-pub use workload::{Labels, ObjectIdentity, Wec, WorkloadObject};
+pub use workload::{Labels, ListedObject, ObjectIdentity, Wec, WorkloadObject};
 
 /// The binding controller's metrics: `kubestellar_binding_*`.
 pub type Metrics = ks_shared::runtime::ControllerMetrics;

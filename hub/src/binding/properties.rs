@@ -260,7 +260,6 @@ fn workload_object() -> impl Strategy<Value = WorkloadObject> {
                     name,
                     kind: kind.into(),
                 },
-                uid: String::new(),
                 resource_version,
                 labels,
             },
@@ -317,7 +316,8 @@ fn variant_of((selected, wecs): Inputs) -> impl Strategy<Value = Inputs> {
 }
 
 fn spec_of(selected: &[(WorkloadObject, DownsyncModulation)], wecs: &[String]) -> BindingSpec {
-    desired_binding_spec(selected.iter().map(|(o, m)| (o, m)), wecs.iter().map(String::as_str))
+    let listed: Vec<(ListedObject, &DownsyncModulation)> = selected.iter().map(|(o, m)| (o.listed(), m)).collect();
+    desired_binding_spec(listed.iter().map(|(o, m)| (o, *m)), wecs.iter().map(String::as_str))
 }
 
 /// Each consecutive pair is in strictly increasing order.

@@ -8,7 +8,7 @@ use ks_shared::api::{
 };
 
 use super::selection::normalize_modulation;
-use super::workload::WorkloadObject;
+use super::workload::ListedObject;
 
 /// The Binding spec for the selected objects (each with its folded modulation) and WEC names.
 ///
@@ -16,7 +16,7 @@ use super::workload::WorkloadObject;
 /// entries are sorted by group, version, resource, then namespace and name; destinations are
 /// sorted by `clusterId` and StatusCollector names sorted, so equal inputs give equal specs.
 pub fn desired_binding_spec<'o, 'w>(
-    selected: impl IntoIterator<Item = (&'o WorkloadObject, &'o DownsyncModulation)>,
+    selected: impl IntoIterator<Item = (&'o ListedObject, &'o DownsyncModulation)>,
     wec_names: impl IntoIterator<Item = &'w str>,
 ) -> BindingSpec {
     let mut spec = BindingSpec::default();
@@ -70,7 +70,7 @@ pub fn binding_spec_differs(existing: &BindingSpec, desired: &BindingSpec) -> bo
     existing != desired
 }
 
-fn push_entry(workload: &mut DownsyncObjectClauses, object: &WorkloadObject, modulation: DownsyncModulation) {
+fn push_entry(workload: &mut DownsyncObjectClauses, object: &ListedObject, modulation: DownsyncModulation) {
     let id = object.identity.clone();
     if id.is_cluster_scoped() {
         workload.cluster_scope.push(ClusterScopeDownsyncClause {
@@ -123,6 +123,7 @@ fn normalize_entries<E: PartialEq, O: Ord>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::binding::WorkloadObject;
     use crate::binding::testing::*;
 
     fn collecting(names: &[&str]) -> DownsyncModulation {
@@ -132,14 +133,16 @@ mod tests {
         }
     }
 
-    fn at_version(mut object: WorkloadObject, resource_version: &str) -> WorkloadObject {
-        object.resource_version = resource_version.into();
-        object
+    fn at_version(object: WorkloadObject, resource_version: &str) -> ListedObject {
+        ListedObject {
+            resource_version: resource_version.into(),
+            ..object.listed()
+        }
     }
 
     /// A spec with one namespaced and one cluster-scoped object and two WECs, for comparisons.
     fn sample_spec() -> BindingSpec {
-        let objects = [deployment("ns1", "web"), namespace("ns1")];
+        let objects = [deployment("ns1", "web"), namespace("ns1")].map(|o| o.listed());
         let modulation = collecting(&["a", "b"]);
         desired_binding_spec(objects.iter().map(|o| (o, &modulation)), ["cluster1", "cluster2"])
     }
@@ -147,10 +150,10 @@ mod tests {
     #[test]
     fn objects_of_unknown_resources_are_kept_as_the_binding_lists_them() {
         let modulation = collecting(&[]);
-        let before = [deployment("ns1", "web"), deployment("ns1", "api"), namespace("ns1")];
+        let before = [deployment("ns1", "web"), deployment("ns1", "api"), namespace("ns1")].map(|o| o.listed());
         let existing = desired_binding_spec(before.iter().map(|o| (o, &modulation)), ["cluster1"]);
         // The Deployments' cache is empty while it fills: only the Namespace is known.
-        let now = [namespace("ns1")];
+        let now = [namespace("ns1").listed()];
         let mut desired = desired_binding_spec(now.iter().map(|o| (o, &modulation)), ["cluster1"]);
         keep_unknown(&mut desired, &existing, |group, resource| {
             (group, resource) == ("apps", "deployments")
@@ -210,7 +213,8 @@ mod tests {
             deployment("ns1", "b"),
             config_map("ns1", "z"),
             deployment("ns1", "a"),
-        ];
+        ]
+        .map(|o| o.listed());
         let none = DownsyncModulation::default();
         let spec = desired_binding_spec(objects.iter().map(|o| (o, &none)), []);
         let listed: Vec<(&str, &str, &str)> = spec
@@ -239,7 +243,7 @@ mod tests {
 
     #[test]
     fn destinations_are_sorted_once_each_and_status_collectors_sorted() {
-        let web = deployment("ns1", "web");
+        let web = deployment("ns1", "web").listed();
         let modulation = collecting(&["c", "a", "c"]);
         let spec = desired_binding_spec([(&web, &modulation)], ["cluster2", "cluster1", "cluster2"]);
         let ids: Vec<&str> = spec.destinations.iter().map(|d| d.cluster_id.as_str()).collect();

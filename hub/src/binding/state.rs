@@ -8,7 +8,7 @@ use ks_shared::api::{BindingPolicySpec, BindingSpec, DownsyncModulation};
 use ks_shared::workload::WorkloadRef;
 
 use crate::binding::{
-    CompiledPolicy, Labels, ObjectIdentity, Wec, WorkloadObject, desired_binding_spec, fold_modulations,
+    CompiledPolicy, Labels, ListedObject, ObjectIdentity, Wec, WorkloadObject, desired_binding_spec, fold_modulations,
     matching_clauses, singleton_error, wec_selected,
 };
 
@@ -22,7 +22,7 @@ pub struct StatusRequest {
 /// A selected object: what it is, its folded modulation, and which clauses matched it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Selection {
-    pub object: WorkloadObject,
+    pub object: ListedObject,
     pub modulation: DownsyncModulation,
     pub clauses: Vec<usize>,
 }
@@ -32,7 +32,7 @@ fn select(policy: &CompiledPolicy, object: &WorkloadObject, namespace_labels: Op
     let clauses = matching_clauses(policy, object, namespace_labels);
     let modulation = fold_modulations(clauses.iter().map(|i| &policy.clauses()[*i].modulation))?;
     Some(Selection {
-        object: object.clone(),
+        object: object.listed(),
         modulation,
         clauses,
     })
@@ -269,7 +269,6 @@ pub(crate) mod tests {
                 name: name.into(),
                 kind: "ConfigMap".into(),
             },
-            uid: format!("uid-{name}"),
             resource_version: "1".into(),
             labels: labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
         }

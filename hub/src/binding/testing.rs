@@ -25,7 +25,6 @@ pub(super) fn object(group: &str, resource: &str, kind: &str, namespace: &str, n
             name: name.into(),
             kind: kind.into(),
         },
-        uid: format!("uid-{namespace}-{name}"),
         resource_version: "1".into(),
         labels: Labels::new(),
     }

@@ -44,9 +44,26 @@ impl ObjectIdentity {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct WorkloadObject {
     pub identity: ObjectIdentity,
-    pub uid: String,
     pub resource_version: String,
     pub labels: Labels,
+}
+
+impl WorkloadObject {
+    /// What a Binding lists of it.
+    pub fn listed(&self) -> ListedObject {
+        ListedObject {
+            identity: self.identity.clone(),
+            resource_version: self.resource_version.clone(),
+        }
+    }
+}
+
+/// What a Binding lists of a selected object: which it is and its resourceVersion. Its labels
+/// mattered only to selecting it, and kept for every selection they were the larger part.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ListedObject {
+    pub identity: ObjectIdentity,
+    pub resource_version: String,
 }
 
 /// A WEC, known by its ManagedCluster name and labels.
