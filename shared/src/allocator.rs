@@ -4,6 +4,7 @@
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::registry::{Registry, Unit};
 use tikv_jemalloc_ctl::{epoch, stats};
@@ -35,9 +36,8 @@ impl Collector for Jemalloc {
             ("mapped", stats::mapped::read()),
             ("retained", stats::retained::read()),
         ];
-        let gauge = ConstGauge::<u64>::new(0);
         let mut family =
-            encoder.encode_descriptor("kubestellar_allocator", HELP, Some(&Unit::Bytes), gauge.metric_type())?;
+            encoder.encode_descriptor("kubestellar_allocator", HELP, Some(&Unit::Bytes), MetricType::Gauge)?;
         for (state, bytes) in states {
             if let Ok(bytes) = bytes {
                 ConstGauge::new(bytes as u64).encode(family.encode_family(&[("state", state)])?)?;

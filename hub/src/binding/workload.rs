@@ -59,7 +59,7 @@ impl WorkloadObject {
 }
 
 /// What a Binding lists of a selected object: which it is and its resourceVersion. Its labels
-/// mattered only to selecting it, and kept for every selection they were the larger part.
+/// matter only to selecting it; kept with every selection, they were most of its size.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ListedObject {
     pub identity: ObjectIdentity,
