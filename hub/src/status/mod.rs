@@ -2,13 +2,15 @@
 //! back from its WECs ([`singleton`]), how several WECs' statuses combine into one
 //! ([`aggregate`]), the CombinedStatus that StatusCollectors compute with CEL ([`collector`]),
 //! what the controller remembers between events ([`state`]) and what it decides for one object
-//! ([`plan`]). Only [`controller`], [`writes`] and [`metrics`] touch a cluster.
+//! ([`plan`]), from the WorkStatuses it caches ([`report`]). Only [`controller`], [`writes`] and
+//! [`metrics`] touch a cluster.
 
 pub mod aggregate;
 pub mod collector;
 pub mod controller;
 mod metrics;
 pub mod plan;
+pub mod report;
 pub mod singleton;
 pub mod state;
 mod writes;

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 use ks_shared::api::{
-    CombinedStatus, CombinedStatusFields, Condition, StatusCollectorStatus, StatusDetails, WorkStatus,
-    condition_reason, condition_type,
+    CombinedStatus, CombinedStatusFields, Condition, StatusCollectorStatus, StatusDetails, condition_reason,
+    condition_type,
 };
 use ks_shared::names::{combined_status_label, field_manager};
 use serde_json::Value as Json;
@@ -31,28 +31,6 @@ pub struct WecStatus {
     pub trace: BTreeMap<String, String>,
 }
 
-impl WecStatus {
-    pub fn of(work_status: &WorkStatus) -> WecStatus {
-        let annotations = work_status.metadata.annotations.iter().flatten();
-        WecStatus {
-            status: work_status.status.as_ref().map(|s| Json::Object(s.0.clone())),
-            last_update: last_status_update(work_status.metadata.managed_fields.as_deref().unwrap_or_default()),
-            details: work_status.spec.status_details.clone(),
-            trace: annotations
-                .filter(|(key, _)| ks_shared::names::is_trace_annotation(key))
-                .map(|(key, value)| (key.clone(), value.clone()))
-                .collect(),
-        }
-    }
-}
-
-/// The workload object a WorkStatus reports on; `None` when its `sourceRef` does not say.
-pub fn reported_object(work_status: &WorkStatus) -> Option<WorkloadRef> {
-    let source = &work_status.spec.spec.source_ref;
-    let named = !source.resource.is_empty() && !source.name.is_empty();
-    named.then(|| WorkloadRef::new(&source.group, &source.resource, &source.namespace, &source.name))
-}
-
 /// The workload object a CombinedStatus summarises, from its labels.
 pub fn summarised_object(combined: &CombinedStatus) -> Option<WorkloadRef> {
     let labels = combined.metadata.labels.as_ref()?;
@@ -72,28 +50,6 @@ pub fn last_status_update(managed_fields: &[ManagedFieldsEntry]) -> Option<Time>
         .filter(|entry| touches_status(entry))
         .filter_map(|entry| entry.time.clone())
         .max_by_key(|time| time.0)
-}
-
-/// What the cache keeps of a WorkStatus: what [`WecStatus::of`] and [`reported_object`] read.
-/// Of its metadata that is its name, its trace annotations and when its `.status` was last
-/// written (one `managedFields` entry with that time), not its labels, other annotations and
-/// owners, nor which fields each manager owns: at 10,000 objects on 2 WECs those were half the
-/// status controller's cache (a heap profile of the hub at 10,000 objects × 12 WECs).
-pub fn trim_work_status(work_status: &mut WorkStatus) {
-    let metadata = &mut work_status.metadata;
-    let last_update = last_status_update(metadata.managed_fields.as_deref().unwrap_or_default());
-    metadata.managed_fields = last_update.map(|time| {
-        vec![ManagedFieldsEntry {
-            time: Some(time),
-            subresource: Some("status".into()),
-            ..Default::default()
-        }]
-    });
-    metadata.labels = None;
-    metadata.owner_references = None;
-    if let Some(annotations) = &mut metadata.annotations {
-        annotations.retain(|key, _| ks_shared::names::is_trace_annotation(key));
-    }
 }
 
 /// Whether we own any part of the object's `.status`: only then is there something to clear.
@@ -397,72 +353,6 @@ mod tests {
             Some("2025-01-01T00:00:03Z".to_string())
         );
         assert_eq!(last_status_update(&[]), None);
-    }
-
-    #[test]
-    fn a_trimmed_work_status_keeps_what_is_read_of_it() {
-        let mut work_status = WorkStatus::new("w", Default::default());
-        work_status.spec.spec.source_ref.resource = "configmaps".into();
-        work_status.spec.spec.source_ref.name = "cm".into();
-        work_status.status = Some(ks_shared::api::ReportedStatus(
-            json!({"replicas": 1}).as_object().unwrap().clone(),
-        ));
-        work_status.metadata.labels = Some(BTreeMap::from([(
-            "managed-by.kubestellar.io/something".into(),
-            "x".into(),
-        )]));
-        work_status.metadata.annotations = Some(BTreeMap::from([
-            (
-                ks_shared::names::TRACEPARENT_ANNOTATION.to_string(),
-                "00-abc-def-01".to_string(),
-            ),
-            ("other".to_string(), "dropped".to_string()),
-        ]));
-        work_status.metadata.managed_fields = Some(vec![
-            managed(
-                "agent",
-                None,
-                json!({"f:spec": {"f:sourceRef": {}}}),
-                "2025-01-01T00:00:09Z",
-            ),
-            managed(
-                "agent",
-                Some("status"),
-                json!({"f:status": {"f:replicas": {}, "f:conditions": {}}}),
-                "2025-01-01T00:00:05Z",
-            ),
-            managed("hand", Some("status"), json!({"f:status": {}}), "2025-01-01T00:00:07Z"),
-        ]);
-        let before = WecStatus::of(&work_status);
-        let reported = reported_object(&work_status);
-        trim_work_status(&mut work_status);
-        let after = WecStatus::of(&work_status);
-        assert_eq!(
-            (after.status, after.last_update, after.trace),
-            (before.status, before.last_update.clone(), before.trace)
-        );
-        assert_eq!(
-            before.last_update.map(|t| t.0.to_string()).as_deref(),
-            Some("2025-01-01T00:00:07Z")
-        );
-        assert_eq!(reported_object(&work_status), reported);
-        assert!(reported.is_some());
-        assert_eq!(work_status.metadata.managed_fields.as_ref().map(Vec::len), Some(1));
-        assert_eq!(work_status.metadata.labels, None);
-        assert_eq!(work_status.metadata.annotations.as_ref().map(BTreeMap::len), Some(1));
-    }
-
-    #[test]
-    fn a_trimmed_work_status_never_written_has_no_last_update() {
-        let mut work_status = WorkStatus::new("w", Default::default());
-        work_status.metadata.managed_fields = Some(vec![managed(
-            "agent",
-            None,
-            json!({"f:spec": {}}),
-            "2025-01-01T00:00:09Z",
-        )]);
-        trim_work_status(&mut work_status);
-        assert_eq!(WecStatus::of(&work_status).last_update, None);
     }
 
     fn collector(name: &str) -> Collector {

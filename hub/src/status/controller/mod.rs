@@ -192,7 +192,7 @@ impl StatusController {
         match input {
             Input::WorkStatus((namespace, name)) => {
                 let found = self.stores.work_statuses.get(&ObjectRef::new(&name).within(&namespace));
-                let key = found.as_deref().and_then(plan::reported_object);
+                let key = found.and_then(|w| w.reported.clone());
                 // The object it reports on, also when only its status changed.
                 work.objects.extend(key.clone());
                 work.objects.extend(self.reports.set((namespace, name), key));
@@ -201,7 +201,7 @@ impl StatusController {
                 let all = self.stores.work_statuses.state();
                 let entries: Vec<_> = all
                     .iter()
-                    .filter_map(|w| Some((cached_name(&**w), plan::reported_object(w)?)))
+                    .filter_map(|w| Some((cached_name(&**w), w.reported.clone()?)))
                     .collect();
                 // A report that changed while the watch was down shows only in the new list:
                 // every reported object is looked at again (and written only if it differs).
@@ -341,7 +341,7 @@ impl StatusController {
                     return None;
                 };
                 let found = self.stores.work_statuses.get(&ObjectRef::new(name).within(namespace))?;
-                Some((wec.to_string(), WecStatus::of(&found)))
+                Some((wec.to_string(), found.wec_status()))
             })
             .collect()
     }

@@ -2,7 +2,7 @@
 //! change and re-list reported as an [`Input`], so the controller reconciles from caches and
 //! never fetches.
 
-use ks_shared::api::{Binding, CombinedStatus, StatusCollector, WorkStatus};
+use ks_shared::api::{Binding, CombinedStatus, StatusCollector};
 use ks_shared::names::ORIGIN_WDS_LABEL;
 use ks_shared::runtime::{watch_into_inputs, watch_trimmed_into_inputs, without_managed_fields};
 use kube::api::Api;
@@ -12,7 +12,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-use crate::status::plan;
+use crate::status::report::CachedWorkStatus;
 use crate::status::state::CachedName;
 
 /// A change seen by one of our watches.
@@ -34,7 +34,7 @@ pub(super) fn cached_name<K: ResourceExt>(object: &K) -> CachedName {
 
 /// The caches of our own watches.
 pub(super) struct Stores {
-    pub(super) work_statuses: Store<WorkStatus>,
+    pub(super) work_statuses: Store<CachedWorkStatus>,
     pub(super) bindings: Store<Binding>,
     pub(super) collectors: Store<StatusCollector>,
     pub(super) combined: Store<CombinedStatus>,
@@ -51,10 +51,9 @@ impl Stores {
         let ours = watcher::Config::default().labels(&format!("{ORIGIN_WDS_LABEL}={wds_name}"));
         let all = watcher::Config::default;
         Stores {
-            work_statuses: watch_trimmed_into_inputs(
+            work_statuses: watch_into_inputs(
                 Api::all(its.clone()),
                 ours,
-                plan::trim_work_status,
                 stop,
                 inputs,
                 |w| Some(Input::WorkStatus(cached_name(w))),

@@ -1,0 +1,217 @@
+//! A WorkStatus as the status controller's cache keeps it: what the controller reads of it and
+//! nothing else. Its name and namespace key it, the object it reports on is parsed once, and its
+//! `.status` stays the JSON text the apiserver sent, parsed only when that object's status is
+//! planned. As a typed WorkStatus, a Deployment's report (its status three B-tree maps and a few
+//! dozen strings, its one trace annotation a B-tree node of its own) took several times its text,
+//! and 20,000 of them (10,000 objects on 2 WECs) were most of what the hub's heap gained while
+//! status came back.
+
+use std::borrow::Cow;
+
+use k8s_openapi::NamespaceResourceScope;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use ks_shared::api::{StatusDetails, WorkStatus, WorkStatusSpec};
+use ks_shared::names::is_trace_annotation;
+use kube::Resource;
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use super::plan::{WecStatus, last_status_update};
+use super::state::WorkloadRef;
+
+/// One cached WorkStatus; its type is WorkStatus's.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(from = "SentWorkStatus")]
+pub struct CachedWorkStatus {
+    /// Its name, namespace, UID and resourceVersion; not its labels, annotations, owners or
+    /// managed fields.
+    pub metadata: ObjectMeta,
+    /// The object it reports on; `None` when its `sourceRef` does not say.
+    pub reported: Option<WorkloadRef>,
+    /// `.status` as sent; `None` while it is null.
+    status: Option<Box<RawValue>>,
+    /// When `.status` was last written (its newest `managedFields` entry touching it).
+    last_update: Option<Time>,
+    details: Option<StatusDetails>,
+    /// Its trace annotations.
+    trace: Vec<(String, String)>,
+}
+
+impl CachedWorkStatus {
+    /// What the WEC reported, `.status` parsed (the CRD admits only objects there).
+    pub fn wec_status(&self) -> WecStatus {
+        let status = self
+            .status
+            .as_ref()
+            .map(|raw| serde_json::from_str::<Map<String, Value>>(raw.get()));
+        WecStatus {
+            status: status.and_then(Result::ok).map(Value::Object),
+            last_update: self.last_update.clone(),
+            details: self.details.clone(),
+            trace: self.trace.iter().cloned().collect(),
+        }
+    }
+}
+
+/// A WorkStatus as the apiserver sends it, as far as the cache reads it.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct SentWorkStatus {
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: WorkStatusSpec,
+    #[serde(default)]
+    status_details: Option<StatusDetails>,
+    #[serde(default)]
+    status: Option<Box<RawValue>>,
+}
+
+impl From<SentWorkStatus> for CachedWorkStatus {
+    fn from(sent: SentWorkStatus) -> CachedWorkStatus {
+        let SentWorkStatus {
+            mut metadata,
+            spec,
+            status_details,
+            status,
+        } = sent;
+        let last_update = last_status_update(metadata.managed_fields.as_deref().unwrap_or_default());
+        let trace = metadata.annotations.take().into_iter().flatten();
+        metadata.managed_fields = None;
+        metadata.labels = None;
+        metadata.owner_references = None;
+        let source = spec.source_ref;
+        let named = !source.resource.is_empty() && !source.name.is_empty();
+        CachedWorkStatus {
+            metadata,
+            reported: named.then(|| WorkloadRef::new(&source.group, &source.resource, &source.namespace, &source.name)),
+            status,
+            last_update,
+            details: status_details,
+            trace: trace.filter(|(key, _)| is_trace_annotation(key)).collect(),
+        }
+    }
+}
+
+impl Resource for CachedWorkStatus {
+    type DynamicType = ();
+    type Scope = NamespaceResourceScope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        WorkStatus::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        WorkStatus::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        WorkStatus::version(dt)
+    }
+
+    fn api_version(dt: &()) -> Cow<'_, str> {
+        WorkStatus::api_version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        WorkStatus::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::core::{ObjectList, WatchEvent};
+    use serde_json::json;
+
+    use super::*;
+
+    /// A report as an agent writes it, a hand-written status edit after the agent's.
+    const REPORT: &str = r#"{"apiVersion":"control.kubestellar.io/v1alpha1","kind":"WorkStatus",
+        "metadata":{"name":"appsv1-deployment-ns-web","namespace":"wec1","resourceVersion":"7",
+            "labels":{"transport.kubestellar.io/originWdsName":"wds1"},
+            "annotations":{"tracing.k8s.io/traceparent":"00-abc-def-01","other":"dropped"},
+            "managedFields":[
+                {"manager":"agent","time":"2025-01-01T00:00:09Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:sourceRef":{}}}},
+                {"manager":"agent","time":"2025-01-01T00:00:05Z","subresource":"status","fieldsType":"FieldsV1","fieldsV1":{"f:status":{"f:replicas":{}}}},
+                {"manager":"hand","time":"2025-01-01T00:00:07Z","subresource":"status","fieldsType":"FieldsV1","fieldsV1":{"f:status":{}}}]},
+        "spec":{"sourceRef":{"group":"apps","version":"v1","resource":"deployments","kind":"Deployment","name":"web","namespace":"ns"}},
+        "statusDetails":{"lastGeneration":3,"lastGenerationIsApplied":true,"lastCurrencyUpdateTime":"2025-01-01T00:00:00Z"},
+        "status":{"replicas":1,"conditions":[{"type":"Available","status":"False","message":"a \"quoted\" ü"}]}}"#;
+
+    /// The shapes kube's watcher parses: a watch event line and a list page (both straight from
+    /// serde_json's reader, which keeps raw text), and a tree.
+    fn parsed_every_way(report: &str) -> [CachedWorkStatus; 3] {
+        let event = format!(r#"{{"type":"ADDED","object":{report}}}"#);
+        let Ok(WatchEvent::Added(from_event)) = serde_json::from_str(&event) else {
+            panic!("not parsed as an addition");
+        };
+        let list = format!(r#"{{"metadata":{{"resourceVersion":"9"}},"items":[{report}]}}"#);
+        let from_list = serde_json::from_str::<ObjectList<_>>(&list).unwrap().items.remove(0);
+        let from_tree = serde_json::from_value(serde_json::from_str(report).unwrap()).unwrap();
+        [from_event, from_list, from_tree]
+    }
+
+    #[test]
+    fn a_report_keeps_what_is_read_of_it() {
+        let typed: WorkStatus = serde_json::from_str(REPORT).unwrap();
+        for cached in parsed_every_way(REPORT) {
+            let read = cached.wec_status();
+            assert_eq!(read.status, typed.status.as_ref().map(|s| Value::Object(s.0.clone())));
+            assert_eq!(
+                read.last_update.map(|t| t.0.to_string()).as_deref(),
+                Some("2025-01-01T00:00:07Z")
+            );
+            assert_eq!(read.details, typed.spec.status_details);
+            assert_eq!(
+                read.trace,
+                [("tracing.k8s.io/traceparent".into(), "00-abc-def-01".into())].into()
+            );
+            assert_eq!(
+                cached.reported,
+                Some(WorkloadRef::new("apps", "deployments", "ns", "web"))
+            );
+            let ObjectMeta {
+                name,
+                namespace,
+                resource_version,
+                ..
+            } = &typed.metadata;
+            let kept = ObjectMeta {
+                name: name.clone(),
+                namespace: namespace.clone(),
+                resource_version: resource_version.clone(),
+                ..Default::default()
+            };
+            assert_eq!(cached.metadata, kept);
+        }
+    }
+
+    #[test]
+    fn a_report_never_written_or_naming_no_object_has_none_of_that() {
+        let report =
+            json!({"metadata": {"name": "w"}, "spec": {"sourceRef": {"group": "", "namespace": "ns"}}, "status": null});
+        for cached in parsed_every_way(&report.to_string()) {
+            let read = cached.wec_status();
+            assert_eq!((read.status, read.last_update, read.details), (None, None, None));
+            assert!(read.trace.is_empty());
+            assert_eq!(cached.reported, None);
+        }
+    }
+
+    #[test]
+    fn it_is_watched_as_a_work_status() {
+        assert_eq!(
+            CachedWorkStatus::url_path(&(), Some("wec1")),
+            WorkStatus::url_path(&(), Some("wec1"))
+        );
+        assert_eq!(CachedWorkStatus::kind(&()), "WorkStatus");
+    }
+}
