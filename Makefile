@@ -1,7 +1,7 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test fuzz crds deps demo up down bench-binding bench-agent bench-delivery bench-plan
+.PHONY: help build lint test fuzz crds deps demo up down bench-binding bench-agent bench-delivery bench-plan bench-status-cache
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
@@ -86,6 +86,9 @@ bench: deps ## Ours vs upstream KubeStellar v0.30.0 on a fresh stack, in parts (
 bench-plan: ## Time and peak memory of the transport's plan of one Binding: 10,000 objects to 12 and to 52 WECs (no stack)
 	BENCH_OBJECTS=10000 BENCH_WECS=12 $(CARGO) test -q --release -p ks-hub --lib bench_plan_at_scale -- --ignored --nocapture
 	BENCH_OBJECTS=10000 BENCH_WECS=52 $(CARGO) test -q --release -p ks-hub --lib bench_plan_at_scale -- --ignored --nocapture
+
+bench-status-cache: ## Heap the status controller holds per WEC report: 10,000 objects on 2 WECs (no stack)
+	$(CARGO) test -q --release -p ks-hub --lib bench_report_cache -- --ignored --nocapture
 
 bench-tracing: build ## Delivery and status latency with the hub's tracing off and on, alternating (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- tracing-overhead --rounds 2 --objects 30 --changes 30

@@ -15,3 +15,8 @@ pub mod status;
 pub mod transport;
 
 pub use run::{Settings, run};
+
+/// The tests allocate as the binary does, so that benchmarks can read jemalloc's counts.
+#[cfg(all(test, feature = "jemalloc"))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -7,6 +7,7 @@
 //! status came back.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -28,7 +29,7 @@ pub struct CachedWorkStatus {
     /// managed fields.
     pub metadata: ObjectMeta,
     /// The object it reports on; `None` when its `sourceRef` does not say.
-    pub reported: Option<WorkloadRef>,
+    pub reported: Option<Arc<WorkloadRef>>,
     /// `.status` as sent; `None` while it is null.
     status: Option<Box<RawValue>>,
     /// When `.status` was last written (its newest `managedFields` entry touching it).
@@ -84,7 +85,14 @@ impl From<SentWorkStatus> for CachedWorkStatus {
         let named = !source.resource.is_empty() && !source.name.is_empty();
         CachedWorkStatus {
             metadata,
-            reported: named.then(|| WorkloadRef::new(&source.group, &source.resource, &source.namespace, &source.name)),
+            reported: named.then(|| {
+                Arc::new(WorkloadRef::new(
+                    &source.group,
+                    &source.resource,
+                    &source.namespace,
+                    &source.name,
+                ))
+            }),
             status,
             last_update,
             details: status_details,
@@ -175,8 +183,8 @@ mod tests {
                 [("tracing.k8s.io/traceparent".into(), "00-abc-def-01".into())].into()
             );
             assert_eq!(
-                cached.reported,
-                Some(WorkloadRef::new("apps", "deployments", "ns", "web"))
+                cached.reported.as_deref(),
+                Some(&WorkloadRef::new("apps", "deployments", "ns", "web"))
             );
             let ObjectMeta {
                 name,
@@ -213,5 +221,95 @@ mod tests {
             WorkStatus::url_path(&(), Some("wec1"))
         );
         assert_eq!(CachedWorkStatus::kind(&()), "WorkStatus");
+    }
+
+    /// The report WEC `wec` makes on object `i`: a Deployment whose pod is not ready when `i` is
+    /// even, else a ConfigMap.
+    #[cfg(feature = "jemalloc")]
+    fn report(i: usize, wec: usize) -> String {
+        let (group, resource, kind, name) = match i % 2 {
+            0 => ("apps", "deployments", "Deployment", format!("dep-{i:05}")),
+            _ => ("", "configmaps", "ConfigMap", format!("cm-{i:05}")),
+        };
+        let status = match i % 2 {
+            0 => json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "unavailableReplicas": 1,
+                "conditions": [
+                    {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable",
+                     "message": "Deployment does not have minimum availability.",
+                     "lastTransitionTime": "2026-11-27T10:00:01Z", "lastUpdateTime": "2026-11-27T10:00:01Z"},
+                    {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
+                     "message": format!("ReplicaSet \"{name}-5d8f7c6b9\" is progressing."),
+                     "lastTransitionTime": "2026-11-27T10:00:01Z", "lastUpdateTime": "2026-11-27T10:00:02Z"}]}),
+            _ => Value::Null,
+        };
+        let namespace = format!("bench-{}", i % 10);
+        let managed = |fields: Value, subresource: Option<&str>| {
+            json!({"manager": "ks-agent", "operation": "Apply", "apiVersion": "control.kubestellar.io/v1alpha1",
+                   "time": "2026-11-27T10:00:02Z", "fieldsType": "FieldsV1", "fieldsV1": fields, "subresource": subresource})
+        };
+        json!({
+            "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
+            "metadata": {
+                "name": format!("v1-{resource}-{namespace}-{name}"), "namespace": format!("cluster{wec}"),
+                "uid": format!("0c2f1c5e-8a0b-4f1e-9a3b-{i:012}"), "resourceVersion": (1000 + i).to_string(),
+                "generation": 1, "creationTimestamp": "2026-11-27T10:00:00Z",
+                "labels": {"transport.kubestellar.io/originWdsName": "wds1"},
+                "annotations": {"tracing.k8s.io/traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"},
+                "managedFields": [managed(json!({"f:spec": {"f:sourceRef": {}}}), None),
+                                  managed(json!({"f:status": {}}), Some("status"))],
+            },
+            "spec": {"sourceRef": {"group": group, "version": "v1", "resource": resource, "kind": kind,
+                                   "name": name, "namespace": namespace}},
+            "statusDetails": {"lastGeneration": 1, "lastGenerationIsApplied": true,
+                              "lastCurrencyUpdateTime": "2026-11-27T10:00:02Z"},
+            "status": status,
+        })
+        .to_string()
+    }
+
+    /// A benchmark, not a check (`make bench-status-cache`): the heap the status controller holds
+    /// per WEC report, in its WorkStatus cache and in its index of what each reports on, for
+    /// `BENCH_REPORTS` reports (default 20,000: 10,000 objects, half Deployments and half
+    /// ConfigMaps, on 2 WECs).
+    #[cfg(feature = "jemalloc")]
+    #[test]
+    #[ignore]
+    fn bench_report_cache() {
+        use kube::ResourceExt;
+        use kube::runtime::{reflector, watcher};
+
+        use crate::status::state::Index;
+        let n: usize = std::env::var("BENCH_REPORTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(20_000);
+        let sent: Vec<String> = (0..n).map(|i| report(i / 2, 1 + i % 2)).collect();
+        let text: usize = sent.iter().map(String::len).sum();
+        let allocated = || {
+            tikv_jemalloc_ctl::epoch::advance().expect("jemalloc's epoch");
+            tikv_jemalloc_ctl::stats::allocated::read().expect("jemalloc's statistics")
+        };
+        let start = allocated();
+        let (cache, mut writer) = reflector::store::<CachedWorkStatus>();
+        for report in &sent {
+            let cached = serde_json::from_str(report).expect("a WorkStatus");
+            writer.apply_watcher_event(&watcher::Event::Apply(cached));
+        }
+        let cached = allocated();
+        let mut index: Index<Arc<WorkloadRef>> = Index::default();
+        for report in cache.state() {
+            let name = (report.namespace().unwrap_or_default(), report.name_any());
+            index.set(name, report.reported.clone());
+        }
+        let indexed = allocated();
+        let per_report = |bytes: usize| bytes / n;
+        println!(
+            "{n} WEC reports ({} bytes of JSON each): the WorkStatus cache holds {} bytes per report, the index of \
+             what each reports on {}; {:.1} MiB in all",
+            per_report(text),
+            per_report(cached - start),
+            per_report(indexed - cached),
+            (indexed - start) as f64 / f64::from(1 << 20)
+        );
     }
 }

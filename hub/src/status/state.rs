@@ -169,10 +169,11 @@ impl Bindings {
 pub type CachedName = (String, String);
 
 /// What the objects of a cache are about: WorkStatuses by the workload object they report on,
-/// CombinedStatuses by the UID of the object they summarise.
+/// CombinedStatuses by the UID of the object they summarise. A subject's cached objects are
+/// few (one per WEC), so a sorted list: a B-tree set took a node of 11 names for each.
 pub struct Index<About> {
     about: BTreeMap<CachedName, About>,
-    by_subject: BTreeMap<About, BTreeSet<CachedName>>,
+    by_subject: BTreeMap<About, Vec<CachedName>>,
 }
 
 impl<About> Default for Index<About> {
@@ -192,16 +193,16 @@ impl<About: Ord + Clone> Index<About> {
         if let Some(old) = &old
             && let Some(names) = self.by_subject.get_mut(old)
         {
-            names.remove(&cached);
+            names.retain(|name| *name != cached);
             if names.is_empty() {
                 self.by_subject.remove(old);
             }
         }
         if let Some(subject) = &subject {
-            self.by_subject
-                .entry(subject.clone())
-                .or_default()
-                .insert(cached.clone());
+            let names = self.by_subject.entry(subject.clone()).or_default();
+            if let Err(at) = names.binary_search(&cached) {
+                names.insert(at, cached.clone());
+            }
             self.about.insert(cached, subject.clone());
         }
         match (old, subject) {
@@ -226,7 +227,10 @@ impl<About: Ord + Clone> Index<About> {
     }
 
     /// The cached objects about a subject.
-    pub fn of(&self, subject: &About) -> impl Iterator<Item = &CachedName> {
+    pub fn of<Subject: Ord + ?Sized>(&self, subject: &Subject) -> impl Iterator<Item = &CachedName>
+    where
+        About: std::borrow::Borrow<Subject>,
+    {
         self.by_subject.get(subject).into_iter().flatten()
     }
 }

@@ -12,6 +12,7 @@
 mod watches;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -150,7 +151,8 @@ struct StatusController {
     after_transport: bool,
     bindings: Bindings,
     /// WorkStatuses by the object they report on.
-    reports: Index<WorkloadRef>,
+    /// The objects reported on share the WorkStatus cache's copy of their reference.
+    reports: Index<Arc<WorkloadRef>>,
     /// CombinedStatuses by the UID of the object they summarise (the first part of their name):
     /// their labels cannot always name it, as label values are shorter than object names.
     combined: Index<String>,
@@ -194,8 +196,9 @@ impl StatusController {
                 let found = self.stores.work_statuses.get(&ObjectRef::new(&name).within(&namespace));
                 let key = found.and_then(|w| w.reported.clone());
                 // The object it reports on, also when only its status changed.
-                work.objects.extend(key.clone());
-                work.objects.extend(self.reports.set((namespace, name), key));
+                work.objects.extend(key.as_deref().cloned());
+                let moved = self.reports.set((namespace, name), key);
+                work.objects.extend(moved.into_iter().map(Arc::unwrap_or_clone));
             }
             Input::WorkStatusesListed => {
                 let all = self.stores.work_statuses.state();
@@ -205,8 +208,10 @@ impl StatusController {
                     .collect();
                 // A report that changed while the watch was down shows only in the new list:
                 // every reported object is looked at again (and written only if it differs).
-                work.objects.extend(entries.iter().map(|(_, subject)| subject.clone()));
-                work.objects.extend(self.reports.replace(entries));
+                work.objects
+                    .extend(entries.iter().map(|(_, subject)| (**subject).clone()));
+                let moved = self.reports.replace(entries);
+                work.objects.extend(moved.into_iter().map(Arc::unwrap_or_clone));
             }
             Input::CombinedStatus((namespace, name)) => {
                 let found = self.stores.combined.get(&ObjectRef::new(&name).within(&namespace));
