@@ -3,13 +3,10 @@
 //! and keeps this much: whole, with its managedFields, a WorkStatus took about 4 KiB of the
 //! agent's cache, the largest part of its memory per object.
 
-use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use ks_shared::api::{SourceRef, StatusDetails, WorkStatus};
-use kube::Resource;
-use kube::core::NamespaceResourceScope;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -75,35 +72,7 @@ fn is_our_main_apply(entry: &ManagedFieldsEntry) -> bool {
         && entry.subresource.as_deref().unwrap_or("").is_empty()
 }
 
-/// Served as WorkStatus: the watch and cache lookups address WorkStatuses.
-impl Resource for Existing {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        WorkStatus::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        WorkStatus::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        WorkStatus::version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        WorkStatus::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+ks_shared::watched_as!(Existing, WorkStatus);
 
 #[cfg(test)]
 mod tests {

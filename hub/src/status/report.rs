@@ -2,18 +2,15 @@
 //! nothing else. Its name and namespace key it, the object it reports on is parsed once, and its
 //! `.status` stays the JSON text the apiserver sent, parsed only when that object's status is
 //! planned. As a typed WorkStatus, a Deployment's report (its status three B-tree maps and a few
-//! dozen strings, its one trace annotation a B-tree node of its own) took several times its text,
+//! dozen strings, its trace annotations a B-tree node of their own) took over twice its text,
 //! and 20,000 of them (10,000 objects on 2 WECs) were most of what the hub's heap gained while
 //! status came back.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use ks_shared::api::{StatusDetails, WorkStatus, WorkStatusSpec};
 use ks_shared::names::is_trace_annotation;
-use kube::Resource;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -25,8 +22,7 @@ use super::state::WorkloadRef;
 #[derive(Clone, Debug, Deserialize)]
 #[serde(from = "SentWorkStatus")]
 pub struct CachedWorkStatus {
-    /// Its name, namespace, UID and resourceVersion; not its labels, annotations, owners or
-    /// managed fields.
+    /// Its metadata but its labels, annotations, owners and managed fields.
     pub metadata: ObjectMeta,
     /// The object it reports on; `None` when its `sourceRef` does not say.
     pub reported: Option<Arc<WorkloadRef>>,
@@ -101,41 +97,11 @@ impl From<SentWorkStatus> for CachedWorkStatus {
     }
 }
 
-impl Resource for CachedWorkStatus {
-    type DynamicType = ();
-    type Scope = NamespaceResourceScope;
-
-    fn kind(dt: &()) -> Cow<'_, str> {
-        WorkStatus::kind(dt)
-    }
-
-    fn group(dt: &()) -> Cow<'_, str> {
-        WorkStatus::group(dt)
-    }
-
-    fn version(dt: &()) -> Cow<'_, str> {
-        WorkStatus::version(dt)
-    }
-
-    fn api_version(dt: &()) -> Cow<'_, str> {
-        WorkStatus::api_version(dt)
-    }
-
-    fn plural(dt: &()) -> Cow<'_, str> {
-        WorkStatus::plural(dt)
-    }
-
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
-}
+ks_shared::watched_as!(CachedWorkStatus, WorkStatus);
 
 #[cfg(test)]
 mod tests {
+    use kube::Resource;
     use kube::core::{ObjectList, WatchEvent};
     use serde_json::json;
 

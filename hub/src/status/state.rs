@@ -405,6 +405,11 @@ mod tests {
         assert_eq!(changed, keys(&["c"]));
         assert_eq!(index.of(&key("b")).collect::<Vec<_>>(), [&ws("w2")]);
         assert_eq!(index.of(&key("c")).count(), 1);
+        // The same reports listed again, in another order: nothing changed.
+        index.set(ws("w4"), Some(key("b")));
+        let changed = index.replace([(ws("w3"), key("c")), (ws("w4"), key("b")), (ws("w2"), key("b"))]);
+        assert!(changed.is_empty(), "{changed:?}");
+        assert_eq!(index.of(&key("b")).collect::<Vec<_>>(), [&ws("w2"), &ws("w4")]);
     }
 
     #[test]

@@ -144,3 +144,40 @@ where
         }
     })
 }
+
+/// Makes `$cached`, a cache's own form of the kind `$kind` (a struct with its `metadata` and only
+/// what a controller reads of the rest), a [`Resource`] served as `$kind`: watched, listed and
+/// looked up in the cache as that kind.
+#[macro_export]
+macro_rules! watched_as {
+    ($cached:ty, $kind:ty) => {
+        impl ::kube::Resource for $cached {
+            type DynamicType = ();
+            type Scope = <$kind as ::kube::Resource>::Scope;
+
+            fn kind(dt: &()) -> ::std::borrow::Cow<'_, str> {
+                <$kind as ::kube::Resource>::kind(dt)
+            }
+
+            fn group(dt: &()) -> ::std::borrow::Cow<'_, str> {
+                <$kind as ::kube::Resource>::group(dt)
+            }
+
+            fn version(dt: &()) -> ::std::borrow::Cow<'_, str> {
+                <$kind as ::kube::Resource>::version(dt)
+            }
+
+            fn plural(dt: &()) -> ::std::borrow::Cow<'_, str> {
+                <$kind as ::kube::Resource>::plural(dt)
+            }
+
+            fn meta(&self) -> &::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &self.metadata
+            }
+
+            fn meta_mut(&mut self) -> &mut ::k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                &mut self.metadata
+            }
+        }
+    };
+}

@@ -150,8 +150,7 @@ struct StatusController {
     metrics: Metrics,
     after_transport: bool,
     bindings: Bindings,
-    /// WorkStatuses by the object they report on.
-    /// The objects reported on share the WorkStatus cache's copy of their reference.
+    /// WorkStatuses by the object they report on (the WorkStatus cache's copy of its reference).
     reports: Index<Arc<WorkloadRef>>,
     /// CombinedStatuses by the UID of the object they summarise (the first part of their name):
     /// their labels cannot always name it, as label values are shorter than object names.
