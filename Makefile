@@ -6,7 +6,7 @@ WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-15s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
 
 build: ## Build the binaries (target/debug/ks-hub, ks-addon, ks-agent, kubectl-kubestellar)
 	$(CARGO) build --workspace --bins
