@@ -12,8 +12,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use ks_shared::api::{StatusDetails, WorkStatus, WorkStatusSpec};
 use ks_shared::names::is_trace_annotation;
 use serde::Deserialize;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::plan::{WecStatus, last_status_update};
 use super::state::WorkloadRef;
@@ -41,9 +41,9 @@ impl CachedWorkStatus {
         let status = self
             .status
             .as_ref()
-            .map(|raw| serde_json::from_str::<Map<String, Value>>(raw.get()));
+            .and_then(|raw| serde_json::from_str(raw.get()).ok());
         WecStatus {
-            status: status.and_then(Result::ok).map(Value::Object),
+            status: status.map(Value::Object),
             last_update: self.last_update.clone(),
             details: self.details.clone(),
             trace: self.trace.iter().cloned().collect(),
@@ -193,20 +193,22 @@ mod tests {
     /// even, else a ConfigMap.
     #[cfg(feature = "jemalloc")]
     fn report(i: usize, wec: usize) -> String {
-        let (group, resource, kind, name) = match i % 2 {
-            0 => ("apps", "deployments", "Deployment", format!("dep-{i:05}")),
-            _ => ("", "configmaps", "ConfigMap", format!("cm-{i:05}")),
-        };
-        let status = match i % 2 {
-            0 => json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "unavailableReplicas": 1,
+        let (group, resource, kind, name, status) = match i % 2 {
+            0 => (
+                "apps",
+                "deployments",
+                "Deployment",
+                format!("dep-{i:05}"),
+                json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "unavailableReplicas": 1,
                 "conditions": [
                     {"type": "Available", "status": "False", "reason": "MinimumReplicasUnavailable",
                      "message": "Deployment does not have minimum availability.",
                      "lastTransitionTime": "2026-11-27T10:00:01Z", "lastUpdateTime": "2026-11-27T10:00:01Z"},
                     {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
-                     "message": format!("ReplicaSet \"{name}-5d8f7c6b9\" is progressing."),
+                     "message": format!("ReplicaSet \"dep-{i:05}-5d8f7c6b9\" is progressing."),
                      "lastTransitionTime": "2026-11-27T10:00:01Z", "lastUpdateTime": "2026-11-27T10:00:02Z"}]}),
-            _ => Value::Null,
+            ),
+            _ => ("", "configmaps", "ConfigMap", format!("cm-{i:05}"), Value::Null),
         };
         let namespace = format!("bench-{}", i % 10);
         let managed = |fields: Value, subresource: Option<&str>| {
