@@ -1,12 +1,12 @@
 # Build, check and test the workspace. `make help` lists the targets.
 CARGO ?= cargo
 
-.PHONY: help build lint test fuzz crds deps demo up down bench-binding bench-agent bench-delivery bench-plan bench-status-cache
+.PHONY: help build lint test fuzz crds deps demo up down bench-binding bench-agent bench-delivery bench-plan bench-status-cache bench-transport-cache
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
 
 help: ## List the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-19s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
 
 build: ## Build the binaries (target/debug/ks-hub, ks-addon, ks-agent, kubectl-kubestellar)
 	$(CARGO) build --workspace --bins
@@ -89,6 +89,9 @@ bench-plan: ## Time and peak memory of the transport's plan of one Binding: 10,0
 
 bench-status-cache: ## Heap the status controller holds per WEC report: 10,000 objects on 2 WECs (no stack)
 	$(CARGO) test -q --release -p ks-hub --lib bench_report_cache -- --ignored --nocapture
+
+bench-transport-cache: ## Heap the transport's ManifestWork cache holds per object: 10,000 objects to 12 WECs (no stack)
+	$(CARGO) test -q --release -p ks-hub --lib bench_work_cache -- --ignored --nocapture
 
 bench-tracing: build ## Delivery and status latency with the hub's tracing off and on, alternating (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- tracing-overhead --rounds 2 --objects 30 --changes 30

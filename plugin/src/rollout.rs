@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use ks_hub::transport::cached::CachedWork;
 use ks_hub::transport::propagation::Landed;
-use ks_hub::transport::wrap;
 use ks_shared::api::{Binding, WorkStatus};
 use ks_shared::names::ORIGIN_BINDING_LABEL;
 use ks_shared::ocm::ManifestWork;
@@ -50,7 +50,7 @@ pub fn rollout(
                 .filter(|w| w.labels().get(ORIGIN_BINDING_LABEL) == Some(&binding.name_any()))
                 .collect();
             let names: BTreeSet<String> = ours.iter().map(|w| w.name_any()).collect();
-            let landed: Landed = ours.iter().map(|w| wrap::landed(w)).sum();
+            let landed: Landed = ours.iter().map(|w| CachedWork::of(w).landed).sum();
             WecRollout {
                 wec: wec.clone(),
                 selected,

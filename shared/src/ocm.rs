@@ -380,8 +380,10 @@ pub struct ImageMirror {
 
 /// The API group of a manifest (`apps` for `apps/v1`), `""` for the core group.
 pub fn manifest_group(manifest: &serde_json::Value) -> &str {
-    manifest["apiVersion"]
-        .as_str()
-        .and_then(|api_version| api_version.rsplit_once('/'))
-        .map_or("", |(group, _)| group)
+    manifest["apiVersion"].as_str().map_or("", api_version_group)
+}
+
+/// The group of an `apiVersion` (`""` for the core group's `v1`).
+pub fn api_version_group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
 }

@@ -104,11 +104,12 @@ pub async fn run<P: Plugin>(
     let lag = settings.metrics.lag.clone();
     let expectations = Arc::new(std::sync::Mutex::new(Expectations::new(lag)));
     let seeing = expectations.clone();
-    // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each) until trimmed.
+    // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each of JSON text) until
+    // each is read into what the cache keeps.
     let works = watch_seen_into_inputs(
-        Api::<P::Wrapped>::all(its.clone()),
+        Api::<P::Cached>::all(its.clone()),
         watcher::Config::default().labels(&ours).page_size(50),
-        P::trim,
+        |_| {},
         &shutdown,
         &inputs,
         move |seen| seen_work(&seeing, seen),
@@ -286,7 +287,7 @@ struct Transport<P: Plugin> {
     settings: Settings,
     bindings: Store<Binding>,
     policies: Store<BindingPolicy>,
-    works: Store<P::Wrapped>,
+    works: Store<P::Cached>,
     transforms: Store<CustomTransform>,
     clusters: Store<P::Inventory>,
     customizations: Store<ConfigMap>,
@@ -295,7 +296,7 @@ struct Transport<P: Plugin> {
     holding: std::sync::Mutex<BTreeSet<String>>,
     /// Its own ManifestWork writes that the cache has not shown yet: a Binding is planned from
     /// them laid over the cache.
-    expectations: Arc<std::sync::Mutex<Expectations<P::Wrapped>>>,
+    expectations: Arc<std::sync::Mutex<Expectations<P::Cached>>>,
     /// Permits for ManifestWork writes, [`WRITE_CONCURRENCY`] in all, shared by the Bindings.
     writes: tokio::sync::Semaphore,
 }
@@ -370,7 +371,7 @@ impl<P: Plugin> Transport<P> {
         }
     }
 
-    fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations<P::Wrapped>> {
+    fn expectations(&self) -> std::sync::MutexGuard<'_, Expectations<P::Cached>> {
         self.expectations
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -382,7 +383,7 @@ impl<P: Plugin> Transport<P> {
         &self,
         binding: &str,
         work: WorkKey,
-        request: impl Future<Output = (Option<Outcome<P::Wrapped>>, T)>,
+        request: impl Future<Output = (Option<Outcome<P::Cached>>, T)>,
     ) -> T {
         self.expectations().sending(work.clone(), binding, Instant::now());
         let (outcome, result) = request.await;
@@ -398,15 +399,15 @@ impl<P: Plugin> Transport<P> {
 
     /// This Binding's wrapped objects, in any mailbox, as a plan starts from them: see
     /// [`Transport::works_where`].
-    fn current_works(&self, binding: &str) -> Vec<Arc<P::Wrapped>> {
+    fn current_works(&self, binding: &str) -> Vec<Arc<P::Cached>> {
         self.works_where(|w| of_binding(w, binding))
     }
 
     /// The wrapped objects `wanted` picks, as the cache holds them with the transport's own
     /// writes that the watch has not shown yet in place of what it holds: a plan from the cache
     /// alone, while the watch lags, would place again what is already placed.
-    fn works_where(&self, wanted: impl Fn(&P::Wrapped) -> bool) -> Vec<Arc<P::Wrapped>> {
-        let mut works: BTreeMap<WorkKey, Arc<P::Wrapped>> = self
+    fn works_where(&self, wanted: impl Fn(&P::Cached) -> bool) -> Vec<Arc<P::Cached>> {
+        let mut works: BTreeMap<WorkKey, Arc<P::Cached>> = self
             .works
             .state()
             .into_iter()
@@ -474,7 +475,7 @@ impl<P: Plugin> Transport<P> {
             return Ok(());
         }
         // What the WECs reported is in the cache's; a write not shown yet has no status.
-        let reported: Vec<Arc<P::Wrapped>> = self
+        let reported: Vec<Arc<P::Cached>> = self
             .works
             .state()
             .into_iter()
@@ -657,9 +658,9 @@ impl<P: Plugin> Transport<P> {
     }
 
     /// A wrapped object as it is.
-    fn as_is(&self, work: &P::Wrapped) -> moves::Current {
+    fn as_is(&self, work: &P::Cached) -> moves::Current {
         moves::Current {
-            objects: self.plugin.gloss(work).into_iter().collect(),
+            objects: self.plugin.held(work).iter().map(|h| h.identity.clone()).collect(),
             applied: self.plugin.applied(work),
         }
     }
@@ -718,7 +719,7 @@ impl<P: Plugin> Transport<P> {
                 })
             })
             .collect();
-        let taking = |w: &P::Wrapped| w.labels().get(ORIGIN_BINDING_LABEL).is_some_and(|b| takers.contains(b));
+        let taking = |w: &P::Cached| w.labels().get(ORIGIN_BINDING_LABEL).is_some_and(|b| takers.contains(b));
         for work in self.works_where(taking) {
             now.insert(work_key(&*work), self.as_is(&work));
         }
@@ -745,11 +746,7 @@ impl<P: Plugin> Transport<P> {
                     answer => answer,
                 };
                 let version = answer.as_ref().ok().and_then(|w| w.metadata.resource_version.clone());
-                let outcome = version.map(|version| {
-                    let mut written = work.clone();
-                    P::trim(&mut written);
-                    Outcome::Written(version, Arc::new(written))
-                });
+                let outcome = version.map(|version| Outcome::Written(version, Arc::new(P::cached(work))));
                 (outcome, answer)
             })
             .await;
@@ -810,8 +807,8 @@ impl<P: Plugin> Transport<P> {
         self.its.request::<Written>(request).await
     }
 
-    async fn delete_work(&self, binding: &str, stale: &P::Wrapped) -> Result<(), Error> {
-        let api: Api<P::Wrapped> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
+    async fn delete_work(&self, binding: &str, stale: &P::Cached) -> Result<(), Error> {
+        let api: Api<P::Cached> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
         self.settings.metrics.common.writes.inc();
         self.expecting(binding, work_key(stale), async {
             let deleted = match api.delete(&stale.name_any(), &DeleteParams::default()).await {

@@ -3,7 +3,7 @@
 //! transport itself wrote places objects again that are already placed: under load (10,000
 //! objects to 52 WECs) objects moved between a mailbox's ManifestWorks, and a ManifestWork written
 //! from that stale view drops objects the WEC then deletes and creates again. So each write's
-//! result (trimmed, as the cache keeps it) or deletion is laid over the cache until the watch
+//! result (as the cache keeps it) or deletion is laid over the cache until the watch
 //! shows it, or [`EXPIRY`] has passed (a watch re-listed or stuck must not keep it for good).
 //! Waiting for the watch instead, as kube-controller-manager's expectations do, held each
 //! Binding 122 s on average at 10,000 objects × 52 WECs, after kubectl's last creates.
@@ -50,7 +50,7 @@ impl Default for Lag {
 /// What a finished request leaves to be seen in the watch.
 #[derive(Debug)]
 pub enum Outcome<W> {
-    /// The wrapped object as written, trimmed, at the resourceVersion of the write's reply.
+    /// The wrapped object as written, as the cache keeps it, at the resourceVersion of the write's reply.
     Written(String, Arc<W>),
     /// The wrapped object deleted, or being deleted (OCM's agent holds it with a finalizer).
     Deleted,

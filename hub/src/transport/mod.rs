@@ -9,6 +9,9 @@ use kube::Resource;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+#[cfg(all(test, feature = "jemalloc"))]
+mod bench_cache;
+pub mod cached;
 pub mod controller;
 mod expectations;
 pub mod jsonpath;
@@ -95,6 +98,17 @@ pub trait Plugin: Send + Sync + 'static {
         + Send
         + Sync
         + 'static;
+    /// What the transport's cache keeps of a wrapped object, read from the watch as that kind:
+    /// no more than [`Plugin::held`], [`Plugin::same_content`], [`Plugin::applied`],
+    /// [`Plugin::landed`] and the trace bookkeeping read. At 10,000 objects to 50 WECs the whole
+    /// objects would take gigabytes.
+    type Cached: Resource<DynamicType = (), Scope = kube::core::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static;
     /// The inventory object of a destination, whose labels and annotations are template
     /// properties (OCM: ManagedCluster).
     type Inventory: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug + Send + Sync + 'static;
@@ -109,12 +123,10 @@ pub trait Plugin: Send + Sync + 'static {
         name: &str,
         deliveries: &[&wrap::Delivery],
     ) -> Self::Wrapped;
-    /// The manifests a wrapped object holds.
-    fn manifests<'a>(&self, wrapped: &'a Self::Wrapped) -> &'a [std::sync::Arc<serde_json::Value>];
     /// What a wrapped object holds: each object's identity (group, kind, namespace, name).
-    fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity> {
-        self.manifests(wrapped).iter().map(|m| wrap::identity(m)).collect()
-    }
+    fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity>;
+    /// What a cached wrapped object holds, object by object.
+    fn held<'a>(&self, cached: &'a Self::Cached) -> &'a [std::sync::Arc<cached::Held>];
     /// `work` also holding `objects` as the first of `sources` that holds each holds it (with its
     /// options): what it is written as while objects it loses to those have not landed there.
     fn keeping(
@@ -123,19 +135,16 @@ pub trait Plugin: Send + Sync + 'static {
         sources: &[&Self::Wrapped],
         objects: &std::collections::BTreeSet<wrap::Identity>,
     ) -> Self::Wrapped;
-    /// What the transport's cache keeps of an existing wrapped object: no more than
-    /// [`Plugin::gloss`], [`Plugin::same_content`], [`Plugin::applied`], [`Plugin::landed`] and
-    /// the trace bookkeeping read. At 10,000 objects to 50 WECs the whole objects would take
-    /// gigabytes.
-    fn trim(wrapped: &mut Self::Wrapped);
+    /// What the cache keeps of a wrapped object the transport wrote, until the watch shows it.
+    fn cached(wrapped: &Self::Wrapped) -> Self::Cached;
     /// Whether an existing wrapped object already says what a desired one says (bookkeeping
     /// such as generations and tracing annotations is no reason to write).
-    fn same_content(&self, existing: &Self::Wrapped, desired: &Self::Wrapped) -> bool;
+    fn same_content(&self, existing: &Self::Cached, desired: &Self::Wrapped) -> bool;
     /// Whether the destination has applied this version of a wrapped object.
-    fn applied(&self, wrapped: &Self::Wrapped) -> bool;
+    fn applied(&self, cached: &Self::Cached) -> bool;
     /// How many of a wrapped object's objects it holds, and the destination reports applied and
     /// available.
-    fn landed(&self, wrapped: &Self::Wrapped) -> propagation::Landed;
+    fn landed(&self, cached: &Self::Cached) -> propagation::Landed;
     /// The labels and annotations of an inventory object.
     fn properties_of(inventory: &Self::Inventory) -> (&BTreeMap<String, String>, &BTreeMap<String, String>) {
         use kube::ResourceExt;

@@ -112,7 +112,7 @@ pub(super) struct Inputs<'a, P: Plugin> {
     pub properties: &'a dyn Fn(&str) -> BTreeMap<String, String>,
     /// The Binding's wrapped objects now, in every mailbox: their shards and trace annotations
     /// are kept.
-    pub current: &'a [Arc<P::Wrapped>],
+    pub current: &'a [Arc<P::Cached>],
     /// Goes into the wrapped objects' names and labels.
     pub wds_name: &'a str,
     pub limits: Limits,
@@ -133,12 +133,12 @@ pub(super) struct Desired<W> {
 pub(super) fn propagation<P: Plugin>(
     plugin: &P,
     binding: &Binding,
-    planned: &[Arc<P::Wrapped>],
-    reported: &[Arc<P::Wrapped>],
+    planned: &[Arc<P::Cached>],
+    reported: &[Arc<P::Cached>],
 ) -> Propagation {
     let wecs = binding.spec.destinations.iter().map(|destination| {
         let mailbox = plugin.mailbox(&destination.cluster_id);
-        let landed = |works: &[Arc<P::Wrapped>]| -> propagation::Landed {
+        let landed = |works: &[Arc<P::Cached>]| -> propagation::Landed {
             works
                 .iter()
                 .filter(|w| w.namespace().as_deref() == Some(mailbox.as_str()))
@@ -232,13 +232,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
 fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<WorkloadRef, Item>, Vec<String>) {
     let mut errors = Vec::new();
     let mut items = BTreeMap::new();
-    let delivered = trace::delivered(
-        inputs
-            .current
-            .iter()
-            .flat_map(|w| inputs.plugin.manifests(w))
-            .map(|m| &**m),
-    );
+    let delivered = trace::delivered(inputs.current.iter().flat_map(|w| inputs.plugin.held(w)).map(|h| &**h));
     let wecs: Vec<&str> = inputs
         .binding
         .spec
@@ -351,7 +345,7 @@ fn customized<'a>(
 /// what they hold, however many objects and shards there are).
 fn previous_shards<P: Plugin>(
     plugin: &P,
-    current: &[Arc<P::Wrapped>],
+    current: &[Arc<P::Cached>],
     origin: &Origin<'_>,
     mailbox: &str,
     listed: &[(&WorkloadRef, &Item)],
@@ -362,8 +356,8 @@ fn previous_shards<P: Plugin>(
             // One held twice (kept where it was until it lands where it moves) counts as in the
             // lower shard, whatever order the cache lists them in: a plan that chose by that
             // order moved it back and forth.
-            for identity in plugin.gloss(work) {
-                held.entry(identity)
+            for identity in plugin.held(work).iter().map(|h| &h.identity) {
+                held.entry(identity.clone())
                     .and_modify(|held| *held = (*held).min(shard))
                     .or_insert(shard);
             }

@@ -9,12 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use ks_shared::names::{TRACE_ANNOTATION_PREFIX, WDS_GENERATION_ANNOTATION};
+use ks_shared::names::TRACE_ANNOTATION_PREFIX;
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::telemetry::{extract_context, inject_context};
 use kube::ResourceExt;
 use serde_json::Value;
 
+use super::cached::Held;
 use super::wrap::Identity;
 use crate::informers::{CachedObject, FirstSeen};
 
@@ -82,19 +83,9 @@ impl Packaging {
     }
 }
 
-/// The trace annotations in delivered manifests, with the WDS generation each is for.
-pub fn delivered<'a>(manifests: impl Iterator<Item = &'a Value>) -> HashMap<Identity, (String, TraceAnnotations)> {
-    manifests
-        .filter_map(|manifest| {
-            let annotations = manifest["metadata"]["annotations"].as_object()?;
-            let generation = annotations.get(WDS_GENERATION_ANNOTATION)?.as_str()?.to_string();
-            let trace: TraceAnnotations = annotations
-                .iter()
-                .filter(|(key, _)| key.starts_with(TRACE_ANNOTATION_PREFIX))
-                .filter_map(|(key, value)| Some((key.clone(), value.as_str()?.to_string())))
-                .collect();
-            Some((super::wrap::identity(manifest), (generation, trace)))
-        })
+/// The trace annotations of delivered objects, with the WDS generation each is for.
+pub fn delivered<'a>(held: impl Iterator<Item = &'a Held>) -> HashMap<Identity, (String, TraceAnnotations)> {
+    held.filter_map(|held| Some((held.identity.clone(), (held.generation.clone()?, held.trace()))))
         .collect()
 }
 
@@ -112,7 +103,7 @@ pub fn set(manifest: &mut Value, trace: &TraceAnnotations) {
 
 #[cfg(test)]
 mod tests {
-    use ks_shared::names::TRACEPARENT_ANNOTATION;
+    use ks_shared::names::{TRACEPARENT_ANNOTATION, WDS_GENERATION_ANNOTATION};
     use serde_json::json;
 
     use super::*;
@@ -124,7 +115,8 @@ mod tests {
                    "annotations": {WDS_GENERATION_ANNOTATION: "3", TRACEPARENT_ANNOTATION: "00-a-b-01", "other": "x"}}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "ns"}}),
         ];
-        let found = delivered(manifests.iter());
+        let held: Vec<Held> = manifests.iter().map(Held::of).collect();
+        let found = delivered(held.iter());
         assert_eq!(found.len(), 1);
         let (generation, trace) = &found[&("apps".into(), "Deployment".into(), "ns".into(), "web".into())];
         assert_eq!(generation, "3");

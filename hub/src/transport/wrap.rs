@@ -5,17 +5,18 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use ks_shared::names::{
     API_GROUPS_ANNOTATION, CONTENT_DIGEST_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL,
-    ORIGIN_WDS_LABEL, WDS_GENERATION_ANNOTATION, is_trace_annotation,
+    ORIGIN_WDS_LABEL, is_trace_annotation,
 };
 use ks_shared::ocm::{
-    ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestWorkStatus, ManifestsTemplate,
-    ResourceIdentifier, UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy, manifest_group,
+    ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
+    UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy, manifest_group,
 };
 use kube::api::ObjectMeta;
 use serde_json::Value;
+
+use super::cached::{CachedWork, Held};
 
 /// One object to deliver: the transformed manifest, its resource name, and whether it is
 /// create-only. Cloned cheaply: every WEC's ManifestWork shares the manifest, unless its
@@ -209,6 +210,7 @@ pub struct Ocm;
 
 impl super::Plugin for Ocm {
     type Wrapped = ManifestWork;
+    type Cached = CachedWork;
     type Inventory = ManagedCluster;
 
     fn mailbox(&self, destination: &str) -> String {
@@ -219,50 +221,32 @@ impl super::Plugin for Ocm {
         wrap(origin, mailbox, name, deliveries)
     }
 
-    fn manifests<'a>(&self, wrapped: &'a ManifestWork) -> &'a [Arc<Value>] {
-        &wrapped.spec.workload.manifests
+    fn gloss(&self, wrapped: &ManifestWork) -> Vec<Identity> {
+        gloss(wrapped)
     }
 
-    fn trim(work: &mut ManifestWork) {
-        trim(work);
+    fn held<'a>(&self, cached: &'a CachedWork) -> &'a [Arc<Held>] {
+        &cached.held
     }
 
     fn keeping(&self, work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSet<Identity>) -> ManifestWork {
         keeping(work, sources, objects)
     }
 
-    fn same_content(&self, existing: &ManifestWork, desired: &ManifestWork) -> bool {
+    fn cached(work: &ManifestWork) -> CachedWork {
+        CachedWork::of(work)
+    }
+
+    fn same_content(&self, existing: &CachedWork, desired: &ManifestWork) -> bool {
         same_content(existing, desired)
     }
 
-    fn applied(&self, work: &ManifestWork) -> bool {
-        let generation = work.metadata.generation;
-        work.status.as_ref().is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation)
-        })
+    fn applied(&self, work: &CachedWork) -> bool {
+        work.applied
     }
 
-    fn landed(&self, work: &ManifestWork) -> super::propagation::Landed {
-        landed(work)
-    }
-}
-
-/// How many objects `work` holds, and how many OCM reports Applied and Available (present on the
-/// WEC) in its per-manifest conditions.
-pub fn landed(work: &ManifestWork) -> super::propagation::Landed {
-    let manifests = work.status.iter().flat_map(|s| &s.resource_status.manifests);
-    let count = |type_: &str| {
-        manifests
-            .clone()
-            .filter(|m| m.conditions.iter().any(|c| c.type_ == type_ && c.status == "True"))
-            .count()
-    };
-    super::propagation::Landed {
-        delivered: work.spec.workload.manifests.len(),
-        applied: count("Applied"),
-        available: count("Available"),
+    fn landed(&self, work: &CachedWork) -> super::propagation::Landed {
+        work.landed
     }
 }
 
@@ -271,20 +255,21 @@ pub fn landed(work: &ManifestWork) -> super::propagation::Landed {
 /// what others could change without touching it: our labels and which objects it holds. The
 /// Binding generation annotation alone is no reason to write; a missing API groups annotation
 /// (a ManifestWork written before there was one) is.
-pub fn same_content(existing: &ManifestWork, desired: &ManifestWork) -> bool {
-    let ours = |w: &ManifestWork| {
-        let mut labels = w.metadata.labels.clone().unwrap_or_default();
+pub fn same_content(existing: &CachedWork, desired: &ManifestWork) -> bool {
+    let ours = |metadata: &ObjectMeta, held: Vec<Identity>| {
+        let mut labels = metadata.labels.clone().unwrap_or_default();
         labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
-        let annotation = |name: &str| w.metadata.annotations.as_ref().and_then(|a| a.get(name).cloned());
+        let annotation = |name: &str| metadata.annotations.as_ref().and_then(|a| a.get(name).cloned());
         (
             labels,
             annotation(CONTENT_DIGEST_ANNOTATION),
             annotation(API_GROUPS_ANNOTATION),
-            gloss(w),
+            held,
         )
     };
-    let desired = ours(desired);
-    desired.1.is_some() && ours(existing) == desired
+    let desired = ours(&desired.metadata, gloss(desired));
+    let held = existing.held.iter().map(|h| h.identity.clone()).collect();
+    desired.1.is_some() && ours(&existing.metadata, held) == desired
 }
 
 /// What the content digest reads of a manifest: its JSON without trace annotations.
@@ -298,87 +283,6 @@ fn without_trace_annotations(manifest: &Value) -> Value {
         annotations.retain(|key, _| !is_trace_annotation(key));
     }
     manifest
-}
-
-/// Leaves of a ManifestWork what the transport reads again: its metadata but managed fields,
-/// its manifest configs, of each manifest its identity, its WDS generation and trace
-/// annotations, and of its status what [`landed`] and `applied` count. Its digest annotation
-/// stands for the content.
-pub fn trim(work: &mut ManifestWork) {
-    work.metadata.managed_fields = None;
-    if let Some(status) = &mut work.status {
-        trim_status(status);
-    }
-    for manifest in &mut work.spec.workload.manifests {
-        let metadata = &manifest["metadata"];
-        let annotations: serde_json::Map<String, Value> = metadata["annotations"]
-            .as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(key, _)| *key == WDS_GENERATION_ANNOTATION || is_trace_annotation(key))
-            .map(|(key, value)| (key.clone(), value.clone()))
-            .collect();
-        let mut kept = serde_json::json!({
-            "apiVersion": manifest["apiVersion"],
-            "kind": manifest["kind"],
-            "metadata": {"name": metadata["name"], "annotations": annotations},
-        });
-        if let Some(namespace) = metadata.get("namespace") {
-            kept["metadata"]["namespace"] = namespace.clone();
-        }
-        *manifest = SKELETONS.share(kept);
-    }
-}
-
-/// Of OCM's status, only the true `Applied` and `Available` conditions, without their reasons
-/// and messages, and of each manifest only those: the per-manifest conditions, metadata and
-/// feedback of every object in every real WEC were most of the ManifestWork cache at 10,000
-/// objects.
-fn trim_status(status: &mut ManifestWorkStatus) {
-    let counted = |condition: &mut Condition| {
-        let kept = matches!(condition.type_.as_str(), "Applied" | "Available") && condition.status == "True";
-        condition.reason = String::new();
-        condition.message = String::new();
-        kept
-    };
-    status.conditions.retain_mut(counted);
-    status.resource_status.manifests.retain_mut(|manifest| {
-        manifest.conditions.retain_mut(counted);
-        manifest.resource_meta = Default::default();
-        manifest.status_feedback = Default::default();
-        !manifest.conditions.is_empty()
-    });
-}
-
-/// What is left of an object is the same in every WEC's ManifestWork: one copy is kept for all.
-static SKELETONS: std::sync::LazyLock<Skeletons> = std::sync::LazyLock::new(Skeletons::default);
-
-/// Trimmed manifests by their text; those no ManifestWork holds any more are dropped now and then.
-#[derive(Default)]
-struct Skeletons(std::sync::Mutex<SkeletonsByText>);
-
-#[derive(Default)]
-struct SkeletonsByText {
-    by_text: std::collections::HashMap<String, std::sync::Weak<Value>>,
-    /// How many were held after the last sweep of dropped ones.
-    after_sweep: usize,
-}
-
-impl Skeletons {
-    fn share(&self, skeleton: Value) -> Arc<Value> {
-        let text = skeleton.to_string();
-        let mut held = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(shared) = held.by_text.get(&text).and_then(std::sync::Weak::upgrade) {
-            return shared;
-        }
-        let shared = Arc::new(skeleton);
-        held.by_text.insert(text, Arc::downgrade(&shared));
-        if held.by_text.len() > 2 * held.after_sweep.max(1024) {
-            held.by_text.retain(|_, skeleton| skeleton.strong_count() > 0);
-            held.after_sweep = held.by_text.len();
-        }
-        shared
-    }
 }
 
 /// What a ManifestWork holds: the identity of each manifest.
@@ -425,10 +329,9 @@ pub fn too_deep(label: &str, manifest: &Value) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use ks_shared::ocm::{ManifestCondition, ManifestResourceMeta, ManifestResourceStatus};
+    use ks_shared::names::WDS_GENERATION_ANNOTATION;
     use serde_json::json;
 
-    use super::super::Plugin;
     use super::*;
 
     fn origin() -> Origin<'static> {
@@ -507,6 +410,11 @@ mod tests {
         )
     }
 
+    /// What the transport's cache keeps of `work`, read from the watch.
+    fn watched(work: &ManifestWork) -> CachedWork {
+        serde_json::from_value(serde_json::to_value(work).unwrap()).unwrap()
+    }
+
     /// What the apiserver stores of a ManifestWork we wrote: embedded objects' metadata is
     /// decoded and encoded again, which drops empty maps and adds `creationTimestamp: null`.
     fn as_stored(work: &ManifestWork) -> ManifestWork {
@@ -525,28 +433,24 @@ mod tests {
         let desired = wrap(&origin(), "cluster1", "nginx-wds1-0", &[&configmap(json!({}))]);
         let stored = as_stored(&desired);
         assert_ne!(stored.spec, desired.spec, "the apiserver changed it");
-        assert!(same_content(&stored, &desired));
+        assert!(same_content(&watched(&stored), &desired));
     }
 
     #[test]
-    fn a_trimmed_work_still_says_what_it_holds_and_what_was_delivered() {
+    fn a_cached_work_still_says_what_it_holds_and_what_was_delivered() {
         let traced = json!({WDS_GENERATION_ANNOTATION: "3", "tracing.k8s.io/traceparent": "00-a-b-01", "team": "x"});
         let namespace = namespace_delivery();
         let desired = wrap(&origin(), "cluster1", "w", &[&namespace, &configmap(traced)]);
-        let mut cached = as_stored(&desired);
-        trim(&mut cached);
+        let cached = watched(&as_stored(&desired));
         assert!(same_content(&cached, &desired));
-        assert_eq!(gloss(&cached), gloss(&desired));
-        let delivered =
-            |w: &ManifestWork| super::super::trace::delivered(w.spec.workload.manifests.iter().map(|m| &**m));
-        assert_eq!(delivered(&cached), delivered(&desired));
-        assert_eq!(
-            *cached.spec.workload.manifests[1],
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm1", "namespace": "n",
-                   "annotations": {WDS_GENERATION_ANNOTATION: "3", "tracing.k8s.io/traceparent": "00-a-b-01"}}}),
-            "no data, no other annotations"
-        );
-        // A changed manifest is still new content to the trimmed work.
+        let held: Vec<Identity> = cached.held.iter().map(|h| h.identity.clone()).collect();
+        assert_eq!(held, gloss(&desired));
+        let desired_held: Vec<Held> = desired.spec.workload.manifests.iter().map(|m| Held::of(m)).collect();
+        let delivered = |held: Vec<&Held>| super::super::trace::delivered(held.into_iter());
+        let desired_delivered = delivered(desired_held.iter().collect());
+        assert_eq!(delivered(cached.held.iter().map(|h| &**h).collect()), desired_delivered);
+        assert_eq!(desired_delivered.len(), 1, "the Namespace carries no generation");
+        // A changed manifest is still new content to the cached work.
         let changed = wrap(
             &origin(),
             "cluster1",
@@ -557,68 +461,14 @@ mod tests {
     }
 
     #[test]
-    fn a_trimmed_work_still_counts_what_landed() {
-        let condition = |type_: &str, status: &str| -> Condition {
-            let condition = json!({"type": type_, "status": status, "observedGeneration": 2,
-                                   "reason": "AppliedManifestComplete", "message": "Apply manifest complete",
-                                   "lastTransitionTime": "2026-01-01T00:00:00Z"});
-            serde_json::from_value(condition).unwrap()
-        };
-        let manifest = |conditions: Vec<Condition>| ManifestCondition {
-            resource_meta: ManifestResourceMeta {
-                kind: "ConfigMap".into(),
-                name: "cm1".into(),
-                ..Default::default()
-            },
-            conditions,
-            status_feedback: Default::default(),
-        };
-        let mut work = wrap(
-            &origin(),
-            "cluster1",
-            "w",
-            &[&configmap(json!({})), &namespace_delivery()],
-        );
-        work.metadata.generation = Some(2);
-        work.status = Some(ManifestWorkStatus {
-            conditions: vec![condition("Applied", "True"), condition("Degraded", "False")],
-            resource_status: ManifestResourceStatus {
-                manifests: vec![
-                    manifest(vec![
-                        condition("Applied", "True"),
-                        condition("Available", "True"),
-                        condition("StatusFeedbackSynced", "True"),
-                    ]),
-                    manifest(vec![condition("Applied", "False"), condition("Available", "Unknown")]),
-                ],
-            },
-        });
-        let mut cached = work.clone();
-        trim(&mut cached);
-        let wrapper = Ocm;
-        assert_eq!(landed(&cached), landed(&work));
-        assert_eq!((landed(&work).applied, landed(&work).available), (1, 1));
-        assert!(wrapper.applied(&cached) && wrapper.applied(&work));
-        let status = cached.status.unwrap();
-        assert_eq!(status.resource_status.manifests.len(), 1, "none of the second counts");
-        assert_eq!(status.resource_status.manifests[0].conditions.len(), 2);
-        assert_eq!(status.conditions[0].message, "");
-        // An older generation's Applied is no longer this generation's.
-        cached = work.clone();
-        cached.metadata.generation = Some(3);
-        trim(&mut cached);
-        assert!(!wrapper.applied(&cached));
-    }
-
-    #[test]
     fn a_changed_manifest_or_config_is_new_content() {
         let desired = wrap(&origin(), "cluster1", "w", &[&configmap(json!({"a": "1"}))]);
         let other = wrap(&origin(), "cluster1", "w", &[&configmap(json!({"a": "2"}))]);
-        assert!(!same_content(&as_stored(&other), &desired));
+        assert!(!same_content(&watched(&as_stored(&other)), &desired));
         let mut create_only = configmap(json!({"a": "1"}));
         create_only.create_only = true;
         let other = wrap(&origin(), "cluster1", "w", &[&create_only]);
-        assert!(!same_content(&as_stored(&other), &desired));
+        assert!(!same_content(&watched(&as_stored(&other)), &desired));
     }
 
     #[test]
@@ -639,7 +489,7 @@ mod tests {
             "w",
             &[&configmap(json!({"tracing.k8s.io/traceparent": "00-c-d-01"}))],
         );
-        assert!(same_content(&existing, &desired));
+        assert!(same_content(&watched(&existing), &desired));
     }
 
     #[test]
@@ -647,7 +497,7 @@ mod tests {
         let desired = wrap(&origin(), "c", "w", &[&configmap(json!({})), &namespace_delivery()]);
         let mut without_digest = desired.clone();
         without_digest.metadata.annotations = None;
-        assert!(!same_content(&without_digest, &desired));
+        assert!(!same_content(&watched(&without_digest), &desired));
         let mut without_groups = desired.clone();
         without_groups
             .metadata
@@ -656,15 +506,18 @@ mod tests {
             .unwrap()
             .remove(API_GROUPS_ANNOTATION);
         assert!(
-            !same_content(&without_groups, &desired),
+            !same_content(&watched(&without_groups), &desired),
             "written before the groups were"
         );
         let mut emptied = desired.clone();
         emptied.spec.workload.manifests.pop();
-        assert!(!same_content(&emptied, &desired), "an object taken out by someone else");
+        assert!(
+            !same_content(&watched(&emptied), &desired),
+            "an object taken out by someone else"
+        );
         let mut relabelled = desired.clone();
         relabelled.metadata.labels.as_mut().unwrap().remove(ORIGIN_WDS_LABEL);
-        assert!(!same_content(&relabelled, &desired));
+        assert!(!same_content(&watched(&relabelled), &desired));
         let mut labelled = desired.clone();
         labelled
             .metadata
@@ -672,7 +525,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .insert("theirs".into(), "x".into());
-        assert!(same_content(&labelled, &desired), "others' labels are theirs");
+        assert!(same_content(&watched(&labelled), &desired), "others' labels are theirs");
     }
 
     #[test]
@@ -729,11 +582,11 @@ mod tests {
         let objects = BTreeSet::from([identity(&moving.manifest), identity(&other.manifest)]);
         let kept = keeping(&wrap(&origin(), "c", "w-0", &[&staying]), &sources, &objects);
         let wrapped = wrap(&origin(), "c", "w-0", &[&staying, &moving, &other]);
-        assert!(same_content(&kept, &wrapped));
+        assert!(same_content(&watched(&kept), &wrapped));
         assert_eq!(kept.spec.manifest_configs, wrapped.spec.manifest_configs);
         assert_eq!(kept.metadata.annotations, wrapped.metadata.annotations);
         // Kept once, however often it is asked.
-        assert!(same_content(&keeping(&kept, &sources, &objects), &wrapped));
+        assert!(same_content(&watched(&keeping(&kept, &sources, &objects)), &wrapped));
     }
 
     fn namespace_delivery() -> Delivery {

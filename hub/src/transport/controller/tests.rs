@@ -6,6 +6,7 @@ use super::*;
 use kube::runtime::reflector;
 
 use crate::mock::{self, ApiServer};
+use crate::transport::cached::CachedWork;
 use crate::transport::sharding::DEFAULT_LIMITS;
 use crate::transport::wrap::{Delivery, Ocm, Origin};
 
@@ -14,7 +15,7 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
     let (events, _) = mpsc::unbounded_channel();
     let (cached, mut writer) = reflector::store();
     for work in works {
-        writer.apply_watcher_event(&watcher::Event::Apply(work.clone()));
+        writer.apply_watcher_event(&watcher::Event::Apply(CachedWork::of(work)));
     }
     let filter = Default::default();
     let informers = WorkloadInformers::new(
@@ -215,7 +216,7 @@ fn planned_from(transport: &Transport<Ocm>) -> Vec<(String, Vec<String>)> {
     let mut works: Vec<_> = transport
         .current_works("b")
         .iter()
-        .map(|w| (w.name_any(), Ocm.gloss(w).into_iter().map(|(.., name)| name).collect()))
+        .map(|w| (w.name_any(), Ocm.held(w).iter().map(|h| h.identity.3.clone()).collect()))
         .collect();
     works.sort();
     works
@@ -245,7 +246,7 @@ async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
     let older = seen_work(
         &transport.expectations,
-        Seen::Changed(&at(work("b-wds1-0", &["a"]), "6")),
+        Seen::Changed(&CachedWork::of(&at(work("b-wds1-0", &["a"]), "6"))),
     );
     assert!(matches!(older, Some(Input::Binding(b)) if b == "b"));
     assert_eq!(
@@ -253,12 +254,18 @@ async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write
         2,
         "an older version is not the write"
     );
-    let confirmed = seen_work(&transport.expectations, Seen::Changed(&at(written.clone(), "7")));
+    let confirmed = seen_work(
+        &transport.expectations,
+        Seen::Changed(&CachedWork::of(&at(written.clone(), "7"))),
+    );
     assert!(
         confirmed.is_none(),
         "what it was planned from: no reason to plan it again"
     );
-    let status = seen_work(&transport.expectations, Seen::Changed(&at(written, "8")));
+    let status = seen_work(
+        &transport.expectations,
+        Seen::Changed(&CachedWork::of(&at(written, "8"))),
+    );
     assert!(
         matches!(status, Some(Input::Binding(b)) if b == "b"),
         "a change after it is"
@@ -281,7 +288,7 @@ async fn a_binding_planned_again_before_the_watch_shows_its_deletion_does_not_de
     let again = transport.apply_works("b", desired(std::slice::from_ref(&kept))).await;
     assert!(again.unwrap().rejections.is_empty());
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
-    seen_work(&transport.expectations, Seen::Deleted(&stale));
+    seen_work(&transport.expectations, Seen::Deleted(&CachedWork::of(&stale)));
     assert_eq!(transport.expectations().unseen(Instant::now()).count(), 0);
 }
 

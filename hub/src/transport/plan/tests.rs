@@ -6,6 +6,7 @@ use ks_shared::ocm::{ManifestCondition, ManifestResourceStatus, ManifestWork, Ma
 use serde_json::Value;
 
 use super::*;
+use crate::transport::cached::CachedWork;
 use crate::transport::sharding::DEFAULT_LIMITS;
 use crate::transport::wrap::Ocm;
 
@@ -61,6 +62,11 @@ fn deployment(generation: i64) -> (Arc<CachedObject>, ApiResource) {
     )
 }
 
+/// `works` as the transport's cache keeps them.
+fn cached(works: impl IntoIterator<Item = ManifestWork>) -> Vec<Arc<CachedWork>> {
+    works.into_iter().map(|w| Arc::new(CachedWork::of(&w))).collect()
+}
+
 /// The inputs of one plan, owned.
 struct Case {
     binding: Binding,
@@ -69,7 +75,7 @@ struct Case {
     unfilled: BTreeSet<GroupResource>,
     removals: Removals,
     properties: BTreeMap<String, BTreeMap<String, String>>,
-    current: Vec<Arc<ManifestWork>>,
+    current: Vec<Arc<CachedWork>>,
     limits: Limits,
 }
 
@@ -254,7 +260,7 @@ fn objects_keep_their_shard_when_one_sorting_first_comes() {
     let before = case.works();
     assert_eq!(names(&before[&key("c1", "b-wds1-0")]), ["b", "c"]);
     assert_eq!(names(&before[&key("c1", "b-wds1-1")]), ["d"]);
-    case.current = before.into_values().map(Arc::new).collect();
+    case.current = cached(before.into_values());
     case.binding = config_maps(&["a", "b", "c", "d"]);
     let after = case.works();
     // Packing by position would put a and b together and move c and d.
@@ -274,7 +280,7 @@ fn an_object_held_twice_stays_in_the_lower_shard_whatever_order_the_cache_lists(
     assert_eq!(names(shard_1), ["b", "c"]);
     case.limits.max_count = 3;
     for listed in [[0, 1], [1, 0]] {
-        let current: Vec<Arc<ManifestWork>> = works.values().cloned().map(Arc::new).collect();
+        let current = cached(works.values().cloned());
         case.current = listed.iter().map(|i| current[*i].clone()).collect();
         let after = case.works();
         assert_eq!(names(&after[&key("c1", "b-wds1-0")]), ["a", "b"], "listed {listed:?}");
@@ -299,7 +305,7 @@ fn a_delivered_trace_is_kept_for_the_same_generation_only() {
     assert_eq!(annotations(&delivered), json!({WDS_GENERATION_ANNOTATION: "2"}));
     std::sync::Arc::make_mut(&mut delivered.spec.workload.manifests[0])["metadata"]["annotations"]
         [TRACEPARENT_ANNOTATION] = json!("00-a-b-01");
-    case.current = vec![Arc::new(delivered)];
+    case.current = cached([delivered]);
     let again = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
     assert_eq!(
         annotations(&again),
@@ -397,7 +403,7 @@ fn propagation_counts_what_each_wec_reports_landed() {
         },
         ..Default::default()
     });
-    let works: Vec<Arc<ManifestWork>> = works.into_values().map(Arc::new).collect();
+    let works = cached(works.into_values());
     let reported = propagation(&Ocm, &case.binding, &works, &works);
     assert_eq!((reported.wecs.as_str(), reported.applied.as_str()), ("0/2", "2/4"));
     let per_wec = |propagation: Propagation| -> Vec<_> {
@@ -416,7 +422,7 @@ fn propagation_counts_what_each_wec_reports_landed() {
     assert_eq!(per_wec(reported), expected(2));
     // Delivered counts what plans read (c2's deleted, the watch not showing it yet); applied
     // and available what was reported.
-    let planned: Vec<Arc<ManifestWork>> = works
+    let planned: Vec<Arc<CachedWork>> = works
         .iter()
         .filter(|w| w.namespace().as_deref() == Some("c1"))
         .cloned()
@@ -440,7 +446,7 @@ fn bench_plan_at_scale() {
         .map(|name| ("", "configmaps", name.as_str(), false))
         .collect();
     let b = binding(&wec_refs, &listed);
-    let cached: BTreeMap<String, (Arc<CachedObject>, ApiResource)> = names
+    let objects_cached: BTreeMap<String, (Arc<CachedObject>, ApiResource)> = names
         .iter()
         .map(|n| (n.clone(), config_map(n, json!({}), json!({"k": "v".repeat(200)}))))
         .collect();
@@ -449,10 +455,10 @@ fn bench_plan_at_scale() {
     let first_seen = FirstSeen::default();
     let mut limits = DEFAULT_LIMITS;
     limits.max_size = 100_000;
-    let run = |current: &[Arc<ManifestWork>]| {
+    let run = |current: &[Arc<CachedWork>]| {
         let objects = entries(&b)
             .map(|entry| {
-                let (o, r) = &cached[&entry.object.name];
+                let (o, r) = &objects_cached[&entry.object.name];
                 (entry, Cached::Found(o.clone(), r.clone()))
             })
             .collect();
@@ -474,19 +480,12 @@ fn bench_plan_at_scale() {
     };
     let (first, cold) = run(&[]);
     // As the transport's cache holds them.
-    let current: Vec<Arc<ManifestWork>> = first
-        .works
-        .into_values()
-        .map(|mut work| {
-            Ocm::trim(&mut work);
-            Arc::new(work)
-        })
-        .collect();
+    let current = cached(first.works.into_values());
     let (second, warm) = run(&current);
     // What the controller then does: compare each with the cached one. Nothing changed, so
     // nothing is to be written.
     let started = std::time::Instant::now();
-    let cached: BTreeMap<(Option<String>, String), &ManifestWork> =
+    let cached: BTreeMap<(Option<String>, String), &CachedWork> =
         current.iter().map(|w| ((w.namespace(), w.name_any()), &**w)).collect();
     let unchanged = second
         .works

@@ -1,0 +1,336 @@
+//! What the transport's cache keeps of each ManifestWork: no more than planning and propagation
+//! read of it. Of each object it holds, its identity, the WDS generation delivered and the trace
+//! annotations ([`Held`], one copy for every WEC's ManifestWork); of OCM's status, whether this
+//! generation is applied and how many objects are applied and available. At 10,000 objects the
+//! trimmed manifests (three JSON maps each) and OCM's per-manifest conditions were about 3 kB per
+//! object (`make bench-transport-cache`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use ks_shared::names::{WDS_GENERATION_ANNOTATION, is_trace_annotation};
+use ks_shared::ocm::{ManifestWork, ManifestWorkStatus, api_version_group};
+use kube::api::ObjectMeta;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::propagation::Landed;
+use super::trace::TraceAnnotations;
+use super::wrap::Identity;
+
+/// What the cache keeps of one delivered object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Held {
+    pub identity: Identity,
+    /// The WDS generation delivered (its annotation), if any.
+    pub generation: Option<String>,
+    /// Its trace annotations, sorted by key.
+    pub trace: Box<[(String, String)]>,
+}
+
+impl Held {
+    /// What is kept of a manifest.
+    pub fn of(manifest: &Value) -> Held {
+        let annotations = manifest["metadata"]["annotations"].as_object();
+        Held::from_parts(super::wrap::identity(manifest), annotations.into_iter().flatten())
+    }
+
+    fn from_parts<'a>(identity: Identity, annotations: impl Iterator<Item = (&'a String, &'a Value)>) -> Held {
+        let mut generation = None;
+        let mut trace = Vec::new();
+        for (key, value) in annotations {
+            let Some(value) = value.as_str() else { continue };
+            if key == WDS_GENERATION_ANNOTATION {
+                generation = Some(value.to_string());
+            } else if is_trace_annotation(key) {
+                trace.push((key.clone(), value.to_string()));
+            }
+        }
+        trace.sort();
+        Held {
+            identity,
+            generation,
+            trace: trace.into(),
+        }
+    }
+
+    /// Its trace annotations as a map.
+    pub fn trace(&self) -> TraceAnnotations {
+        self.trace.iter().cloned().collect()
+    }
+}
+
+/// What the transport's cache keeps of a ManifestWork, read from the watch as that kind.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(from = "Watched")]
+pub struct CachedWork {
+    /// Its metadata without managed fields.
+    pub metadata: ObjectMeta,
+    pub held: Vec<Arc<Held>>,
+    /// Whether OCM reports this generation applied.
+    pub applied: bool,
+    /// How many of its objects OCM reports applied and available.
+    pub landed: Landed,
+}
+
+ks_shared::watched_as!(CachedWork, ManifestWork);
+
+impl CachedWork {
+    /// What the cache keeps of a ManifestWork (one just written, or one from a test).
+    pub fn of(work: &ManifestWork) -> CachedWork {
+        let held = work
+            .spec
+            .workload
+            .manifests
+            .iter()
+            .map(|m| HELD.share(Held::of(m)))
+            .collect();
+        CachedWork::from_parts(work.metadata.clone(), held, work.status.as_ref())
+    }
+
+    fn from_parts(mut metadata: ObjectMeta, held: Vec<Arc<Held>>, status: Option<&ManifestWorkStatus>) -> CachedWork {
+        metadata.managed_fields = None;
+        let counted = |type_: &str| {
+            status
+                .iter()
+                .flat_map(|s| &s.resource_status.manifests)
+                .filter(|m| is_true(&m.conditions, type_))
+                .count()
+        };
+        let landed = Landed {
+            delivered: held.len(),
+            applied: counted("Applied"),
+            available: counted("Available"),
+        };
+        let generation = metadata.generation;
+        let applied = status.is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation)
+        });
+        CachedWork {
+            metadata,
+            held,
+            applied,
+            landed,
+        }
+    }
+}
+
+fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    conditions.iter().any(|c| c.type_ == type_ && c.status == "True")
+}
+
+/// A ManifestWork as the watch sends it, as far as it is read: each manifest's identity and
+/// annotations, without the rest of the object ever becoming a JSON tree.
+#[derive(Deserialize)]
+struct Watched {
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: WatchedSpec,
+    #[serde(default)]
+    status: Option<ManifestWorkStatus>,
+}
+
+#[derive(Default, Deserialize)]
+struct WatchedSpec {
+    #[serde(default)]
+    workload: WatchedWorkload,
+}
+
+#[derive(Default, Deserialize)]
+struct WatchedWorkload {
+    #[serde(default)]
+    manifests: Vec<WatchedManifest>,
+}
+
+/// A manifest's kind and metadata; every other field is skipped unread.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WatchedManifest {
+    #[serde(default)]
+    api_version: Value,
+    #[serde(default)]
+    kind: Value,
+    #[serde(default)]
+    metadata: WatchedManifestMeta,
+}
+
+#[derive(Default, Deserialize)]
+struct WatchedManifestMeta {
+    #[serde(default)]
+    name: Value,
+    #[serde(default)]
+    namespace: Value,
+    #[serde(default)]
+    annotations: BTreeMap<String, Value>,
+}
+
+impl From<Watched> for CachedWork {
+    fn from(watched: Watched) -> CachedWork {
+        let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+        let held = watched
+            .spec
+            .workload
+            .manifests
+            .iter()
+            .map(|m| {
+                let group = m.api_version.as_str().map_or("", api_version_group).to_string();
+                let (metadata, kind) = (&m.metadata, text(&m.kind));
+                let identity = (group, kind, text(&metadata.namespace), text(&metadata.name));
+                HELD.share(Held::from_parts(identity, metadata.annotations.iter()))
+            })
+            .collect();
+        CachedWork::from_parts(watched.metadata, held, watched.status.as_ref())
+    }
+}
+
+/// What is held of an object is the same in every WEC's ManifestWork: one copy is kept for all.
+static HELD: std::sync::LazyLock<Pool> = std::sync::LazyLock::new(Pool::default);
+
+/// Held objects by a hash of their content; those no ManifestWork holds any more are dropped now
+/// and then. Two that share a hash are both kept, the later one unshared.
+#[derive(Default)]
+struct Pool(Mutex<ByHash>);
+
+#[derive(Default)]
+struct ByHash {
+    held: HashMap<u64, Weak<Held>>,
+    /// How many were held after the last sweep of dropped ones.
+    after_sweep: usize,
+}
+
+impl Pool {
+    fn share(&self, held: Held) -> Arc<Held> {
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        held.hash(&mut hasher);
+        let hash = hasher.finish();
+        let mut pool = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        match pool.held.get(&hash).and_then(Weak::upgrade) {
+            Some(shared) if *shared == held => shared,
+            Some(_) => Arc::new(held),
+            None => {
+                let shared = Arc::new(held);
+                pool.held.insert(hash, Arc::downgrade(&shared));
+                if pool.held.len() > 2 * pool.after_sweep.max(1024) {
+                    pool.held.retain(|_, held| held.strong_count() > 0);
+                    pool.after_sweep = pool.held.len();
+                }
+                shared
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn work(manifests: Value, status: Value) -> Value {
+        json!({"apiVersion": "work.open-cluster-management.io/v1", "kind": "ManifestWork",
+               "metadata": {"name": "p-wds1-0", "namespace": "cluster1", "generation": 2,
+                            "labels": {"transport.kubestellar.io/originWdsName": "wds1"},
+                            "managedFields": [{"manager": "ks-hub", "operation": "Update"}]},
+               "spec": {"workload": {"manifests": manifests}},
+               "status": status})
+    }
+
+    fn deployment() -> Value {
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "web", "namespace": "ns", "labels": {"app": "web"},
+                            "annotations": {WDS_GENERATION_ANNOTATION: "3", "tracing.k8s.io/traceparent": "00-a-b-01",
+                                            "team": "x"}},
+               "spec": {"replicas": 2}})
+    }
+
+    #[test]
+    fn a_watched_work_keeps_what_is_read_of_it() {
+        let namespace = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns"}});
+        let watched = work(json!([namespace, deployment()]), Value::Null);
+        let cached: CachedWork = serde_json::from_value(watched.clone()).unwrap();
+        assert_eq!(cached.metadata.managed_fields, None);
+        assert_eq!(cached.metadata.name.as_deref(), Some("p-wds1-0"));
+        let held: Vec<&Held> = cached.held.iter().map(|h| &**h).collect();
+        assert_eq!(
+            held,
+            [
+                &Held {
+                    identity: ("".into(), "Namespace".into(), "".into(), "ns".into()),
+                    generation: None,
+                    trace: Box::new([]),
+                },
+                &Held {
+                    identity: ("apps".into(), "Deployment".into(), "ns".into(), "web".into()),
+                    generation: Some("3".into()),
+                    trace: Box::new([("tracing.k8s.io/traceparent".into(), "00-a-b-01".into())]),
+                },
+            ]
+        );
+        assert!(!cached.applied);
+        assert_eq!(
+            cached.landed,
+            Landed {
+                delivered: 2,
+                applied: 0,
+                available: 0
+            }
+        );
+        // The same from the whole ManifestWork (one just written), and shared with it.
+        let whole: ManifestWork = serde_json::from_value(watched).unwrap();
+        let of = CachedWork::of(&whole);
+        assert_eq!(of.held, cached.held);
+        assert!(Arc::ptr_eq(&of.held[1], &cached.held[1]), "one copy for every WEC");
+    }
+
+    #[test]
+    fn a_watched_work_counts_what_landed() {
+        let condition = |type_: &str, status: &str, generation: i64| {
+            json!({"type": type_, "status": status, "observedGeneration": generation, "reason": "R",
+                   "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"})
+        };
+        let manifest = |conditions: Value| json!({"resourceMeta": {"kind": "Deployment", "name": "web"}, "conditions": conditions});
+        let status = |generation: i64| {
+            json!({"conditions": [condition("Applied", "True", generation), condition("Degraded", "False", 2)],
+                   "resourceStatus": {"manifests": [
+                       manifest(json!([condition("Applied", "True", 2), condition("Available", "True", 2)])),
+                       manifest(json!([condition("Applied", "True", 2), condition("Available", "Unknown", 2)])),
+                       manifest(json!([condition("Applied", "False", 2)]))]}})
+        };
+        let cached: CachedWork = serde_json::from_value(work(json!([deployment()]), status(2))).unwrap();
+        assert!(cached.applied);
+        assert_eq!(
+            cached.landed,
+            Landed {
+                delivered: 1,
+                applied: 2,
+                available: 1
+            }
+        );
+        // An older generation's Applied is not this generation's.
+        let cached: CachedWork = serde_json::from_value(work(json!([deployment()]), status(1))).unwrap();
+        assert!(!cached.applied);
+    }
+
+    #[test]
+    fn odd_manifests_are_held_as_far_as_they_go() {
+        let odd = json!([{"kind": 3, "metadata": {"name": "x", "annotations": {WDS_GENERATION_ANNOTATION: 4}}}, {}]);
+        let cached: CachedWork = serde_json::from_value(work(odd, Value::Null)).unwrap();
+        assert_eq!(cached.held.len(), 2);
+        assert_eq!(cached.held[0].identity, ("".into(), "".into(), "".into(), "x".into()));
+        assert_eq!(cached.held[0].generation, None);
+    }
+
+    #[test]
+    fn it_is_watched_as_a_manifest_work() {
+        use kube::Resource;
+        assert_eq!(
+            CachedWork::url_path(&(), Some("cluster1")),
+            ManifestWork::url_path(&(), Some("cluster1"))
+        );
+        assert_eq!(CachedWork::kind(&()), "ManifestWork");
+    }
+}
