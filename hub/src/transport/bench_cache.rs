@@ -15,7 +15,7 @@ fn watched_work(policy: usize, objects: std::ops::Range<usize>, wec: usize, real
             "tracing.k8s.io/kubestellar-sent": "2026-11-28T10:00:00.123456Z",
         });
         let namespace = format!("bench-{policy}");
-        if i % 2 == 0 {
+        if i.is_multiple_of(2) {
             json!({"apiVersion": "apps/v1", "kind": "Deployment",
                    "metadata": {"name": format!("dep-{i:05}"), "namespace": namespace, "annotations": annotations,
                                 "labels": {"app": "bench", "bench.kubestellar.io/set": "bulk"}, "creationTimestamp": null},
