@@ -325,6 +325,29 @@ mod tests {
     }
 
     #[test]
+    fn the_pool_shares_equal_objects_and_forgets_those_no_work_holds() {
+        let pool = Pool::default();
+        let held = |i: usize| Held {
+            identity: ("".into(), "ConfigMap".into(), "ns".into(), format!("cm-{i}")),
+            generation: Some("1".into()),
+            trace: Box::new([]),
+        };
+        let kept = pool.share(held(0));
+        assert!(Arc::ptr_eq(&kept, &pool.share(held(0))), "one copy for every WEC");
+        let dropped: Vec<Arc<Held>> = (1..3000).map(|i| pool.share(held(i))).collect();
+        drop(dropped);
+        // The next share past twice the size after the last sweep sweeps.
+        let later: Vec<Arc<Held>> = (3000..5000).map(|i| pool.share(held(i))).collect();
+        let entries = pool.0.lock().unwrap().held.len();
+        assert!(
+            entries <= 2 + later.len(),
+            "{entries} entries for {} held",
+            later.len() + 1
+        );
+        assert!(Arc::ptr_eq(&kept, &pool.share(held(0))), "what is held stays shared");
+    }
+
+    #[test]
     fn it_is_watched_as_a_manifest_work() {
         use kube::Resource;
         assert_eq!(
