@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ks_hub::transport::cached::CachedWork;
+use ks_hub::transport::cached;
 use ks_hub::transport::propagation::Landed;
 use ks_shared::api::{Binding, WorkStatus};
 use ks_shared::names::ORIGIN_BINDING_LABEL;
@@ -50,7 +50,10 @@ pub fn rollout(
                 .filter(|w| w.labels().get(ORIGIN_BINDING_LABEL) == Some(&binding.name_any()))
                 .collect();
             let names: BTreeSet<String> = ours.iter().map(|w| w.name_any()).collect();
-            let landed: Landed = ours.iter().map(|w| CachedWork::of(w).landed).sum();
+            let landed: Landed = ours
+                .iter()
+                .map(|w| cached::landed(w.spec.workload.manifests.len(), w.status.as_ref()))
+                .sum();
             WecRollout {
                 wec: wec.clone(),
                 selected,

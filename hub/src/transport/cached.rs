@@ -92,18 +92,7 @@ impl CachedWork {
 
     fn from_parts(mut metadata: ObjectMeta, held: Vec<Arc<Held>>, status: Option<&ManifestWorkStatus>) -> CachedWork {
         metadata.managed_fields = None;
-        let counted = |type_: &str| {
-            status
-                .iter()
-                .flat_map(|s| &s.resource_status.manifests)
-                .filter(|m| is_true(&m.conditions, type_))
-                .count()
-        };
-        let landed = Landed {
-            delivered: held.len(),
-            applied: counted("Applied"),
-            available: counted("Available"),
-        };
+        let landed = landed(held.len(), status);
         let generation = metadata.generation;
         let applied = status.is_some_and(|s| {
             s.conditions
@@ -116,6 +105,23 @@ impl CachedWork {
             applied,
             landed,
         }
+    }
+}
+
+/// How many of `delivered` objects OCM's `status` reports Applied and Available (present on the
+/// WEC) in its per-manifest conditions.
+pub fn landed(delivered: usize, status: Option<&ManifestWorkStatus>) -> Landed {
+    let counted = |type_: &str| {
+        status
+            .iter()
+            .flat_map(|s| &s.resource_status.manifests)
+            .filter(|m| is_true(&m.conditions, type_))
+            .count()
+    };
+    Landed {
+        delivered,
+        applied: counted("Applied"),
+        available: counted("Available"),
     }
 }
 
