@@ -13,6 +13,8 @@ pub struct Asked {
     /// Path and query.
     pub uri: String,
     pub content_type: String,
+    /// The media types it accepts in answer.
+    pub accept: String,
     /// The body, `Null` when empty.
     pub body: Json,
 }
@@ -32,15 +34,18 @@ impl ApiServer {
     pub async fn answer(&mut self, code: u16, body: Json) -> Asked {
         let next = tokio::time::timeout(std::time::Duration::from_secs(10), self.0.next_request());
         let (request, respond) = next.await.expect("no request came").expect("a request");
-        let content_type = request
-            .headers()
-            .get(http::header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap_or_default().to_string())
-            .unwrap_or_default();
+        let header = |name| {
+            request
+                .headers()
+                .get(name)
+                .map(|v| v.to_str().unwrap_or_default().to_string())
+                .unwrap_or_default()
+        };
         let asked = Asked {
             method: request.method().to_string(),
             uri: request.uri().to_string(),
-            content_type,
+            content_type: header(http::header::CONTENT_TYPE),
+            accept: header(http::header::ACCEPT),
             body: {
                 let bytes = request.into_body().collect_bytes().await.unwrap_or_default();
                 serde_json::from_slice(&bytes).unwrap_or(Json::Null)

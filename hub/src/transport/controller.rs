@@ -337,6 +337,9 @@ fn work_key<W: Resource>(work: &W) -> WorkKey {
     (work.meta().namespace.clone().unwrap_or_default(), work.name_any())
 }
 
+/// The media type that asks an apiserver for an object's metadata alone.
+const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
+
 /// The reply to a ManifestWork write, as far as it is read: the version written.
 #[derive(serde::Deserialize)]
 struct Written {
@@ -801,17 +804,33 @@ impl<P: Plugin> Transport<P> {
             let body = serde_json::to_vec(work).map_err(kube::Error::SerdeError)?;
             ("create", request.create(&params, body))
         };
-        let mut request = request.map_err(kube::Error::BuildRequest)?;
+        let request = request.map_err(kube::Error::BuildRequest)?;
         self.settings.metrics.written_bytes.inc_by(request.body().len() as u64);
+        self.answered_in_metadata(verb, request).await
+    }
+
+    /// The ITS's answer to a write, asked for as metadata only (`as=PartialObjectMetadata`). The
+    /// whole ManifestWork, status and all, is up to a few MB once OCM's per-manifest status is in
+    /// it: the ITS would encode it and the hub hold all of it, only for its version.
+    async fn answered_in_metadata(
+        &self,
+        verb: &'static str,
+        mut request: http::Request<Vec<u8>>,
+    ) -> Result<Written, kube::Error> {
         request.extensions_mut().insert(verb);
+        request
+            .headers_mut()
+            .insert(http::header::ACCEPT, http::HeaderValue::from_static(METADATA_ONLY));
         self.its.request::<Written>(request).await
     }
 
     async fn delete_work(&self, binding: &str, stale: &P::Cached) -> Result<(), Error> {
-        let api: Api<P::Cached> = Api::namespaced(self.its.clone(), &stale.namespace().unwrap_or_default());
         self.settings.metrics.common.writes.inc();
+        let request = kube::core::Request::new(P::Cached::url_path(&(), stale.namespace().as_deref()))
+            .delete(&stale.name_any(), &DeleteParams::default())
+            .map_err(kube::Error::BuildRequest)?;
         self.expecting(binding, work_key(stale), async {
-            let deleted = match api.delete(&stale.name_any(), &DeleteParams::default()).await {
+            let deleted = match self.answered_in_metadata("delete", request).await {
                 Ok(_) => Ok(()),
                 Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
                 Err(err) => Err(err.into()),

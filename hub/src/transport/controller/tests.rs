@@ -139,6 +139,7 @@ async fn a_new_work_is_created_as_the_transport() {
     assert_eq!(asked.uri, format!("{WORKS}?&fieldManager=transport-controller"));
     assert_eq!(asked.content_type, "application/json");
     assert_eq!(asked.body, serde_json::to_value(&new).unwrap());
+    assert_eq!(asked.accept, METADATA_ONLY, "the whole ManifestWork is not wanted back");
 }
 
 #[tokio::test]
@@ -158,6 +159,7 @@ async fn a_changed_work_is_applied_server_side_as_the_transport() {
     );
     assert_eq!(asked.content_type, "application/apply-patch+yaml");
     assert_eq!(asked.body, serde_json::to_value(&changed).unwrap());
+    assert_eq!(asked.accept, METADATA_ONLY);
     assert_eq!(written(&asked).1, ["a", "b"]);
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
     let sent = serde_json::to_vec(&asked.body).unwrap().len() as u64;
@@ -197,6 +199,7 @@ async fn a_stale_work_is_deleted_and_one_already_gone_is_no_error() {
         );
         assert!(applied.unwrap().rejections.is_empty(), "{code}");
         assert_eq!(asked.method, "DELETE");
+        assert_eq!(asked.accept, METADATA_ONLY);
         assert_eq!(
             asked.uri.split_once('?').map_or(asked.uri.as_str(), |(p, _)| p),
             format!("{WORKS}/b-wds1-1")
@@ -307,6 +310,7 @@ async fn failed_writes_and_deletes_are_errors_to_retry() {
             answer_once(server, code, &stale)
         );
         assert_eq!(asked.method, "DELETE");
+        assert_eq!(asked.accept, METADATA_ONLY);
         assert!(
             matches!(applied, Err(Error::Api(_))),
             "a delete answered {code} is retried"
