@@ -790,8 +790,8 @@ impl<P: Plugin> Transport<P> {
     ) -> Result<Written, kube::Error> {
         self.settings.metrics.common.writes.inc();
         // Serialized straight into the request: as a JSON value tree, 8 large ones in flight
-        // took a quarter of the hub's peak heap. Of the reply (the whole ManifestWork, status
-        // and all) only the version is decoded: the watch brings what the hub keeps of it.
+        // took a quarter of the hub's peak heap. The reply is read for its version only: the
+        // watch brings what the hub keeps of the ManifestWork.
         let request = kube::core::Request::new(P::Wrapped::url_path(&(), Some(mailbox)));
         let (verb, request) = if exists {
             let params = PatchParams::apply(field_manager::TRANSPORT).force();
