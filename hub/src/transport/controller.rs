@@ -444,6 +444,12 @@ impl<P: Plugin> Transport<P> {
             }
             return Ok(applied.writing);
         }
+        let policy = self.policies.get(&ObjectRef::new(name));
+        if plan::policy_leaving(&binding, policy.as_deref()) {
+            // Withdrawn when the Binding goes: only then have the Bindings taking its objects
+            // over been written (the same watch shows them first).
+            return Ok(Duration::ZERO);
+        }
         if !has_finalizer {
             crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, true).await?;
         }

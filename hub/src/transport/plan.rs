@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
-use ks_shared::api::{Binding, CustomTransform, CustomTransformStatus, Propagation};
+use ks_shared::api::{Binding, BindingPolicy, CustomTransform, CustomTransformStatus, Propagation};
 use ks_shared::names::{EXPAND_TEMPLATES_ANNOTATION, WDS_GENERATION_ANNOTATION};
 use kube::ResourceExt;
 use kube::discovery::ApiResource;
@@ -46,6 +46,27 @@ pub(super) fn entries(binding: &Binding) -> impl Iterator<Item = Entry> {
         }
     });
     cluster_scoped.chain(namespaced)
+}
+
+/// Whether the BindingPolicy that owns `binding` (`policy`, the one of its name in the cache) is
+/// being deleted or gone. The Binding then goes too, through the ownerReference, and its wrapped
+/// objects with it; until then they are left as they are, not rewritten object by object as a
+/// namespace deleted along with the policy empties. A Binding no policy owns is never leaving.
+pub(super) fn policy_leaving(binding: &Binding, policy: Option<&BindingPolicy>) -> bool {
+    let Some(owner) = binding
+        .owner_references()
+        .iter()
+        .find(|o| o.controller == Some(true) && o.kind == "BindingPolicy")
+    else {
+        return false;
+    };
+    match policy {
+        Some(policy) if policy.uid().as_deref() == Some(owner.uid.as_str()) => {
+            policy.metadata.deletion_timestamp.is_some()
+        }
+        // Gone, or a new policy of the same name: the binding controller rewrites the owner then.
+        _ => true,
+    }
 }
 
 /// What the WDS caches hold of a listed object.

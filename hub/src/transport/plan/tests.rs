@@ -514,3 +514,41 @@ fn bench_plan_at_scale() {
         compared.as_secs_f64()
     );
 }
+
+/// A policy `b` with `uid`, being deleted when `deleting`.
+fn policy(uid: &str, deleting: bool) -> BindingPolicy {
+    let deletion = deleting.then_some("2026-11-28T08:00:00Z");
+    serde_json::from_value(json!({
+        "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
+        "metadata": {"name": "b", "uid": uid, "deletionTimestamp": deletion, "finalizers": ["hold"]},
+        "spec": {}
+    }))
+    .unwrap()
+}
+
+/// The Binding of [`config_maps`] with the controller ownerReference the binding controller writes.
+fn owned_binding(owner_uid: &str) -> Binding {
+    let mut binding = config_maps(&["a"]);
+    binding.metadata.owner_references = Some(vec![
+        serde_json::from_value(
+            json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
+                                      "name": "b", "uid": owner_uid, "controller": true}),
+        )
+        .unwrap(),
+    ]);
+    binding
+}
+
+#[test]
+fn a_binding_is_left_as_it_is_while_its_policy_is_deleted_or_gone() {
+    let binding = owned_binding("p1");
+    assert!(!policy_leaving(&binding, Some(&policy("p1", false))));
+    assert!(policy_leaving(&binding, Some(&policy("p1", true))));
+    assert!(policy_leaving(&binding, None), "the policy is gone");
+    assert!(
+        policy_leaving(&binding, Some(&policy("p2", false))),
+        "a new policy of the same name: the owner is rewritten first"
+    );
+    // A Binding nobody owns (written by hand, or orphaned) follows its objects as before.
+    assert!(!policy_leaving(&config_maps(&["a"]), None));
+}
