@@ -619,7 +619,9 @@ impl<P: Plugin> Transport<P> {
                 );
             }
         }
-        for stale in &current {
+        // One being deleted already is left to OCM's agent: it goes once the agent has removed
+        // what it applied, and each pass until then would delete it again.
+        for stale in current.iter().filter(|w| w.meta().deletion_timestamp.is_none()) {
             let key = work_key(&**stale);
             if !desired.contains_key(&key) && !kept.contains_key(&key) {
                 changes.push(
