@@ -543,13 +543,11 @@ spec:
     Ok(())
 }
 
-/// Defect: deleting a policy together with its objects' namespace (the bench's clean-up, or
-/// `kubectl delete -f` of a file holding both) made the hub rewrite the policy's ManifestWorks
-/// as the namespace emptied, before deleting them: 1,052 writes instead of 520 for 10,000 objects
-/// on 52 WECs: each change to the policy while it was going had the hub look at its Binding again,
-/// and write its ManifestWorks without the objects already deleted. Here someone's finalizer holds
-/// the policy while its namespace goes and it changes: its ManifestWorks stay as they were until
-/// the policy is gone, and then go.
+/// Defect: while a policy was being deleted, each change to it (its finalizers, an annotation)
+/// had the hub write its ManifestWorks again without the objects deleted meanwhile, as when the
+/// policy and its namespace are deleted together (`kubectl delete -f` of a file holding both).
+/// Here someone's finalizer holds the policy while its namespace goes and it changes: its
+/// ManifestWorks stay as they were until the policy is gone, and then go.
 async fn a_policy_deleted_with_its_namespace_withdraws_without_rewrites(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "withdraw")?;
     let id = ctx.unique_name("withdraw");

@@ -50,8 +50,9 @@ pub(super) fn entries(binding: &Binding) -> impl Iterator<Item = Entry> {
 
 /// Whether the BindingPolicy that owns `binding` (`policy`, the one of its name in the cache) is
 /// being deleted or gone. The Binding then goes too, through the ownerReference, and its wrapped
-/// objects with it; until then they are left as they are, not rewritten object by object as a
-/// namespace deleted along with the policy empties. A Binding no policy owns is never leaving.
+/// objects with it; until then they are left as they are, not written again without the objects
+/// deleted meanwhile (a policy deleted together with its namespace). A Binding no policy owns is
+/// never leaving.
 pub(super) fn policy_leaving(binding: &Binding, policy: Option<&BindingPolicy>) -> bool {
     let Some(owner) = binding
         .owner_references()
@@ -64,7 +65,8 @@ pub(super) fn policy_leaving(binding: &Binding, policy: Option<&BindingPolicy>) 
         Some(policy) if policy.uid().as_deref() == Some(owner.uid.as_str()) => {
             policy.metadata.deletion_timestamp.is_some()
         }
-        // Gone, or a new policy of the same name: the binding controller rewrites the owner then.
+        // Gone, or replaced by a new policy of the same name: until garbage collection deletes
+        // the Binding, or the binding controller makes the new policy its owner.
         _ => true,
     }
 }

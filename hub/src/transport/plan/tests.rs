@@ -529,13 +529,9 @@ fn policy(uid: &str, deleting: bool) -> BindingPolicy {
 /// The Binding of [`config_maps`] with the controller ownerReference the binding controller writes.
 fn owned_binding(owner_uid: &str) -> Binding {
     let mut binding = config_maps(&["a"]);
-    binding.metadata.owner_references = Some(vec![
-        serde_json::from_value(
-            json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
-                                      "name": "b", "uid": owner_uid, "controller": true}),
-        )
-        .unwrap(),
-    ]);
+    let owner = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
+                       "name": "b", "uid": owner_uid, "controller": true});
+    binding.metadata.owner_references = Some(vec![serde_json::from_value(owner).unwrap()]);
     binding
 }
 
@@ -547,7 +543,7 @@ fn a_binding_is_left_as_it_is_while_its_policy_is_deleted_or_gone() {
     assert!(policy_leaving(&binding, None), "the policy is gone");
     assert!(
         policy_leaving(&binding, Some(&policy("p2", false))),
-        "a new policy of the same name: the owner is rewritten first"
+        "replaced by a new policy of the same name"
     );
     // A Binding nobody owns (written by hand, or orphaned) follows its objects as before.
     assert!(!policy_leaving(&config_maps(&["a"]), None));
