@@ -87,18 +87,22 @@ fn replicas(n: i32) -> impl Fn(Option<&Deployment>) -> bool + Clone {
     move |d| d.and_then(|d| d.spec.as_ref()).and_then(|s| s.replicas) == Some(n)
 }
 
-/// How many times the generation of the ManifestWorks of `binding` changes in [`QUIET`].
-async fn manifestwork_writes_while_idle(ctx: &Ctx, binding: &str) -> anyhow::Result<i64> {
+/// Each ManifestWork of `binding` in the ITS: its mailbox, name and generation.
+async fn manifestwork_generations(ctx: &Ctx, binding: &str) -> anyhow::Result<Vec<(String, String, Option<i64>)>> {
     let works: Api<ManifestWork> = Api::all(ctx.client("its1").await?);
     let selector = format!("{}={binding}", ks_shared::names::ORIGIN_BINDING_LABEL);
+    let listed = works.list_metadata(&ListParams::default().labels(&selector)).await?;
+    Ok(listed
+        .iter()
+        .map(|w| (w.namespace().unwrap_or_default(), w.name_any(), w.metadata.generation))
+        .collect())
+}
+
+/// How many times the generation of the ManifestWorks of `binding` changes in [`QUIET`].
+async fn manifestwork_writes_while_idle(ctx: &Ctx, binding: &str) -> anyhow::Result<i64> {
     let generations = || async {
-        let listed = works.list(&ListParams::default().labels(&selector)).await?;
-        anyhow::Ok(
-            listed
-                .iter()
-                .map(|w| w.metadata.generation.unwrap_or_default())
-                .sum::<i64>(),
-        )
+        let works = manifestwork_generations(ctx, binding).await?;
+        anyhow::Ok(works.iter().map(|(_, _, g)| g.unwrap_or_default()).sum::<i64>())
     };
     let before = generations().await?;
     // An observation window, not a synchronisation: every write in it is a defect.
@@ -578,19 +582,9 @@ async fn a_policy_deleted_with_its_namespace_withdraws_without_rewrites(ctx: Ctx
         }
         on_wec::<ConfigMap>(&ctx, wec, &sentinel, "sentinel", "delivered", present).await?;
     }
-    let works: Api<ManifestWork> = Api::all(ctx.client("its1").await?);
-    let selector = format!("{}={id}", ks_shared::names::ORIGIN_BINDING_LABEL);
-    let generations = || async {
-        let listed = works.list_metadata(&ListParams::default().labels(&selector)).await?;
-        anyhow::Ok(
-            listed
-                .iter()
-                .map(|w| (w.namespace().unwrap_or_default(), w.name_any(), w.metadata.generation))
-                .collect::<Vec<_>>(),
-        )
-    };
+    let generations = || manifestwork_generations(&ctx, &id);
     let delivered = generations().await?;
-    ensure!(!delivered.is_empty(), "no ManifestWorks carry {selector}");
+    ensure!(!delivered.is_empty(), "no ManifestWorks of the Binding {id}");
 
     tools.kubectl("wds1", &["delete", "bindingpolicy", &id, "--wait=false"])?;
     tools.kubectl("wds1", &["delete", "namespace", &id])?;
