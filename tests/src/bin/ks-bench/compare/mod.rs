@@ -439,10 +439,10 @@ async fn clean_up_once(stack: &Stack, finished: bool, polite: Duration) -> anyho
 }
 
 /// Whether every ManifestWork of the bench is gone or being deleted (its work agent removing
-/// what it applied).
+/// what it applied); from the ITS's cache, as [`quiesce`] reads it.
 async fn manifest_works_withdrawn(its: &kube::Client) -> anyhow::Result<bool> {
     let works = Api::<ManifestWork>::all(its.clone())
-        .list_metadata(&ListParams::default())
+        .list_metadata(&ListParams::default().match_any())
         .await?;
     Ok(works
         .items
@@ -458,33 +458,74 @@ async fn delete_wds_objects(stack: &Stack) -> anyhow::Result<()> {
 }
 
 /// Waits until every scenario's leftovers are gone (namespaces in every space, ManifestWorks,
-/// WorkStatuses), so that the next scenario's counts hold only its own writes.
+/// WorkStatuses), so that the next scenario's counts hold only its own writes. After 10,000
+/// objects × 52 WECs this waits on a busy ITS for minutes: it polls every few seconds from the
+/// apiservers' caches (a poll reading 20,000 WorkStatuses from etcd back to back would add to the
+/// load it waits on), and says once a minute what is left.
 async fn quiesce(stack: &Stack, deadline: Duration) -> anyhow::Result<()> {
-    let spaces = [WDS, "its1", "cluster1", "cluster2"];
-    let mut clients = Vec::new();
-    for space in spaces {
-        clients.push(stack.client(space).await?);
+    const EVERY: Duration = Duration::from_secs(2);
+    const SAY_EVERY: Duration = Duration::from_secs(60);
+    let mut spaces = Vec::new();
+    for space in [WDS, "its1", "cluster1", "cluster2"] {
+        spaces.push(stack.client(space).await?);
     }
     let its = stack.client("its1").await?;
-    ks_tests::stack::wait_for("the previous scenario's objects to be gone", deadline, || async {
-        for client in &clients {
-            let namespaces = Api::<Namespace>::all(client.clone())
-                .list_metadata(&ListParams::default())
-                .await?;
-            if namespaces.items.iter().any(|n| is_bench(&n.metadata.name)) {
-                return Ok(false);
-            }
+    let started = Instant::now();
+    let mut said = started;
+    loop {
+        let left = leftovers(&spaces, &its).await?;
+        if left.is_empty() {
+            return Ok(());
         }
-        let works = Api::<ManifestWork>::all(its.clone())
-            .list_metadata(&ListParams::default())
-            .await?;
-        let statuses = Api::<WorkStatus>::all(its.clone())
-            .list_metadata(&ListParams::default())
-            .await?;
-        Ok(!works.items.iter().any(|w| is_bench_work(&w.metadata))
-            && !statuses.items.iter().any(|w| caused_by_bench(&w.metadata)))
-    })
-    .await
+        anyhow::ensure!(
+            started.elapsed() < deadline,
+            "the previous scenario's objects are not gone after {deadline:?}: {left}"
+        );
+        if said.elapsed() >= SAY_EVERY {
+            println!("   after {:.0} s, left: {left}", started.elapsed().as_secs_f64());
+            said = Instant::now();
+        }
+        tokio::time::sleep(EVERY).await;
+    }
+}
+
+/// What a scenario left behind, by kind.
+#[derive(Debug, Default, PartialEq)]
+struct Leftovers {
+    namespaces: usize,
+    manifest_works: usize,
+    work_statuses: usize,
+}
+
+impl Leftovers {
+    fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
+}
+
+impl std::fmt::Display for Leftovers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} namespaces, {} ManifestWorks, {} WorkStatuses",
+            self.namespaces, self.manifest_works, self.work_statuses
+        )
+    }
+}
+
+/// The bench's namespaces in `spaces`, and its ManifestWorks and WorkStatuses in the ITS.
+async fn leftovers(spaces: &[kube::Client], its: &kube::Client) -> anyhow::Result<Leftovers> {
+    let cached = ListParams::default().match_any();
+    let mut left = Leftovers::default();
+    for space in spaces {
+        let namespaces = Api::<Namespace>::all(space.clone()).list_metadata(&cached).await?;
+        left.namespaces += namespaces.items.iter().filter(|n| is_bench(&n.metadata.name)).count();
+    }
+    let works = Api::<ManifestWork>::all(its.clone()).list_metadata(&cached).await?;
+    left.manifest_works = works.items.iter().filter(|w| is_bench_work(&w.metadata)).count();
+    let statuses = Api::<WorkStatus>::all(its.clone()).list_metadata(&cached).await?;
+    left.work_statuses = statuses.items.iter().filter(|w| caused_by_bench(&w.metadata)).count();
+    Ok(left)
 }
 
 /// Polls `check` until it holds (true) or `until` passes (false); a transient failure (a
