@@ -19,6 +19,8 @@ mod svg;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
+
 use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::{Binding, BindingPolicy, WorkStatus};
 use ks_shared::names::ORIGIN_BINDING_LABEL;
@@ -473,7 +475,9 @@ async fn quiesce(stack: &Stack, deadline: Duration) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut said = started;
     loop {
-        let left = leftovers(&spaces, &its).await?;
+        let left = leftovers(&spaces, &its)
+            .await
+            .context("waiting for the previous scenario's objects to be gone")?;
         if left.is_empty() {
             return Ok(());
         }
