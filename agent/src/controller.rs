@@ -110,7 +110,7 @@ pub async fn run(
         kinds: Kinds::new(wec.clone()),
         informers: Mutex::new(Informers::new(wec.clone())),
         works: WorkQueue::new(RETRY_FIRST, RETRY_MAX),
-        objects: WorkQueue::new(RETRY_FIRST, RETRY_MAX),
+        objects: WorkQueue::new(RETRY_FIRST, RETRY_MAX).counted_by(metrics.common.queue_depth.clone()),
         leftovers: WorkQueue::new(RETRY_FIRST, RETRY_MAX),
         settled: AtomicBool::new(false),
         applied_listed: Arc::default(),
@@ -176,7 +176,6 @@ pub async fn run(
         let a = agent.clone();
         workers.push(tokio::spawn(async move {
             while let Some(key) = a.objects.next(&a.shutdown).await {
-                a.metrics.common.queue_depth.set(a.objects.len() as i64);
                 let span = tracing::info_span!("report", work_status = %key.work_status, kind = %key.kind,
                                                namespace = %key.namespace, name = %key.name);
                 let result = a.reconcile_object(&key, &span).instrument(span.clone()).await;
@@ -345,7 +344,6 @@ impl Agent {
         for key in keys {
             self.objects.add(key);
         }
-        self.metrics.common.queue_depth.set(self.objects.len() as i64);
     }
 
     /// What the agent's rollout spans say about an object.

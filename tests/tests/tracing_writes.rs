@@ -163,18 +163,25 @@ async fn settled(ctx: &Ctx) -> anyhow::Result<()> {
                 .ok_or_else(|| anyhow::anyhow!("{wec}'s agent address"))?,
         );
     }
-    ks_tests::stack::wait_for("the hub and the agents to have nothing queued", DEADLINE, || {
-        let idle = |address, gauges: &[&str]| {
+    let hub_gauges = ["kubestellar_binding_queue_depth", "kubestellar_status_queue_depth"];
+    let agent_gauges = ["kubestellar_agent_queue_depth"];
+    let readings = || {
+        let read = |address, gauges: &[&'static str]| {
             let (_, text) = ks_tests::process::http_get(address, "/metrics");
-            gauges.iter().all(|g| sample(&text, g) == Some(0.0))
+            gauges.iter().map(|g| (*g, sample(&text, g))).collect::<Vec<_>>()
         };
-        let done = idle(
-            hub,
-            &["kubestellar_binding_queue_depth", "kubestellar_status_queue_depth"],
-        ) && agents.iter().all(|a| idle(*a, &["kubestellar_agent_queue_depth"]));
-        std::future::ready(Ok(done))
+        let mut all = read(hub, &hub_gauges);
+        for agent in &agents {
+            all.extend(read(*agent, &agent_gauges));
+        }
+        all
+    };
+    let waited = ks_tests::stack::wait_for("the hub and the agents to have nothing queued", DEADLINE, || {
+        std::future::ready(Ok(readings().iter().all(|(_, depth)| *depth == Some(0.0))))
     })
-    .await
+    .await;
+    // Which queue was not empty, in the hub's and then each agent's order.
+    waited.map_err(|err| err.context(format!("queue depths: {:?}", readings())))
 }
 
 /// The distinct versions (by `version_of`) of the objects a watch has seen, by object.

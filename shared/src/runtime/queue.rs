@@ -9,6 +9,7 @@ use std::hash::Hash;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -21,6 +22,9 @@ pub struct WorkQueue<K> {
     /// A failed key's first pause, doubling with each further failure up to `max`.
     min: Duration,
     max: Duration,
+    /// Set to the number of waiting keys whenever it changes, under the queue's lock: set by
+    /// callers after the fact, two threads could leave it at a stale count.
+    depth: Gauge,
 }
 
 impl<K> Clone for WorkQueue<K> {
@@ -30,6 +34,7 @@ impl<K> Clone for WorkQueue<K> {
             ready: self.ready.clone(),
             min: self.min,
             max: self.max,
+            depth: self.depth.clone(),
         }
     }
 }
@@ -57,7 +62,14 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             ready: Arc::new(Notify::new()),
             min,
             max,
+            depth: Gauge::default(),
         }
+    }
+
+    /// The same queue, keeping `depth` at its number of waiting keys.
+    pub fn counted_by(self, depth: Gauge) -> Self {
+        depth.set(self.lock().order.len() as i64);
+        WorkQueue { depth, ..self }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State<K>> {
@@ -74,6 +86,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         }
         if state.waiting.insert(key.clone()) {
             state.order.push_back(key);
+            self.depth.set(state.order.len() as i64);
             drop(state);
             self.ready.notify_one();
         }
@@ -99,6 +112,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     fn pop(&self) -> Option<(K, bool)> {
         let mut state = self.lock();
         let key = state.order.pop_front()?;
+        self.depth.set(state.order.len() as i64);
         state.waiting.remove(&key);
         state.working.insert(key.clone());
         Some((key, !state.order.is_empty()))
@@ -186,6 +200,29 @@ mod tests {
         let key = queue.next(&stop).await.unwrap();
         queue.done(key, true);
         assert!(queue.is_idle());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn its_gauge_counts_every_waiting_key() {
+        let depth = Gauge::default();
+        let queue = WorkQueue::new(MIN, 60 * MIN).counted_by(depth.clone());
+        let stop = CancellationToken::new();
+        queue.add("a");
+        queue.add("b");
+        assert_eq!(depth.get(), 2);
+        let a = queue.next(&stop).await.unwrap();
+        assert_eq!(depth.get(), 1);
+        queue.add("a");
+        assert_eq!(depth.get(), 1, "a key being worked on is not waiting");
+        queue.done(a, true);
+        assert_eq!(depth.get(), 2, "added while worked on: waiting again");
+        let b = queue.next(&stop).await.unwrap();
+        queue.done(b, false);
+        let a = queue.next(&stop).await.unwrap();
+        queue.done(a, true);
+        assert_eq!(depth.get(), 0, "a failed key waits for its retry uncounted");
+        tokio::time::sleep(2 * MIN).await;
+        assert_eq!(depth.get(), 1, "and counts again once it is retried");
     }
 
     #[tokio::test(start_paused = true)]
