@@ -148,6 +148,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     }
 
     /// Keys waiting to be worked on.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.lock().order.len()
     }
