@@ -6,33 +6,21 @@ use std::time::{Duration, Instant};
 
 use ks_tests::stack::Stack;
 
-use super::propagation::{Load, its_alone, propagate};
+use super::propagation::Load;
 use super::report::{Figures, Implementation, Unit};
 use super::results::{Outcome, Output};
-use super::simulated::simulated_wecs;
-use super::{Knobs, clean_up, knob, order, switch_to};
-
-/// How long a finished run's hub gets to remove what it wrote before the bench does it.
-pub const POLITE: Duration = Duration::from_secs(600);
+use super::{Knobs, knob, order, run_once, simulated};
 
 pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
-    let simulated = simulated_wecs(stack, knobs.simulated_wecs).await?;
+    let simulated = simulated::names(knobs.simulated_wecs);
     let load = Load {
         objects: knobs.bulk_objects,
         namespaces: knobs.namespaces,
         real: knobs.real_wecs(),
         simulated: &simulated,
     };
-    let status_sync = knobs.ocm_status_sync_seconds.map(Duration::from_secs);
-    if status_sync.is_some() {
-        set_status_sync(stack, knobs, status_sync).await?;
-    }
-    let measured = runs(stack, knobs, &load).await;
-    if status_sync.is_some() {
-        set_status_sync(stack, knobs, None).await?;
-    }
     Ok(Output {
-        figures: measured?,
+        figures: runs(stack, knobs, &load).await?,
         knobs: vec![
             knob("bulk-objects", knobs.bulk_objects),
             knob("namespaces", knobs.namespaces),
@@ -54,16 +42,18 @@ pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
     })
 }
 
-/// Once with each implementation.
+/// Once with each implementation; each run starts on a fresh stack, so the OCM agents' status
+/// sync (`--ocm-status-sync-seconds`) is set again for each, and ends with OCM's default.
 async fn runs(stack: &Stack, knobs: &Knobs, load: &Load<'_>) -> anyhow::Result<Figures> {
     let mut figures = Figures::default();
+    let status_sync = knobs.ocm_status_sync_seconds.map(Duration::from_secs);
     for i in order(0) {
         println!("== {i}: {} objects × {} WECs", load.objects, load.wecs());
         let started = Instant::now();
-        switch_to(stack, i).await?;
-        let (mut outcome, mut notes, finals) = propagate(stack, knobs, i, load).await?;
-        clean_up(stack, matches!(outcome, Outcome::Finished(_)), POLITE).await?;
-        its_alone(stack, i, load, &mut outcome, &mut notes, finals).await?;
+        if status_sync.is_some() {
+            set_status_sync(stack, knobs, status_sync).await?;
+        }
+        let (outcome, notes) = run_once(stack, knobs, i, load).await?;
         add_outcome(&mut figures, i, &outcome, knobs.idle);
         figures.notes.push(notes);
         println!("   ({:.0} s)", started.elapsed().as_secs_f64());

@@ -7,12 +7,10 @@ use std::time::Instant;
 
 use ks_tests::stack::Stack;
 
-use super::bulk::POLITE;
 use super::markdown::curve_table;
-use super::propagation::{Load, its_alone, propagate};
+use super::propagation::Load;
 use super::results::{Outcome, Output, Part, Point};
-use super::simulated::simulated_wecs;
-use super::{Knobs, clean_up, knob, list, order, switch_to};
+use super::{Knobs, knob, list, order, run_once, simulated};
 
 pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Output> {
     let mut scale: Vec<(usize, usize)> = match part {
@@ -27,12 +25,12 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
             .map(|&wecs| (knobs.curve_wec_objects, wecs))
             .collect(),
     };
-    // Smallest first: simulated WECs are only added, and a point not finished ends the curve.
+    // Smallest first: a point not finished ends the curve.
     scale.sort_unstable();
     let mut output = Output::default();
     let mut unfinished = BTreeSet::new();
     for (n, &(objects, wecs)) in scale.iter().enumerate() {
-        let simulated = simulated_wecs(stack, wecs.saturating_sub(knobs.real_wecs().len())).await?;
+        let simulated = simulated::names(wecs.saturating_sub(knobs.real_wecs().len()));
         let load = Load {
             objects,
             namespaces: knobs.namespaces,
@@ -53,12 +51,8 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
             }
             println!("== {i}: {objects} objects × {} WECs", load.wecs());
             let started = Instant::now();
-            switch_to(stack, i).await?;
-            let (mut outcome, mut notes, finals) = propagate(stack, knobs, i, &load).await?;
-            let finished = matches!(outcome, Outcome::Finished(_));
-            clean_up(stack, finished, POLITE).await?;
-            its_alone(stack, i, &load, &mut outcome, &mut notes, finals).await?;
-            if !finished {
+            let (outcome, notes) = run_once(stack, knobs, i, &load).await?;
+            if !matches!(outcome, Outcome::Finished(_)) {
                 unfinished.insert(i);
             }
             output.figures.notes.push(notes);

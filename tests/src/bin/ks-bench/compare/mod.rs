@@ -31,9 +31,10 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
 pub use markdown::write_report;
+use propagation::{Load, its_alone, propagate};
 use report::Implementation;
 pub use results::Part;
-use results::{Output, PartResult};
+use results::{Outcome, Output, PartResult};
 use simulated::remove_simulated;
 
 use crate::fixtures::MANAGER;
@@ -275,12 +276,6 @@ async fn switch_to(stack: &Stack, implementation: Implementation) -> anyhow::Res
     }
 }
 
-/// Stops whichever hub runs (for a clean-up that does not wait for it).
-fn stop_hubs(stack: &Stack) -> anyhow::Result<()> {
-    stack.stop_upstream_hub(WDS)?;
-    stack.procs.stop(&Stack::hub_process(WDS), Duration::from_secs(10))
-}
-
 /// Process ids of the running hub.
 fn hub_pids(stack: &Stack, implementation: Implementation) -> Vec<u32> {
     let names = match implementation {
@@ -387,69 +382,34 @@ fn caused_by_bench(meta: &kube::api::ObjectMeta) -> bool {
         .is_some_and(|b| b.starts_with("bench-"))
 }
 
-/// After a run: its objects are gone from the WDS, and the hub withdraws the ManifestWorks it
-/// wrote. If that takes longer than `polite` (upstream's hub can be slow to), or the run did not
-/// finish, the hub is stopped and the bench deletes the ManifestWorks itself. Then the bench
-/// clears the real WECs itself ([`clear_real_wecs`]).
-async fn clean_up(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Result<()> {
-    // A connection dropped during a clean-up once lost a 35-minute part.
-    for _ in 0..TRIES {
-        match clean_up_once(stack, finished, polite).await {
-            Err(err) if transient(&err) => println!("   clean-up interrupted ({err:#}); again"),
-            done => return done,
-        }
+/// One measured run of `i` with `load` (the bulk and curve parts' unit), on the stack as it is
+/// (fresh: the part's start or the last run left it so): the simulated WECs, the hub, the run;
+/// then, if it finished, what the ITS apiserver alone needs for the same ManifestWorks, on a
+/// fresh stack; and a fresh stack for what comes next. A fresh stack (about 50 s) instead of a
+/// clean-up: after 10,000 objects × 52 WECs the ITS apiserver is minutes behind its watchers at
+/// 13 GB, and undoing the run through it took 20 minutes (the hub's withdrawal, OCM's agents
+/// letting go); and no run inherits that backlog.
+async fn run_once(
+    stack: &Stack,
+    knobs: &Knobs,
+    i: Implementation,
+    load: &Load<'_>,
+) -> anyhow::Result<(Outcome, String)> {
+    simulated::create(stack, load.simulated).await?;
+    switch_to(stack, i).await?;
+    let (mut outcome, mut notes, finals) = propagate(stack, knobs, i, load).await?;
+    start_afresh(stack).await?;
+    if its_alone(stack, i, load, &mut outcome, &mut notes, finals).await? {
+        start_afresh(stack).await?;
     }
-    clean_up_once(stack, finished, polite).await
+    Ok((outcome, notes))
 }
 
-/// How often a step is tried again after a dropped connection.
-const TRIES: usize = 3;
-
-/// Whether `err` is worth trying again (a failed connection, not the apiserver refusing), as
-/// the controllers classify it.
-fn transient(err: &anyhow::Error) -> bool {
-    err.chain()
-        .filter_map(|e| e.downcast_ref::<kube::Error>())
-        .any(|e| ks_shared::runtime::failure(e) == ks_shared::runtime::Failure::Transient)
-}
-
-async fn clean_up_once(stack: &Stack, finished: bool, polite: Duration) -> anyhow::Result<()> {
+async fn start_afresh(stack: &Stack) -> anyhow::Result<()> {
     let started = Instant::now();
-    let withdrawn = finished && {
-        delete_wds_objects(stack).await?;
-        let its = stack.client("its1").await?;
-        let check = || manifest_works_withdrawn(&its);
-        let withdrawn = within(Instant::now() + polite, check).await?;
-        if withdrawn {
-            println!(
-                "   the hub withdrew its ManifestWorks in {:.0} s",
-                started.elapsed().as_secs_f64()
-            );
-        } else {
-            println!("   the hub has not withdrawn its ManifestWorks after {polite:?}: stopping it and deleting them");
-        }
-        withdrawn
-    };
-    if !withdrawn {
-        stop_hubs(stack)?;
-        delete_bench_objects(stack).await?;
-    }
-    clear_real_wecs(stack).await?;
-    quiesce(stack, DEADLINE).await?;
-    println!("   cleaned up in {:.0} s", started.elapsed().as_secs_f64());
+    stack.start_afresh().await?;
+    println!("   a fresh stack in {:.0} s", started.elapsed().as_secs_f64());
     Ok(())
-}
-
-/// Whether every ManifestWork of the bench is gone or being deleted (its work agent removing
-/// what it applied); from the ITS's cache, as [`quiesce`] reads it.
-async fn manifest_works_withdrawn(its: &kube::Client) -> anyhow::Result<bool> {
-    let works = Api::<ManifestWork>::all(its.clone())
-        .list_metadata(&ListParams::default().match_any())
-        .await?;
-    Ok(works
-        .items
-        .iter()
-        .all(|w| !is_bench_work(&w.metadata) || w.metadata.deletion_timestamp.is_some()))
 }
 
 /// Deletes the bench's policies and namespaces in the WDS (the hub removes the rest).
@@ -530,6 +490,14 @@ async fn leftovers(spaces: &[kube::Client], its: &kube::Client) -> anyhow::Resul
     let statuses = Api::<WorkStatus>::all(its.clone()).list_metadata(&cached).await?;
     left.work_statuses = statuses.items.iter().filter(|w| caused_by_bench(&w.metadata)).count();
     Ok(left)
+}
+
+/// Whether `err` is worth trying again (a failed connection, not the apiserver refusing), as
+/// the controllers classify it.
+fn transient(err: &anyhow::Error) -> bool {
+    err.chain()
+        .filter_map(|e| e.downcast_ref::<kube::Error>())
+        .any(|e| ks_shared::runtime::failure(e) == ks_shared::runtime::Failure::Transient)
 }
 
 /// Polls `check` until it holds (true) or `until` passes (false); a transient failure (a

@@ -14,12 +14,16 @@ use crate::fixtures::MANAGER;
 pub const SIMULATED_LABEL: &str = "bench.kubestellar.io/simulated";
 const SIMULATED_PREFIX: &str = "sim-";
 
-/// `count` ManagedClusters with mailbox namespaces but no agent.
-pub async fn simulated_wecs(stack: &Stack, count: usize) -> anyhow::Result<Vec<String>> {
+/// The names of `count` simulated WECs.
+pub fn names(count: usize) -> Vec<String> {
+    (0..count).map(|n| format!("{SIMULATED_PREFIX}{n}")).collect()
+}
+
+/// ManagedClusters named `names` with mailbox namespaces but no agent (those there already stay).
+pub async fn create(stack: &Stack, names: &[String]) -> anyhow::Result<()> {
     let its = stack.client("its1").await?;
     let apply = PatchParams::apply(MANAGER).force();
-    let names: Vec<String> = (0..count).map(|n| format!("{SIMULATED_PREFIX}{n}")).collect();
-    for name in &names {
+    for name in names {
         Api::<Namespace>::all(its.clone())
             .patch(
                 name,
@@ -34,7 +38,7 @@ pub async fn simulated_wecs(stack: &Stack, count: usize) -> anyhow::Result<Vec<S
             .patch(name, &apply, &Patch::Apply(cluster))
             .await?;
     }
-    Ok(names)
+    Ok(())
 }
 
 /// Removes every simulated WEC, leftovers of an interrupted run included. With no agent to
