@@ -58,7 +58,7 @@ impl Metrics {
         );
         sub.register(
             "write_unseen",
-            "ManifestWork writes the watch had not shown 5 minutes after their reply (from then on their Binding is planned from the cache alone)",
+            "ManifestWork writes given up on unseen: the watch had shown nothing at all for 5 minutes since their reply (from then on their Binding is planned from the cache alone)",
             self.lag.given_up.clone(),
         );
     }
