@@ -42,16 +42,15 @@ pub async fn run(stack: &Stack, knobs: &Knobs) -> anyhow::Result<Output> {
     })
 }
 
-/// Once with each implementation; each run starts on a fresh stack, so the OCM agents' status
-/// sync (`--ocm-status-sync-seconds`) is set again for each, and ends with OCM's default.
+/// Once with each implementation; each run starts on a fresh stack, whose OCM agents have OCM's
+/// default status sync, so `--ocm-status-sync-seconds` is set again for each.
 async fn runs(stack: &Stack, knobs: &Knobs, load: &Load<'_>) -> anyhow::Result<Figures> {
     let mut figures = Figures::default();
-    let status_sync = knobs.ocm_status_sync_seconds.map(Duration::from_secs);
     for i in order(0) {
         println!("== {i}: {} objects × {} WECs", load.objects, load.wecs());
         let started = Instant::now();
-        if status_sync.is_some() {
-            set_status_sync(stack, knobs, status_sync).await?;
+        if let Some(seconds) = knobs.ocm_status_sync_seconds {
+            set_status_sync(stack, knobs, Duration::from_secs(seconds)).await?;
         }
         let (outcome, notes) = run_once(stack, knobs, i, load).await?;
         add_outcome(&mut figures, i, &outcome, knobs.idle);
@@ -61,11 +60,10 @@ async fn runs(stack: &Stack, knobs: &Knobs, load: &Load<'_>) -> anyhow::Result<F
     Ok(figures)
 }
 
-/// Restarts the real WECs' OCM agents with `every` as their work agents' status-sync interval
-/// (OCM's default with `None`).
-async fn set_status_sync(stack: &Stack, knobs: &Knobs, every: Option<Duration>) -> anyhow::Result<()> {
+/// Restarts the real WECs' OCM agents with `every` as their work agents' status-sync interval.
+async fn set_status_sync(stack: &Stack, knobs: &Knobs, every: Duration) -> anyhow::Result<()> {
     for wec in knobs.real_wecs() {
-        stack.restart_klusterlet(wec, every).await?;
+        stack.restart_klusterlet(wec, Some(every)).await?;
     }
     Ok(())
 }
