@@ -252,7 +252,8 @@ spec:
 }
 
 /// A Namespace `namespace` holding a one-replica Deployment `app` (nginx), both labelled `label`
-/// (`key: value`), as YAML.
+/// (`key: value`), as YAML. Delete it with `kubectl delete --ignore-not-found -f`: the Namespace
+/// comes first, and the namespace controller may remove the Deployment before kubectl does.
 pub fn app_yaml(namespace: &str, app: &str, label: &str) -> String {
     format!(
         r#"---

@@ -222,7 +222,7 @@ spec:
         "{writes} ManifestWork writes after re-applying the same file"
     );
 
-    tools.kubectl_input("wds1", &["delete", "--wait", "-f", "-"], &yaml)?;
+    tools.kubectl_input("wds1", &["delete", "--wait", "--ignore-not-found", "-f", "-"], &yaml)?;
     namespace_on_wec(&ctx, "cluster1", &id, "deleted", conditions::is_deleted("")).await
 }
 
@@ -413,7 +413,7 @@ spec:
             .await?;
         ensure!(deployment.uid() == *uid, "{wec}: the Deployment was recreated");
     }
-    tools.kubectl_input("wds1", &["delete", "-f", "-"], &objects)?;
+    tools.kubectl_input("wds1", &["delete", "--ignore-not-found", "-f", "-"], &objects)?;
     Ok(())
 }
 
@@ -776,6 +776,6 @@ metadata: {{name: stray, namespace: {id}}}
                 .is_some_and(|m| m.contains("cluster1: 2/3 applied")),
         "{propagated:#}"
     );
-    tools.kubectl("wds1", &["delete", "--wait=false", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--wait=false", "--ignore-not-found", "-f", &file])?;
     Ok(())
 }

@@ -53,7 +53,9 @@ ks_tests::stack_main!(
 );
 
 /// A Namespace `id` and `count` objects in it made by `object(i)`, all labelled `fault: id`, and
-/// a policy `id` sending them to both WECs: YAML for `kubectl apply -f`.
+/// a policy `id` sending them to both WECs: YAML for `kubectl apply -f`. Its `kubectl delete -f`
+/// needs `--ignore-not-found`: the Namespace, first in the file, is deleted first, and the WDS's
+/// namespace controller may remove objects before kubectl gets to them.
 fn workload(id: &str, count: usize, object: impl Fn(usize) -> String) -> String {
     let mut yaml = format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {id}, labels: {{fault: \"{id}\"}}}}\n");
     for i in 0..count {
@@ -215,7 +217,7 @@ async fn objects_moving_between_manifestworks_stay_on_the_wecs(ctx: Ctx) -> anyh
     }
     moves?;
     no_losses(&losses, OBJECTS)?;
-    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     Ok(())
 }
 
@@ -260,7 +262,7 @@ async fn a_policy_growing_one_apply_at_a_time_keeps_every_wec_object(ctx: Ctx) -
     })
     .await?;
     no_losses(&losses, OBJECTS)?;
-    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     Ok(())
 }
 
@@ -343,7 +345,7 @@ async fn a_crd_version_added_and_removed_keeps_the_wec_objects(ctx: Ctx) -> anyh
         .await?;
     }
     no_losses(&losses, OBJECTS)?;
-    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     tools.kubectl("wds1", &["delete", "-f", &crd_v1])?;
     Ok(())
 }
@@ -485,7 +487,7 @@ async fn a_rollout_survives_every_process_killed_or_stalled(ctx: Ctx) -> anyhow:
         );
     }
     println!("{}", table.join("\n"));
-    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     Ok(())
 }
 
@@ -540,7 +542,7 @@ async fn a_resource_whose_list_fails_holds_nothing_else_back(ctx: Ctx) -> anyhow
             .count();
         ensure!(unsynced >= 1.0 && errors == 1, "the failing resource is not reported:\n{metrics}");
         // Namespaces finish deleting once the CRD whose objects cannot be listed is gone.
-        tools.kubectl("wds1", &["delete", "--wait=false", "-f", &file])?;
+        tools.kubectl("wds1", &["delete", "--wait=false", "--ignore-not-found", "-f", &file])?;
         anyhow::Ok(())
     }
     .await;
@@ -662,7 +664,7 @@ async fn a_busy_leader_keeps_its_lease_then_hands_over(ctx: Ctx) -> anyhow::Resu
             "the Lease changed hands once: {holder} ({transitions}) → {new_holder} ({new_transitions})"
         );
         no_losses(&losses, OBJECTS + 1)?;
-        tools.kubectl("wds1", &["delete", "-f", &file])?;
+        tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
         anyhow::Ok(())
     }
     .await;
@@ -731,7 +733,7 @@ async fn the_hub_controllers_run_in_separate_processes(ctx: Ctx) -> anyhow::Resu
             Ok(deployment.data["status"]["observedGeneration"] == 1)
         })
         .await?;
-        tools.kubectl_input("wds1", &["delete", "-f", "-"], &yaml)?;
+        tools.kubectl_input("wds1", &["delete", "--ignore-not-found", "-f", "-"], &yaml)?;
         anyhow::Ok(())
     }
     .await;
@@ -806,7 +808,7 @@ async fn the_agent_follows_its_reissued_hub_certificate(ctx: Ctx) -> anyhow::Res
         restarted.as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
-    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     Ok(())
 }
 
@@ -895,8 +897,8 @@ async fn a_deeply_nested_object_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::R
     tools.kubectl("wds1", &["apply", "-f", &other_file])?;
     delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &other, 1).await?;
 
-    tools.kubectl("wds1", &["delete", "-f", &other_file])?;
-    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &other_file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     tools.kubectl("wds1", &["delete", "-f", &crd])?;
     Ok(())
 }
@@ -981,6 +983,6 @@ async fn a_full_mailbox_holds_back_only_its_wecs_status(ctx: Ctx) -> anyhow::Res
         reported("cluster1"),
     )
     .await?;
-    tools.kubectl("wds1", &["delete", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     Ok(())
 }
