@@ -4,6 +4,8 @@ CARGO ?= cargo
 .PHONY: help build lint test fuzz crds deps demo up down bench-binding bench-agent bench-delivery bench-plan bench-status-cache bench-transport-cache
 WECS ?= 2
 STACK = $(CARGO) run -q -p ks-tests --bin ks-stack --
+# ks-stack as `cargo test` builds it (`cargo run` would build it again, with other features).
+KS_STACK = $${CARGO_TARGET_DIR:-target}/debug/ks-stack
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-22s %s\n", $$1, $$2}'
@@ -18,9 +20,14 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 # The upstream components (make deps) and the test binaries are built side by side: each build has
 # long stretches on one core (module downloads, links), so on a cold 2-core machine the two together
 # take a little less than one after the other (41.6 min together, cold, against about 43 apart).
+# The stack test binaries then share one stack: the first starts it, the others attach to it, and it
+# is stopped at the end unless it was running before (`make up`). Each starting and stopping its own
+# took about 20 s per binary.
 test: ## Everything: unit, property, CRD and upstream-compatibility tests, binary checks, stack tests
 	deps/build.sh all & deps=$$!; $(CARGO) test --workspace --no-run; built=$$?; wait $$deps && exit $$built
-	$(CARGO) test --workspace
+	@running=$$($(KS_STACK) status | grep -c 'running (pid'); \
+	 KS_KEEP_STACK=1 $(CARGO) test --workspace; tested=$$?; \
+	 [ "$$running" -gt 0 ] || $(KS_STACK) down; exit $$tested
 
 # Seconds each fuzz target runs for in `make fuzz` (`make test` runs each for 2).
 FUZZ_SECONDS ?= 60

@@ -42,19 +42,16 @@ macro_rules! stack_test {
     };
 }
 
-/// The `main` of a stack test binary: brings the binaries named in `$builds` up to date
+/// The `main` of a stack test binary: brings our binaries up to date
 /// ([`crate::binaries::build`]), then runs `$tests` with `$runner` ([`run`] or
 /// [`run_one_at_a_time`]) against the binaries beside `ks-stack`.
 #[macro_export]
 macro_rules! stack_main {
-    ($runner:path, $builds:expr, $tests:expr $(,)?) => {
+    ($runner:path, $tests:expr $(,)?) => {
         fn main() -> std::process::ExitCode {
-            let builds: &[&str] = $builds;
-            for binary in builds {
-                if let Err(err) = $crate::binaries::build(binary) {
-                    eprintln!("{err:#}");
-                    return std::process::ExitCode::FAILURE;
-                }
+            if let Err(err) = $crate::binaries::build() {
+                eprintln!("{err:#}");
+                return std::process::ExitCode::FAILURE;
             }
             let ks_stack = std::path::Path::new(env!("CARGO_BIN_EXE_ks-stack"));
             $runner(ks_stack.parent().expect("binaries live in a directory"), $tests)

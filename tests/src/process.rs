@@ -171,12 +171,14 @@ pub fn check_binary(binary: &str, name: &str, args: &[&str], ready: bool) {
 /// A kubeconfig whose only server refuses connections: for starting a binary that must keep
 /// running (alive, not ready) while its cluster is unreachable.
 pub fn unreachable_kubeconfig() -> std::path::PathBuf {
-    let path = std::env::temp_dir().join(format!("ks-unreachable-{}.kubeconfig", std::process::id()));
+    // One path for every test process (its content never changes), so that runs leave one file
+    // behind, not one per process.
+    let path = std::env::temp_dir().join("ks-unreachable.kubeconfig");
     let config = "apiVersion: v1\nkind: Config\ncurrent-context: nowhere\nclusters:\n- name: nowhere\n  cluster: {server: \"https://127.0.0.1:1\"}\nusers:\n- name: nobody\n  user: {}\ncontexts:\n- name: nowhere\n  context: {cluster: nowhere, user: nobody}\n";
-    // Tests of one binary run in parallel and share the path: write aside, then rename, so that
-    // a process starting meanwhile never reads a half-written file.
-    let aside =
-        path.with_extension(format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), ""));
+    // Tests share the path: each writes aside, then renames, so that a process starting
+    // meanwhile never reads a half-written file.
+    let thread = format!("{:?}", std::thread::current().id()).replace(|c: char| !c.is_alphanumeric(), "");
+    let aside = path.with_extension(format!("{}-{thread}", std::process::id()));
     std::fs::write(&aside, config).expect("write kubeconfig");
     std::fs::rename(&aside, &path).expect("move kubeconfig into place");
     path

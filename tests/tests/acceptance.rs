@@ -28,7 +28,6 @@ const WECS: [&str; 2] = ["cluster1", "cluster2"];
 
 ks_tests::stack_main!(
     run,
-    &["kubectl-kubestellar"],
     vec![
         stack_test!(client_side_apply_converges_and_then_writes_nothing, PATH),
         stack_test!(kubectl_verbs_reach_the_wecs, PATH),

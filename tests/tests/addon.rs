@@ -51,7 +51,6 @@ const LATE_WEC: &str = "cluster3";
 
 ks_tests::stack_main!(
     run,
-    &["ks-agent"],
     vec![StackTest {
         name: "addon_installs_registers_confines_and_follows_wecs",
         components: &[

@@ -56,7 +56,7 @@ fn main() -> std::process::ExitCode {
         components: COMPONENTS,
         body,
     };
-    if let Err(err) = ks_tests::binaries::build("ks-agent") {
+    if let Err(err) = ks_tests::binaries::build() {
         eprintln!("{err:#}");
         return std::process::ExitCode::FAILURE;
     }

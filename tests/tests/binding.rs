@@ -21,7 +21,6 @@ const HUB: &[&str] = &["hub-wds1", "apiserver-wds1"];
 
 ks_tests::stack_main!(
     run,
-    &[],
     vec![
         stack_test!(selects_by_each_criterion, HUB),
         stack_test!(follows_objects_and_policy_edits, HUB),

@@ -45,7 +45,6 @@ const OCM: Duration = Duration::from_secs(90);
 
 ks_tests::stack_main!(
     run,
-    &[],
     vec![
         stack_test!(charts_pass_helm_lint_and_check_their_values, &[]),
         stack_test!(status_addon_crd_is_the_generated_one, &[]),

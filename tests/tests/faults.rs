@@ -36,7 +36,6 @@ const EVERYONE: &[&str] = &[
 
 ks_tests::stack_main!(
     run_one_at_a_time,
-    &[],
     vec![
         stack_test!(objects_moving_between_manifestworks_stay_on_the_wecs, PATH),
         stack_test!(a_policy_growing_one_apply_at_a_time_keeps_every_wec_object, PATH),

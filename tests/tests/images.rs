@@ -5,9 +5,10 @@
 //! prints the crate version.
 //!
 //! The images are (re)built first by the same script, once for all tests, from the `dev`
-//! binaries that `cargo test` has built anyway (`--profile dev`): the packaging is the same as
-//! `make images`, without a second, release, compilation of the whole workspace (many minutes on
-//! a 2-core CI machine).
+//! binaries that `cargo test --workspace` has built anyway (`--no-build --profile dev`, after
+//! [`ks_tests::binaries::build`]): the packaging is the same as `make images`, without another
+//! compilation of the binaries (a release build is many minutes on a 2-core CI machine, and even
+//! the script's own dev build resolves features differently and compiled them again).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -52,9 +53,10 @@ fn target_dir() -> PathBuf {
 fn images() -> anyhow::Result<&'static Path> {
     static BUILT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let built = BUILT.get_or_init(|| {
+        ks_tests::binaries::build().map_err(|e| format!("{e:#}"))?;
         let target = target_dir();
         let status = Command::new(ks_tests::harness::repo_root().join("images/build.sh"))
-            .args(["--profile", "dev"])
+            .args(["--no-build", "--profile", "dev"])
             .env("CARGO_TARGET_DIR", &target)
             .status()
             .map_err(|e| format!("running images/build.sh: {e}"))?;

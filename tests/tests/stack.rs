@@ -24,7 +24,6 @@ const DEADLINE: Duration = Duration::from_secs(90);
 
 ks_tests::stack_main!(
     run,
-    &[],
     vec![
         StackTest {
             name: "crds_accept_upstream_examples",

@@ -19,7 +19,6 @@ const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 
 ks_tests::stack_main!(
     run,
-    &[],
     vec![
         stack_test!(singleton_status_follows_qualified_wecs, PATH),
         stack_test!(multi_wec_status_sums_replicas, PATH),

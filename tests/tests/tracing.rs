@@ -26,7 +26,6 @@ const PATH: &[&str] = &[
 
 ks_tests::stack_main!(
     run,
-    &[],
     vec![
         stack_test!(rollout_is_one_trace_across_hub_and_wecs, PATH),
         stack_test!(user_traceparent_is_joined, PATH),

@@ -35,7 +35,7 @@ const PATH: &[&str] = &[
     "pod-cluster2-open-cluster-management-agent-addon-status-agent",
 ];
 
-ks_tests::stack_main!(run, &[], vec![stack_test!(tracing_adds_no_writes, PATH)]);
+ks_tests::stack_main!(run, vec![stack_test!(tracing_adds_no_writes, PATH)]);
 
 /// Writes of one rollout: (ManifestWorks, WorkStatuses).
 type Writes = (u64, u64);

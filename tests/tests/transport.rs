@@ -24,7 +24,6 @@ const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
 
 ks_tests::stack_main!(
     run,
-    &[],
     vec![
         stack_test!(objects_reach_wecs_follow_updates_and_leave, PATH),
         stack_test!(create_only_and_custom_transforms, PATH),

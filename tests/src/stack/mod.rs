@@ -172,14 +172,16 @@ impl Stack {
         for space in self.spaces() {
             self.wait_apiserver(&space).await?;
         }
-        for space in self.spaces() {
-            self.start_controllers(&pki, &space)?;
-        }
         self.install_crds().await?;
         self.start_kubeflex_operator()?;
         self.adopt("its1", "its").await?;
         // The WorkStatus CRD on the ITS, as the status add-on chart installs it.
         ks_shared::crds::install(&self.client("its1").await?, ks_shared::crds::Space::Its, FIELD_MANAGER).await?;
+        // After the CRDs: the ITS's resourcequota controller learns of new resources only every
+        // 30 s, and until it counts WorkStatuses the stack waits (`wait_mailbox_quotas`).
+        for space in self.spaces() {
+            self.start_controllers(&pki, &space)?;
+        }
         ocm::prepare_hub(&self.client("its1").await?).await?;
         self.start_ocm_hub()?;
         for wec in self.wec_names() {
