@@ -337,8 +337,9 @@ async fn user_traceparent_is_joined(ctx: Ctx) -> anyhow::Result<()> {
 async fn dashboard_queries_served_metrics(ctx: Ctx) -> anyhow::Result<()> {
     let dashboard = std::fs::read_to_string(ks_tests::harness::repo_root().join("docs/grafana/kubestellar-rs.json"))?;
     let hub = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
-    ctx.stack.wait_agent_ready("cluster1", DEADLINE).await?;
-    let agent = ctx.stack.agent_address("cluster1").context("the agent's address")?;
+    // cluster2's: the rollout test, running meanwhile, restarts cluster1's agent.
+    ctx.stack.wait_agent_ready("cluster2", DEADLINE).await?;
+    let agent = ctx.stack.agent_address("cluster2").context("the agent's address")?;
     let served: String = [hub, agent]
         .iter()
         .map(|a| ks_tests::process::http_get(*a, "/metrics").1)
