@@ -61,7 +61,8 @@ const WRITE_CONCURRENCY: usize = 8;
 const RETRY_MIN: Duration = Duration::from_secs(1);
 const RETRY_MAX: Duration = Duration::from_secs(60);
 /// A Binding whose ManifestWork writes took `d` rests `PACE × d` before its next (doubling while
-/// its changes keep coming, up to `LONGEST_REST`; over once it has not changed for half of it):
+/// its changes keep coming, up to `LONGEST_REST`; over once it has not changed for half of it;
+/// a change after `d` without one is not held):
 /// while kubectl creates a policy's objects one by one, its ever larger ManifestWorks are
 /// rewritten a few times, not after every Binding write, and the ITS keeps most of its time for
 /// everything else.
