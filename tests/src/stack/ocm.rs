@@ -27,6 +27,8 @@ pub const HUB_CREDENTIAL_SECRET: &str = "hub-kubeconfig-secret";
 pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
 /// The OCM agents' rate limit towards their WEC (OCM's default is 50), burst twice that.
 const WORK_AGENT_QPS: u32 = 200;
+/// How often the registration agent checks its WEC's apiserver (OCM's default is a minute).
+const CLUSTER_HEALTHCHECK: Duration = Duration::from_secs(10);
 /// The label the registration agent puts on its CSRs.
 const CSR_CLUSTER_LABEL: &str = "open-cluster-management.io/cluster-name";
 const BOOTSTRAP_ROLE: &str = "open-cluster-management:bootstrap";
@@ -394,6 +396,10 @@ impl Stack {
             // this scale raise it through the Klusterlet's workConfiguration.kubeAPIQPS.
             format!("--kube-api-qps={WORK_AGENT_QPS}"),
             format!("--kube-api-burst={}", 2 * WORK_AGENT_QPS),
+            // A WEC's apiserver restarted just as the agent checked it leaves its ManagedCluster
+            // unavailable until the next check (default every minute), and `up` waits for every
+            // one to be Available: the fault suite's restart of a WEC's apiserver took 10 to 68 s.
+            format!("--cluster-healthcheck-period={}s", CLUSTER_HEALTHCHECK.as_secs()),
         ];
         args.extend(status_sync.map(|every| format!("--status-sync-interval={}s", every.as_secs())));
         self.procs.ensure(
