@@ -41,9 +41,9 @@ struct Rest<V> {
     version: V,
     /// The last change seen during the rest, which waits for its end.
     waiting: Option<Instant>,
-    /// When the writes that began the rest ended, and what they took.
-    wrote_at: Instant,
-    spent: Duration,
+    /// From when a first change is not held: once the key has been quiet for as long as the
+    /// writes that began the rest took.
+    unheld_from: Instant,
 }
 
 impl<V> Rest<V> {
@@ -68,11 +68,10 @@ impl<K: Ord, V: PartialEq> Pacing<K, V> {
     /// Whether `key`, now at `version`, must wait at `now`: until when, if it must.
     pub fn hold(&mut self, key: &K, version: V, now: Instant) -> Option<Instant> {
         let rest = self.rests.get_mut(key).filter(|r| r.until > now)?;
-        let quiet_as_long_as_it_wrote = now >= rest.wrote_at + rest.spent;
-        if rest.version != version && rest.waiting.is_none() && quiet_as_long_as_it_wrote {
-            return None;
-        }
         if rest.version != version {
+            if rest.waiting.is_none() && now >= rest.unheld_from {
+                return None;
+            }
             rest.version = version;
             rest.waiting = Some(now);
         }
@@ -107,8 +106,7 @@ impl<K: Ord, V: PartialEq> Pacing<K, V> {
                 length,
                 version,
                 waiting: None,
-                wrote_at: now,
-                spent,
+                unheld_from: now + spent,
             },
         );
     }
