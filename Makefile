@@ -73,7 +73,8 @@ bench-status: build ## Time WEC status change -> WDS .status for 50 changes, wri
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 # `make bench` runs in parts, each under an hour here at full scale: SCENARIO=latency, bulk,
 # objects, wecs, agent or churn (comma-separated for several; empty for all, several hours). Each part
-# writes docs/bench/<part>.json, and docs/benchmarks.md is written again from every part's results.
+# writes docs/bench/<part>.json, and docs/benchmarks.md is written again from every part's results;
+# objects and wecs also after each of their runs, marked as stopped before the end until it comes.
 # QUICK=1: small knobs, a few minutes per part; the default is the full run (knobs in
 # `ks-bench compare --help`).
 SCENARIO ?=

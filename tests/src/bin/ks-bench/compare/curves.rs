@@ -1,6 +1,7 @@
 //! The curve parts: the bulk run at several object counts (`objects`) or WEC counts (`wecs`),
 //! each point with each implementation (alternating which goes first). Once an implementation
-//! did not finish a point within its cap, its larger points are not tried.
+//! did not finish a point within its cap, its larger points are not tried. What the runs so far
+//! measured is kept after each (`keep_so_far`), with the knobs of the whole curve.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -12,7 +13,12 @@ use super::propagation::Load;
 use super::results::{Outcome, Output, Part, Point};
 use super::{Knobs, knob, list, order, run_once, simulated};
 
-pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Output> {
+pub async fn run(
+    stack: &Stack,
+    knobs: &Knobs,
+    part: Part,
+    mut keep_so_far: impl FnMut(&Output) -> anyhow::Result<()>,
+) -> anyhow::Result<Output> {
     let mut scale: Vec<(usize, usize)> = match part {
         Part::Objects => knobs
             .curve_objects
@@ -27,7 +33,10 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
     };
     // Smallest first: a point not finished ends the curve.
     scale.sort_unstable();
-    let mut output = Output::default();
+    let mut output = Output {
+        knobs: curve_knobs(knobs, part),
+        ..Output::default()
+    };
     let mut unfinished = BTreeSet::new();
     for (n, &(objects, wecs)) in scale.iter().enumerate() {
         let simulated = simulated::names(wecs.saturating_sub(knobs.real_wecs().len()));
@@ -47,6 +56,7 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
                     wecs: load.wecs(),
                     outcome: Outcome::Skipped { cap_minutes },
                 });
+                keep_so_far(&output)?;
                 continue;
             }
             println!("== {i}: {objects} objects × {} WECs", load.wecs());
@@ -63,10 +73,16 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
                 outcome,
             });
             println!("   ({:.0} s)", started.elapsed().as_secs_f64());
+            keep_so_far(&output)?;
         }
     }
     println!("\n{}", curve_table(&output.points));
-    output.knobs = match part {
+    Ok(output)
+}
+
+/// The knobs of the whole curve, as `--flag value`.
+fn curve_knobs(knobs: &Knobs, part: Part) -> Vec<(String, String)> {
+    let mut flags = match part {
         Part::Objects => vec![
             knob("curve-objects", list(&knobs.curve_objects)),
             knob("curve-wecs-fixed", knobs.curve_wecs_fixed),
@@ -76,7 +92,7 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
             knob("curve-wec-objects", knobs.curve_wec_objects),
         ],
     };
-    output.knobs.extend([
+    flags.extend([
         knob("namespaces", knobs.namespaces),
         knob("without-real-wecs", knobs.without_real_wecs),
         knob("kubectl-parallel", knobs.kubectl_parallel),
@@ -84,5 +100,5 @@ pub async fn run(stack: &Stack, knobs: &Knobs, part: Part) -> anyhow::Result<Out
         knob("upstream-cap-minutes", knobs.upstream_cap_minutes),
         knob("ours-cap-minutes", knobs.ours_cap_minutes),
     ]);
-    Ok(output)
+    flags
 }

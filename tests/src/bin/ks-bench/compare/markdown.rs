@@ -76,12 +76,19 @@ N min\", and what it had reached by then (memory, CPU, writes) as \"≥\".\n\n",
             continue;
         };
         let knobs: Vec<String> = result.knobs.iter().map(|(k, v)| format!("`{k} {v}`")).collect();
+        let took = if result.partial {
+            format!(
+                "**stopped before its end**, after {:.1} min: what its finished runs measured",
+                result.seconds / 60.0
+            )
+        } else {
+            format!("took {:.1} min", result.seconds / 60.0)
+        };
         let _ = writeln!(
             out,
-            "Run on {} ({}); took {:.1} min; knobs: {}.\n",
+            "Run on {} ({}); {took}; knobs: {}.\n",
             result.date,
             result.machine,
-            result.seconds / 60.0,
             knobs.join(" ")
         );
         if !result.figures.figures.is_empty() {
@@ -569,6 +576,7 @@ mod tests {
             figures,
             points: vec![],
             samples: vec![],
+            partial: false,
         };
         let objects = PartResult {
             part: Part::Objects,
@@ -579,6 +587,7 @@ mod tests {
             figures: Figures::default(),
             points: objects_curve(),
             samples: vec![],
+            partial: true,
         };
         // Through JSON, as the parts are kept.
         let json = |r: &PartResult| serde_json::from_str::<PartResult>(&serde_json::to_string(r).unwrap()).unwrap();
@@ -600,6 +609,10 @@ mod tests {
                 "Run on 2026-11-24 20:00 UTC (2 cores (test)); took 30.0 min; knobs: `--bulk-objects 10000`."
             )
         );
+        assert!(text.contains(
+            "Run on 2026-11-25 20:00 UTC (2 cores (test)); **stopped before its end**, after 50.0 min: what its \
+             finished runs measured; knobs: ."
+        ));
         assert!(text.contains("| all in every mailbox | 30.00 s | did not finish in 20 min | ≥ 40.00× |"));
         assert!(text.contains("![objects-time.svg](bench/objects-time.svg)"));
         assert!(text.contains("## Method"));

@@ -224,33 +224,45 @@ async fn run_part(stack: &Stack, knobs: &Knobs, part: Part, started: Instant) ->
     install_gauges(stack).await?;
     remove_leftovers(stack).await?;
     remove_simulated(stack).await?;
-    let Output {
-        figures,
-        points,
-        samples,
-        knobs: knob_list,
-    } = match part {
+    // A curve's runs are kept as each ends: its largest points can outlast a session.
+    let (out_dir, markdown) = (in_repo(&knobs.out_dir), in_repo(&knobs.markdown));
+    let keep_so_far = |output: &Output| {
+        part_result(part, started, output.clone(), true).save(&out_dir)?;
+        write_report(&out_dir, &markdown)
+    };
+    let output = match part {
         Part::Latency => latency::run(stack, knobs).await?,
         Part::Bulk => bulk::run(stack, knobs).await?,
-        Part::Objects | Part::Wecs => curves::run(stack, knobs, part).await?,
+        Part::Objects | Part::Wecs => curves::run(stack, knobs, part, keep_so_far).await?,
         Part::Agent => agent::run(stack, knobs).await?,
         Part::Churn => agent::churn(stack, knobs).await?,
     };
     remove_simulated(stack).await?;
-    let result = PartResult {
-        part,
-        date: results::now(),
-        seconds: started.elapsed().as_secs_f64(),
-        knobs: knob_list,
-        machine: results::machine(),
-        figures,
-        points,
-        samples,
-    };
+    let result = part_result(part, started, output, false);
     if !result.figures.figures.is_empty() {
         println!("\n{}", result.figures.text_table());
     }
     Ok(result)
+}
+
+fn part_result(part: Part, started: Instant, output: Output, partial: bool) -> PartResult {
+    let Output {
+        figures,
+        points,
+        samples,
+        knobs,
+    } = output;
+    PartResult {
+        part,
+        date: results::now(),
+        seconds: started.elapsed().as_secs_f64(),
+        knobs,
+        machine: results::machine(),
+        figures,
+        points,
+        samples,
+        partial,
+    }
 }
 
 async fn install_gauges(stack: &Stack) -> anyhow::Result<()> {

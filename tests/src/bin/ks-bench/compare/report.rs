@@ -52,7 +52,7 @@ impl Unit {
 }
 
 /// One measured quantity, with a value per run of each implementation.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Figure {
     pub name: String,
     pub unit: Unit,
@@ -74,7 +74,7 @@ pub enum Unfinished {
 }
 
 /// Every figure of a comparison, in the order first measured.
-#[derive(Default, Debug, Serialize, Deserialize)]
+#[derive(Clone, Default, Debug, Serialize, Deserialize)]
 pub struct Figures {
     pub figures: Vec<Figure>,
     /// Details that have no upstream counterpart or no single number (API writes by resource

@@ -83,10 +83,14 @@ pub struct PartResult {
     /// (x, y) samples of a quantity over the run, e.g. the agent's RSS over Pod cycles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub samples: Vec<(f64, f64)>,
+    /// Written after one of its runs while more were to come; kept only when the part was
+    /// stopped before its end (a curve's largest points can take longer than a session has).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
 }
 
 /// What a part's run returns: its figures, curve points, samples, and the knobs that mattered.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Output {
     pub figures: Figures,
     pub points: Vec<Point>,
