@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, DeleteParams, ObjectMeta, PostParams};
@@ -209,7 +209,11 @@ fn run_with(args: Arguments, our_binaries: &std::path::Path, tests: Vec<StackTes
             let handle = handle.clone();
             Trial::test(test.name, move || {
                 let stack = ctx.stack.clone();
-                handle.block_on((test.body)(ctx)).map_err(|err| {
+                let started = Instant::now();
+                let outcome = handle.block_on((test.body)(ctx));
+                // libtest-mimic reports no time per test; this is what shows where a suite's go.
+                eprintln!("{} took {:.1} s", test.name, started.elapsed().as_secs_f64());
+                outcome.map_err(|err| {
                     let logs: String = test
                         .components
                         .iter()

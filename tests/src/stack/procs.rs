@@ -32,12 +32,8 @@ impl Procs {
 
     /// The PID of `name` if it was started and is still running.
     pub fn running(&self, name: &str) -> Option<u32> {
-        let pid: u32 = std::fs::read_to_string(self.pids.join(format!("{name}.pid")))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
-        alive(pid).then_some(pid)
+        let record = std::fs::read_to_string(self.pids.join(format!("{name}.pid"))).ok()?;
+        running(&record)
     }
 
     /// Starts `binary args` as `name` unless it is already running (and runs the binary as it is
@@ -68,10 +64,15 @@ impl Procs {
             .stdout(log.try_clone()?)
             .stderr(log);
         std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let child = command
+        let mut child = command
             .spawn()
             .with_context(|| format!("starting {name} ({})", binary.display()))?;
-        std::fs::write(self.pids.join(format!("{name}.pid")), child.id().to_string())?;
+        std::fs::write(self.pids.join(format!("{name}.pid")), record(child.id()))?;
+        // Reaped once it exits, so a parent that lives on (a test binary, the bench, which restart
+        // the stack's processes many times) collects no zombies: the bench had 122 after four
+        // runs. A parent that exits first (`ks-stack up`) leaves it to init. Either way its PID
+        // may be given to another process then, which the record's start time tells apart.
+        std::thread::spawn(move || child.wait());
         Ok(true)
     }
 
@@ -152,6 +153,28 @@ impl Procs {
     }
 }
 
+/// A PID file's content: the process's id and when it started (clock ticks since boot, as
+/// `/proc` has it), so that another process given the same id later (PIDs wrap at 32,768
+/// here) is neither taken for it nor stopped by `make down`.
+fn record(pid: u32) -> String {
+    format!("{pid} {}", started_at(pid).unwrap_or_default())
+}
+
+/// The PID a record names, if that process still runs. A record of a bare PID (written before
+/// start times were kept) is taken at its word.
+fn running(record: &str) -> Option<u32> {
+    let mut fields = record.split_whitespace();
+    let pid: u32 = fields.next()?.parse().ok()?;
+    let start: Option<u64> = fields.next().and_then(|s| s.parse().ok());
+    (alive(pid) && start.is_none_or(|start| started_at(pid) == Some(start))).then_some(pid)
+}
+
+fn started_at(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Field 22; the fields before it after the command's closing parenthesis are 3 to 21.
+    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+}
+
 fn alive(pid: u32) -> bool {
     // A zombie (exited, not yet reaped) counts as gone.
     std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -207,6 +230,24 @@ mod tests {
         std::fs::remove_file(&binary)?;
         assert!(!current, "the binary it runs is in place");
         assert!(replaced, "the binary it runs was replaced");
+        Ok(())
+    }
+
+    #[test]
+    fn a_process_given_a_recorded_pid_later_is_not_taken_for_the_recorded_one() -> anyhow::Result<()> {
+        let mut child = Command::new("sleep").arg("30").spawn()?;
+        let pid = child.id();
+        let ours = running(&record(pid));
+        let start = started_at(pid).context("its start time")?;
+        let another = running(&format!("{pid} {}", start + 1));
+        let bare = running(&pid.to_string());
+        child.kill()?;
+        child.wait()?;
+        let gone = running(&format!("{pid} {start}"));
+        assert_eq!(ours, Some(pid));
+        assert_eq!(another, None, "started at another time: another process");
+        assert_eq!(bare, Some(pid), "a record from before start times were kept");
+        assert_eq!(gone, None);
         Ok(())
     }
 }
