@@ -211,7 +211,7 @@ fn run_with(args: Arguments, our_binaries: &std::path::Path, tests: Vec<StackTes
                 let stack = ctx.stack.clone();
                 let started = Instant::now();
                 let outcome = handle.block_on((test.body)(ctx));
-                // libtest-mimic reports no time per test; this is what shows where a suite's go.
+                // libtest-mimic reports no time per test; this shows where a suite's time goes.
                 eprintln!("{} took {:.1} s", test.name, started.elapsed().as_secs_f64());
                 outcome.map_err(|err| {
                     let logs: String = test

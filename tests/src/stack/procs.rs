@@ -157,7 +157,10 @@ impl Procs {
 /// `/proc` has it), so that another process given the same id later (PIDs wrap at 32,768
 /// here) is neither taken for it nor stopped by `make down`.
 fn record(pid: u32) -> String {
-    format!("{pid} {}", started_at(pid).unwrap_or_default())
+    match started_at(pid) {
+        Some(start) => format!("{pid} {start}"),
+        None => pid.to_string(),
+    }
 }
 
 /// The PID a record names, if that process still runs. A record of a bare PID (written before
