@@ -169,23 +169,23 @@ fn running(record: &str) -> Option<u32> {
     let mut fields = record.split_whitespace();
     let pid: u32 = fields.next()?.parse().ok()?;
     let start: Option<u64> = fields.next().and_then(|s| s.parse().ok());
-    (alive(pid) && start.is_none_or(|start| started_at(pid) == Some(start))).then_some(pid)
+    let started = started_at(pid)?;
+    start.is_none_or(|start| start == started).then_some(pid)
 }
 
+/// When process `pid` started (field 22 of `/proc/<pid>/stat`, clock ticks since boot), unless
+/// it is gone; a zombie (exited, not yet reaped) counts as gone.
 fn started_at(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Field 22; the fields before it after the command's closing parenthesis are 3 to 21.
-    stat.rsplit_once(')')?.1.split_whitespace().nth(19)?.parse().ok()
+    // After the command's closing parenthesis: the state (field 3), then fields 4 to 22.
+    let mut fields = stat.rsplit_once(')')?.1.split_whitespace();
+    let zombie = fields.next()? == "Z";
+    let started = fields.nth(18)?.parse().ok()?;
+    (!zombie).then_some(started)
 }
 
 fn alive(pid: u32) -> bool {
-    // A zombie (exited, not yet reaped) counts as gone.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|stat| {
-            stat.rsplit_once(')')
-                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
+    started_at(pid).is_some()
 }
 
 fn signal(pid: u32, name: &str) -> anyhow::Result<()> {
