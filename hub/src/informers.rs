@@ -23,7 +23,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
-use tokio::sync::mpsc::UnboundedSender;
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use ks_shared::names::field_manager;
@@ -180,6 +180,8 @@ pub struct WorkloadInformers {
     shutdown: CancellationToken,
     first_seen: FirstSeen,
     metrics: InformerMetrics,
+    /// Who follows changes of status only (which leave Bindings as they are).
+    status_changes: Arc<Mutex<Option<UnboundedSender<WorkloadRef>>>>,
 }
 
 /// When each object generation (by UID) was first seen changing: where a rollout's trace starts.
@@ -226,6 +228,21 @@ impl WorkloadInformers {
             shutdown,
             first_seen: FirstSeen::default(),
             metrics,
+            status_changes: Arc::default(),
+        }
+    }
+
+    /// The objects whose status alone changes from now on, one at each change: the status
+    /// controller's, which writes a returned status that someone wrote over back at once.
+    pub fn status_changes(&self) -> UnboundedReceiver<WorkloadRef> {
+        let (sender, receiver) = tokio::sync::mpsc::unbounded_channel();
+        *self.status_changes.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
+        receiver
+    }
+
+    fn status_changed(&self, object: WorkloadRef) {
+        if let Some(follower) = &*self.status_changes.lock().unwrap_or_else(PoisonError::into_inner) {
+            let _ = follower.send(object);
         }
     }
 
@@ -413,6 +430,8 @@ impl WorkloadInformers {
             resource: format!("{}/{}", gr.group, gr.resource),
         };
         let errors = self.metrics.watch_errors.get_or_create(&resource_label).clone();
+        // What the cache holds before an event: a change of status only keeps its content version.
+        let (cached, served_as) = (store.clone(), resource.clone());
         tokio::spawn(async move {
             tokio::pin!(stream);
             loop {
@@ -421,7 +440,7 @@ impl WorkloadInformers {
                     event = stream.next() => event,
                 };
                 let Some(event) = event else { break };
-                let event = match event {
+                let mut event = match event {
                     Ok(event) => event,
                     Err(err) => {
                         errors.inc();
@@ -429,22 +448,29 @@ impl WorkloadInformers {
                         continue;
                     }
                 };
+                let status_only = match &mut event {
+                    watcher::Event::Apply(object) | watcher::Event::InitApply(object) => cached
+                        .get(&ObjectRef::from_obj_with(object, served_as.clone()))
+                        .is_some_and(|before| object.follow(&before)),
+                    _ => false,
+                };
                 writer.apply_watcher_event(&event);
-                let change = |o: &CachedObject| {
-                    WorkloadEvent::Changed(WorkloadRef {
-                        resource: gr.clone(),
-                        namespace: o.namespace(),
-                        name: o.name_any(),
-                    })
+                let reference = |o: &CachedObject| WorkloadRef {
+                    resource: gr.clone(),
+                    namespace: o.namespace(),
+                    name: o.name_any(),
                 };
                 // Nobody may follow the events (a hub without the binding controller): the
                 // cache is kept all the same, until `stop`.
                 let _ = match &event {
                     watcher::Event::Apply(o) => {
                         first_seen.note(o);
-                        events.send(change(o))
+                        if status_only {
+                            this.status_changed(reference(o));
+                        }
+                        events.send(WorkloadEvent::Changed(reference(o)))
                     }
-                    watcher::Event::Delete(o) => events.send(change(o)),
+                    watcher::Event::Delete(o) => events.send(WorkloadEvent::Changed(reference(o))),
                     watcher::Event::InitDone => {
                         this.filled(&gr, id);
                         events.send(WorkloadEvent::Listed(gr.clone()))

@@ -9,6 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use ks_shared::api::{Binding, BindingPolicy, CombinedStatus, NamedStatusCombination, StatusCollector, WorkStatus};
 use ks_tests::harness::{Ctx, apply, run, wait_until};
 use ks_tests::stack_test;
+use ks_tests::tools::{Tools, app_yaml, policy_yaml, singleton_policy_yaml};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
@@ -26,6 +27,8 @@ ks_tests::stack_main!(
         stack_test!(bad_collectors_and_workstatuses_are_reported_or_ignored, PATH),
         stack_test!(a_costly_expression_is_refused_and_others_still_run, PATH),
         stack_test!(restarted_hub_converges_to_the_new_policy, PATH),
+        stack_test!(status_coming_back_leaves_the_binding_alone, PATH),
+        stack_test!(a_status_written_over_is_returned_again, PATH),
     ]
 );
 
@@ -517,4 +520,122 @@ async fn restarted_hub_converges_to_the_new_policy(ctx: Ctx) -> anyhow::Result<(
     )
     .await?;
     cleanup(&ctx, &[first], &[count, wecs], &ns).await
+}
+
+/// An object's resourceVersion as a number (the stack's apiservers number them so).
+fn version_of(resource_version: &str) -> anyhow::Result<u64> {
+    Ok(resource_version.parse()?)
+}
+
+/// The resourceVersion at which `binding` lists the object named `name`, if it does.
+fn listed_version(binding: &Binding, name: &str) -> Option<String> {
+    binding
+        .spec
+        .workload
+        .namespace_scope
+        .iter()
+        .find(|o| o.object.name == name)
+        .map(|o| o.object.resource_version.clone())
+}
+
+/// Status written back into the WDS is not a change to deliver. Defect (upstream's too): every
+/// status write gave the object a new resourceVersion, which its Binding lists, so each status
+/// change rewrote the Binding and had the transport plan it again (a 153-object rollout with
+/// three Deployments' status returned rewrote its Binding 4 times after delivery).
+async fn status_coming_back_leaves_the_binding_alone(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "status-binding")?;
+    let id = ctx.unique_name("status-binding");
+    let label = format!("app.kubernetes.io/name: {id}");
+    let yaml = app_yaml(&id, "web", &label)
+        + &app_yaml(&id, "other", &label)
+        + &policy_yaml(&id, "name: cluster1", &label)
+        + &singleton_policy_yaml(&id, "cluster1", &label);
+    let file = tools.scratch_file("yaml", &yaml)?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client("wds1").await?, &id);
+    let web = wait_until(
+        deployments.clone(),
+        "web",
+        "given cluster1's status",
+        DEADLINE,
+        |d: Option<&Deployment>| returned(d).0 == Some(1),
+    )
+    .await?;
+    let web_now = version_of(&web.and_then(|d| d.metadata.resource_version).unwrap_or_default())?;
+
+    // A change to another Deployment comes after web's status on the hub's one watch of
+    // Deployments, so the Binding that shows it was written knowing web's status.
+    let annotated = tools.kubectl(
+        "wds1",
+        &[
+            "annotate",
+            "-n",
+            &id,
+            "deployment",
+            "other",
+            "note=changed",
+            "-o",
+            "jsonpath={.metadata.resourceVersion}",
+        ],
+    )?;
+    let annotated = version_of(annotated.trim())?;
+    let bindings: Api<Binding> = Api::all(ctx.client("wds1").await?);
+    let binding = wait_until(
+        bindings,
+        &format!("{id}-singleton"),
+        "listing the annotated Deployment",
+        DEADLINE,
+        |b: Option<&Binding>| {
+            b.and_then(|b| listed_version(b, "other"))
+                .and_then(|v| version_of(&v).ok())
+                .is_some_and(|v| v >= annotated)
+        },
+    )
+    .await?
+    .ok_or_else(|| anyhow::anyhow!("no Binding"))?;
+    let listed = version_of(&listed_version(&binding, "web").unwrap_or_default())?;
+    anyhow::ensure!(
+        listed < web_now,
+        "the Binding lists web at {listed}, the version its returned status gave it ({web_now} or later)"
+    );
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
+    Ok(())
+}
+
+/// The returned status is the WEC's: one written over in the WDS (here by hand, as
+/// `kubectl patch --subresource=status`) is written back at once, not at the WEC's next change.
+async fn a_status_written_over_is_returned_again(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "status-over")?;
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &ns);
+    apply(&deployments, deployment(1)).await?;
+    let singleton = format!("{ns}-singleton");
+    bind(
+        &wds,
+        &singleton,
+        &ns,
+        only("cluster1"),
+        json!({"wantSingletonReportedState": true}),
+    )
+    .await?;
+    let returned_one = |d: Option<&Deployment>| returned(d) == (Some(1), Some(1));
+    wait_web(&deployments, "showing cluster1's 1 available replica", returned_one).await?;
+    let over = r#"{"status": {"replicas": 3, "updatedReplicas": 3, "readyReplicas": 3, "availableReplicas": 3}}"#;
+    tools.kubectl(
+        "wds1",
+        &[
+            "patch",
+            "-n",
+            &ns,
+            "deployment",
+            "web",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            over,
+        ],
+    )?;
+    wait_web(&deployments, "showing cluster1's status again", returned_one).await?;
+    cleanup(&ctx, &[singleton], &[], &ns).await
 }

@@ -113,7 +113,8 @@ fn workload_object(resource: &ApiResource, object: &CachedObject) -> WorkloadObj
             name: object.name_any(),
             kind: resource.kind.clone(),
         },
-        resource_version: object.resource_version().unwrap_or_default(),
+        // A status written back is nothing new to deliver: the Binding stays as it is.
+        resource_version: object.content_version(),
         labels: object.labels().clone(),
     }
 }

@@ -3,6 +3,11 @@
 //! controller renders the object or reads its status. Kept as a `serde_json::Value` tree, a
 //! small object took about ten times the size of its JSON (every map a B-tree node), and at
 //! 10,000 objects the WDS cache was well over half of the hub's heap.
+//!
+//! It also knows the version of its last change that a WEC would see ([`CachedObject::content_version`]):
+//! a status written back (ours, from the WECs) gives the object a new resourceVersion but
+//! nothing new to deliver, and a Binding that listed each new version was rewritten, and
+//! planned again by the transport, on every status change.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -21,14 +26,22 @@ use serde_json::{Map, Value};
 #[derive(Clone, Debug)]
 pub struct CachedObject {
     pub metadata: ObjectMeta,
-    /// Every other top-level field, as one JSON object's text.
+    /// Every other top-level field but `status`, as one JSON object's text.
     rest: Box<RawValue>,
+    /// `.status`, as the JSON text sent.
+    status: Option<Box<RawValue>>,
+    /// The resourceVersion of the last change to anything but the status, when that is not
+    /// `metadata.resourceVersion`.
+    content_version: Option<String>,
 }
 
 impl CachedObject {
     /// The object as JSON, without `apiVersion` and `kind`.
     pub fn to_value(&self) -> Value {
         let mut whole: Map<String, Value> = serde_json::from_str(self.rest.get()).unwrap_or_default();
+        if let Some(status) = &self.status {
+            whole.insert("status".into(), serde_json::from_str(status.get()).unwrap_or_default());
+        }
         whole.insert(
             "metadata".into(),
             serde_json::to_value(&self.metadata).unwrap_or_default(),
@@ -46,11 +59,33 @@ impl CachedObject {
 
     /// The object's `.status`, if it has one.
     pub fn status(&self) -> Option<Value> {
-        #[derive(Deserialize)]
-        struct Status {
-            status: Option<Value>,
+        serde_json::from_str(self.status.as_ref()?.get()).ok()?
+    }
+
+    /// The resourceVersion of the object's last change to anything but its status: what a
+    /// Binding lists, so that a status written back is no change to deliver.
+    pub fn content_version(&self) -> String {
+        self.content_version
+            .clone()
+            .or_else(|| self.metadata.resource_version.clone())
+            .unwrap_or_default()
+    }
+
+    /// Keeps `before`'s content version if this newer copy of the same object differs from it
+    /// in its status only (and in what every write changes: resourceVersion, managedFields);
+    /// whether it does.
+    pub fn follow(&mut self, before: &CachedObject) -> bool {
+        let unversioned = |m: &ObjectMeta| ObjectMeta {
+            resource_version: None,
+            managed_fields: None,
+            ..m.clone()
+        };
+        if self.rest.get() != before.rest.get() || unversioned(&self.metadata) != unversioned(&before.metadata) {
+            return false;
         }
-        serde_json::from_str::<Status>(self.rest.get()).ok()?.status
+        let kept = before.content_version();
+        self.content_version = (self.metadata.resource_version.as_ref() != Some(&kept)).then_some(kept);
+        true
     }
 }
 
@@ -105,9 +140,11 @@ impl<'de> Visitor<'de> for ObjectVisitor {
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<CachedObject, A::Error> {
         let mut metadata = ObjectMeta::default();
         let mut rest = String::from("{");
+        let mut status = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "metadata" => metadata = map.next_value()?,
+                "status" => status = Some(map.next_value()?),
                 "apiVersion" | "kind" => {
                     map.next_value::<IgnoredAny>()?;
                 }
@@ -124,7 +161,12 @@ impl<'de> Visitor<'de> for ObjectVisitor {
         }
         rest.push('}');
         let rest = RawValue::from_string(rest).map_err(de::Error::custom)?;
-        Ok(CachedObject { metadata, rest })
+        Ok(CachedObject {
+            metadata,
+            rest,
+            status,
+            content_version: None,
+        })
     }
 }
 
@@ -181,6 +223,65 @@ mod tests {
         assert_eq!(list.items[0].metadata.name.as_deref(), Some("web"));
         let tree: CachedObject = serde_json::from_value(serde_json::from_str(DEPLOYMENT).unwrap()).unwrap();
         assert_eq!(tree.to_value(), list.items[0].to_value());
+    }
+
+    /// `DEPLOYMENT` at resourceVersion `version`, changed by `change`.
+    fn version(version: &str, change: impl FnOnce(&mut Value)) -> CachedObject {
+        let mut object: Value = serde_json::from_str(DEPLOYMENT).unwrap();
+        object["metadata"]["resourceVersion"] = json!(version);
+        change(&mut object);
+        serde_json::from_value(object).unwrap()
+    }
+
+    #[test]
+    fn a_change_of_status_only_keeps_the_version_of_the_last_other_change() {
+        let first = version("7", |_| {});
+        assert_eq!(first.content_version(), "7");
+        let mut status = version("8", |o| {
+            o["status"]["readyReplicas"] = json!(2);
+            o["metadata"]["managedFields"] = json!([{"manager": "ks-status", "operation": "Update"}]);
+        });
+        assert!(status.follow(&first));
+        assert_eq!(status.content_version(), "7");
+        assert_eq!(status.status(), Some(json!({"readyReplicas": 2})));
+        let mut again = version("9", |o| o["status"]["readyReplicas"] = json!(1));
+        assert!(again.follow(&status));
+        assert_eq!(again.content_version(), "7", "kept over status changes in a row");
+        let mut relisted = version("9", |o| o["status"]["readyReplicas"] = json!(1));
+        assert!(relisted.follow(&again));
+        assert_eq!(
+            relisted.content_version(),
+            "7",
+            "kept when the same version is listed again"
+        );
+    }
+
+    #[test]
+    fn any_other_change_is_a_new_content_version() {
+        let first = version("7", |_| {});
+        type Change = fn(&mut Value);
+        let changes: [(&str, Change); 4] = [
+            ("spec", |o| o["spec"]["replicas"] = json!(3)),
+            ("label", |o| o["metadata"]["labels"]["tier"] = json!("web")),
+            ("annotation", |o| o["metadata"]["annotations"] = json!({"note": "x"})),
+            ("deletion", |o| {
+                o["metadata"]["deletionTimestamp"] = json!("2026-11-29T00:00:00Z")
+            }),
+        ];
+        for (what, change) in changes {
+            let mut changed = version("8", |o| {
+                change(o);
+                o["status"]["readyReplicas"] = json!(2);
+            });
+            assert!(!changed.follow(&first), "{what}");
+            assert_eq!(changed.content_version(), "8", "{what}");
+        }
+    }
+
+    #[test]
+    fn a_null_status_is_none() {
+        let cached: CachedObject = serde_json::from_str(r#"{"metadata":{"name":"n"},"status":null}"#).unwrap();
+        assert_eq!(cached.status(), None);
     }
 
     #[test]

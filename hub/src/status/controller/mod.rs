@@ -5,7 +5,8 @@
 //! Inputs are this WDS's WorkStatuses (ITS, by the origin label), Bindings, StatusCollectors and
 //! CombinedStatuses (own watches) and the workload objects (the binding controller's caches:
 //! nothing is fetched). A workload object's change reaches us as a change of the Bindings listing
-//! it (their entries carry its resourceVersion). The unit of work is one object: every input
+//! it (their entries carry the version of its last change but to its status), a change of its
+//! status only straight from those caches. The unit of work is one object: every input
 //! names the objects it may affect, and each is reconciled against the current caches, so the
 //! order of events never matters and a start-up pass over everything converges after a restart.
 
@@ -84,6 +85,9 @@ pub async fn run(
 ) {
     let (inputs, mut received) = mpsc::unbounded_channel();
     let stores = Stores::start(&wds, &its, &settings.wds_name, &inputs, &shutdown);
+    // A status written over in the WDS (by hand, by another writer) is written back at once:
+    // a change of status only does not change the Bindings, which bring every other change.
+    let mut status_changes = informers.status_changes();
     tokio::select! {
         _ = shutdown.cancelled() => return,
         _ = stores.filled() => {}
@@ -127,6 +131,10 @@ pub async fn run(
                 for input in input.into_iter().chain(std::iter::from_fn(|| received.try_recv().ok())) {
                     controller.handle(input, &mut work);
                 }
+            }
+            Some(object) = status_changes.recv() => {
+                work.objects.insert(object);
+                work.objects.extend(std::iter::from_fn(|| status_changes.try_recv().ok()));
             }
             _ = tokio::time::sleep_until(retry_due.unwrap_or_else(Instant::now)), if retry_due.is_some() => {
                 if !retries.take_due(Instant::now()).is_empty() {
