@@ -309,6 +309,20 @@ async fn binding_errors(ctx: &Ctx, name: &str, what: Option<&str>) -> anyhow::Re
     Ok(binding.and_then(|b| b.status).map(|s| s.errors).unwrap_or_default())
 }
 
+/// Waits until policy `name` shows `what` where users look (`kubectl get bp`, `describe`): in its
+/// errors, and as the reason it is not Ready. Defect: what the transport could not deliver was
+/// only in the Binding's status, while the policy said Ready, Available.
+async fn policy_shows(policies: &Api<BindingPolicy>, name: &str, what: &str) -> anyhow::Result<()> {
+    let shown = |p: Option<&BindingPolicy>| {
+        let status = p.and_then(|p| p.status.as_ref());
+        let ready = status.and_then(|s| s.condition("Ready"));
+        status.is_some_and(|s| s.errors.iter().any(|e| e.contains(what)))
+            && ready.is_some_and(|c| c.status == "False" && c.message.contains(what))
+    };
+    wait_until(policies.clone(), name, "showing the error", DEADLINE, shown).await?;
+    Ok(())
+}
+
 /// Per-WEC templates: a property from the WEC's customization ConfigMap overrides its label,
 /// changing the ConfigMap updates the WEC, and a template with a missing key is reported on the
 /// Binding while the WECs keep what they had.
@@ -549,6 +563,7 @@ async fn rejected_manifestwork_is_reported(ctx: Ctx) -> anyhow::Result<()> {
         errors.iter().all(|e| e.contains("must be no more than 63")),
         "{errors:?}"
     );
+    policy_shows(&policies, &name, "the ITS rejected ManifestWork cluster1/").await?;
     policies.delete(&name, &DeleteParams::default()).await?;
     ctx.delete_namespace("wds1", &ns).await
 }
@@ -580,6 +595,7 @@ async fn a_template_bomb_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::Result<(
             .all(|e| e.contains(&format!("ConfigMap({ns}/bomb).data.big: template: "))),
         "the errors name the object and the string: {errors:?}"
     );
+    policy_shows(&Api::all(wds.clone()), &name, "longer than 1 MiB").await?;
 
     apply(&config_maps, config_map("plain", &plain, json!({}), json!({"k": "v"}))).await?;
     send(&wds, &format!("{ns}-plain"), json!({"location-group": "edge"}), &plain).await?;
