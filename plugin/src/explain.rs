@@ -318,10 +318,22 @@ fn first_broken(explanation: &Explanation, evidence: &Evidence, generation: Opti
             );
         }
         if wec.manifest_works.is_empty() {
+            // What the transport could not write, as it reports it on the Bindings.
+            let reported: Vec<&str> = wec
+                .chosen_by
+                .iter()
+                .filter_map(|p| evidence.bindings.get(p)?.status.as_ref())
+                .flat_map(|s| s.errors.iter().map(String::as_str))
+                .collect();
+            let fix = if reported.is_empty() {
+                "the hub's transport writes them: look at ks-hub's log and at the ITS's health".to_string()
+            } else {
+                format!("the hub's transport reports: {}", reported.join("; "))
+            };
             return broken(
                 "delivery",
                 format!("no ManifestWork in namespace {} of the ITS holds it", wec.wec),
-                "the hub's transport writes them: look at ks-hub's log and at the ITS's health".into(),
+                fix,
             );
         }
         match wec.applied.as_deref() {
@@ -417,7 +429,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use ks_hub::binding::WorkloadObject;
-    use ks_shared::api::{BindingPolicy, WorkStatus};
+    use ks_shared::api::{BindingPolicy, BindingStatus, WorkStatus};
     use serde_json::json;
 
     use super::*;
@@ -578,6 +590,20 @@ mod tests {
             "{broken:?}"
         );
         assert!(found.wecs.iter().all(|w| w.chosen_by.is_empty()));
+    }
+
+    #[test]
+    fn a_manifestwork_the_its_refused_is_named_at_the_delivery_link() {
+        let mut evidence = healthy();
+        evidence.delivered.remove("cluster1");
+        let refused = "the ITS rejected ManifestWork cluster1/web-policy-wds1-0: metadata.labels: Invalid value";
+        evidence.bindings.get_mut("web-policy").unwrap().status = Some(BindingStatus {
+            errors: vec![refused.into()],
+            ..Default::default()
+        });
+        let broken = explain(&evidence, None).broken.unwrap();
+        assert_eq!((broken.link, broken.wec.as_deref()), ("delivery", Some("cluster1")));
+        assert_eq!(broken.fix, format!("the hub's transport reports: {refused}"));
     }
 
     #[test]

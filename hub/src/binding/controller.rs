@@ -551,7 +551,12 @@ impl Loop<'_> {
             let mut errors = self.resolutions.errors(&name, collector_exists);
             // What the transport could not deliver (a ManifestWork the ITS refused, a template
             // that failed), as it reports it on the Binding: the policy is where users look.
-            errors.extend(existing.iter().filter_map(|b| b.status.as_ref()).flat_map(|s| s.errors.clone()));
+            errors.extend(
+                existing
+                    .iter()
+                    .filter_map(|b| b.status.as_ref())
+                    .flat_map(|s| s.errors.clone()),
+            );
             let status = writes::desired_status(&policy, resolved, errors, write_error, selected);
             if writes::status_differs(&policy, &status) {
                 let written = writes::apply_status(&self.policy_api, &name, &status).await;
