@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{Binding, CombinedStatus, WorkStatus};
 use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, run, wait_until};
@@ -18,6 +19,7 @@ use ks_tests::stack_test;
 use ks_tests::tools::{Release, Tools, app_yaml, policy_yaml, singleton_policy_yaml};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::wait::conditions;
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -36,6 +38,7 @@ ks_tests::stack_main!(
         stack_test!(unjoined_wec_is_reported_and_deleted_policy_is_done, PATH),
         stack_test!(a_policy_deleted_with_its_namespace_withdraws_without_rewrites, PATH),
         stack_test!(the_kubectl_plugin_names_each_broken_link, PATH),
+        stack_test!(an_operators_crd_and_its_objects_go_and_leave_together, PATH),
     ]
 );
 
@@ -776,5 +779,111 @@ metadata: {{name: stray, namespace: {id}}}
         "{propagated:#}"
     );
     tools.kubectl("wds1", &["delete", "--wait=false", "--ignore-not-found", "-f", &file])?;
+    Ok(())
+}
+
+/// An operator's CustomResourceDefinition and an object of it, applied as kubectl needs (the CRD
+/// first, established, then the rest: kubectl cannot map a kind that does not exist yet), reach
+/// both WECs; the status the WEC's operator writes comes back into the WDS; and deleting them
+/// removes both from the WECs.
+async fn an_operators_crd_and_its_objects_go_and_leave_together(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "crd-app")?;
+    let id = ctx.unique_name("crd-app");
+    let group = format!("{id}.example.io");
+    let crd_name = format!("gadgets.{group}");
+    let label = format!("app.kubernetes.io/part-of: {id}");
+    let crd = tools.scratch_file(
+        "yaml",
+        &format!(
+            r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: {crd_name}, labels: {{{label}}}}}
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {{status: {{}}}}
+    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"#
+        ),
+    )?;
+    let app = tools.scratch_file(
+        "yaml",
+        &(format!(
+            r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}, labels: {{{label}}}}}
+---
+apiVersion: {group}/v1
+kind: Gadget
+metadata: {{name: g1, namespace: {id}, labels: {{{label}}}}}
+spec: {{size: 3}}
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}-status}}
+spec:
+  clusterSelectors: [{{matchLabels: {{name: cluster1}}}}]
+  downsync:
+  - objectSelectors: [{{matchLabels: {{{label}}}}}]
+    resources: [gadgets]
+    wantSingletonReportedState: true
+"#
+        ) + &policy_yaml(&id, "location-group: edge", &label)),
+    )?;
+    tools.kubectl("wds1", &["apply", "-f", &crd])?;
+    let established = format!("crd/{crd_name}");
+    tools.kubectl(
+        "wds1",
+        &["wait", "--for=condition=established", "--timeout=60s", &established],
+    )?;
+    tools.kubectl("wds1", &["apply", "-f", &app])?;
+
+    let gadget = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Gadget"), "gadgets");
+    let gadgets = |client: kube::Client| Api::<DynamicObject>::namespaced_with(client, &id, &gadget);
+    for wec in WECS {
+        let on_wec = gadgets(ctx.client(wec).await?);
+        wait_until(on_wec, "g1", "delivered", DEADLINE, present)
+            .await
+            .with_context(|| format!("on {wec}"))?;
+    }
+    // The WEC's operator reports on its object; the WDS copy shows it.
+    let ready = r#"{"status": {"ready": true}}"#;
+    tools.kubectl(
+        "cluster1",
+        &[
+            "patch",
+            "-n",
+            &id,
+            &crd_name,
+            "g1",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            ready,
+        ],
+    )?;
+    let returned = |g: Option<&DynamicObject>| g.is_some_and(|g| g.data["status"]["ready"] == true);
+    wait_until(
+        gadgets(ctx.client("wds1").await?),
+        "g1",
+        "showing cluster1's status",
+        DEADLINE,
+        returned,
+    )
+    .await?;
+
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &app])?;
+    tools.kubectl("wds1", &["delete", "-f", &crd])?;
+    for wec in WECS {
+        let crds = Api::<CustomResourceDefinition>::all(ctx.client(wec).await?);
+        wait_until(crds, &crd_name, "removed", DEADLINE, conditions::is_deleted(""))
+            .await
+            .with_context(|| format!("on {wec}"))?;
+    }
     Ok(())
 }
