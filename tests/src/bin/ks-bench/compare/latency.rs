@@ -43,13 +43,20 @@ async fn one_run(stack: &Stack, knobs: &Knobs, i: Implementation, figures: &mut 
         Unit::Count,
         delivery.writes as f64 / knobs.objects.max(1) as f64,
     );
-    let (singleton, writes) = singleton(stack, knobs.changes).await?;
-    figures.percentiles(i, "status: WEC change → WDS .status (singleton)", singleton);
+    let returned = singleton(stack, knobs.changes).await?;
+    figures.percentiles(i, "status: WEC change → WDS .status (singleton)", returned.latencies);
+    let per_change = |count: f64| count / knobs.changes.max(1) as f64;
     figures.add(
         i,
         "status: WDS writes per change (singleton)",
         Unit::Count,
-        writes as f64 / knobs.changes.max(1) as f64,
+        per_change(returned.writes as f64),
+    );
+    figures.add(
+        i,
+        "status: Binding writes per change (singleton)",
+        Unit::Count,
+        per_change(returned.binding_writes as f64),
     );
     quiesce(stack, DEADLINE).await?;
     let multi = multi_wec_scale(stack, i, (knobs.changes / 5).max(2)).await?;

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use ks_shared::api::BindingPolicy;
+use ks_shared::api::{Binding, BindingPolicy};
 use ks_tests::harness::wait_until;
 use ks_tests::stack::Stack;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
@@ -23,18 +23,30 @@ const DEADLINE: Duration = Duration::from_secs(120);
 
 /// Times `changes` status changes; prints their percentiles and the WDS writes they took.
 pub async fn latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {
-    let (latencies, written) = singleton(stack, changes).await?;
+    let returned = singleton(stack, changes).await?;
     println!(
-        "status: WEC status change -> WDS .status over {} changes: {}; writes to the WDS object: {written} for {changes} changes",
-        latencies.len(),
-        summary(latencies)
+        "status: WEC status change -> WDS .status over {} changes: {}; writes to the WDS object: {} and Binding writes: {} for {changes} changes",
+        returned.latencies.len(),
+        summary(returned.latencies),
+        returned.writes,
+        returned.binding_writes
     );
     Ok(())
 }
 
-/// Times `changes` status changes of a Gauge on cluster1 until the WDS Gauge shows each;
-/// also returns the count of writes to the WDS Gauge meanwhile.
-pub async fn singleton(stack: &Stack, changes: usize) -> anyhow::Result<(Vec<Duration>, usize)> {
+/// What the singleton status changes took.
+pub struct Singleton {
+    /// WEC status change -> the WDS Gauge shows it, per change.
+    pub latencies: Vec<Duration>,
+    /// Writes to the WDS Gauge meanwhile.
+    pub writes: usize,
+    /// New generations of the policy's Binding from the first change until the WDS shows the
+    /// last: a status written back is nothing to deliver.
+    pub binding_writes: i64,
+}
+
+/// Times `changes` status changes of a Gauge on cluster1 until the WDS Gauge shows each.
+pub async fn singleton(stack: &Stack, changes: usize) -> anyhow::Result<Singleton> {
     let wds = stack.client("wds1").await?;
     let wec = stack.client("cluster1").await?;
     gauge::install(&wds, MANAGER).await?;
@@ -104,6 +116,9 @@ pub async fn singleton(stack: &Stack, changes: usize) -> anyhow::Result<(Vec<Dur
     };
     caught_up(0).await?;
     let before = writes.load(Ordering::Relaxed);
+    let bindings: Api<Binding> = Api::all(wds.clone());
+    let binding_generation = || async { anyhow::Ok(bindings.get(&ns).await?.metadata.generation.unwrap_or(0)) };
+    let binding_before = binding_generation().await?;
 
     let mut latencies = Vec::new();
     for value in 1..=changes {
@@ -114,8 +129,13 @@ pub async fn singleton(stack: &Stack, changes: usize) -> anyhow::Result<(Vec<Dur
     }
     caught_up(changes).await?;
     let written = writes.load(Ordering::Relaxed) - before;
+    let binding_writes = binding_generation().await? - binding_before;
     watching.abort();
     policies.delete(&ns, &DeleteParams::default()).await?;
     namespaces.delete(&ns, &DeleteParams::default()).await?;
-    Ok((latencies, written))
+    Ok(Singleton {
+        latencies,
+        writes: written,
+        binding_writes,
+    })
 }

@@ -22,7 +22,7 @@ pub async fn run(stack: &Stack, rounds: usize, objects: usize, changes: usize) -
             };
             stack.restart_hub("wds1", options).await?;
             delivered.extend(delivery::delivery(stack, objects).await?.total);
-            returned.extend(status::singleton(stack, changes).await?.0);
+            returned.extend(status::singleton(stack, changes).await?.latencies);
         }
     }
     stack.restart_hub("wds1", HubOptions::STACK).await?;
