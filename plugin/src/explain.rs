@@ -5,7 +5,10 @@
 use std::collections::BTreeSet;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use ks_hub::binding::{CompiledPolicy, ObjectIdentity, Wec, clause_misses, matching_clauses, wec_selected};
+use ks_hub::binding::{
+    CompiledPolicy, ObjectIdentity, SYSTEM_NAMESPACES, Wec, clause_misses, made_by_the_wds, matching_clauses,
+    wec_selected,
+};
 use ks_shared::api::Binding;
 use kube::ResourceExt;
 use serde::Serialize;
@@ -254,7 +257,7 @@ fn first_broken(explanation: &Explanation, evidence: &Evidence, generation: Opti
             link: "selection",
             wec: None,
             problem: "no BindingPolicy selects it".into(),
-            fix: nearest_miss_fix(&explanation.policies),
+            fix: own_object_fix(evidence).unwrap_or_else(|| nearest_miss_fix(&explanation.policies)),
         });
     }
     let destinations: BTreeSet<&str> = selecting
@@ -390,6 +393,25 @@ fn first_broken(explanation: &Explanation, evidence: &Evidence, generation: Opti
 }
 
 /// What to do when no policy selects the object: the nearest miss, named.
+/// For an object the WDS makes for itself (or one in a system namespace), which a clause must
+/// name to send: what to name.
+fn own_object_fix(evidence: &Evidence) -> Option<String> {
+    let object = &evidence.observed.as_ref()?.object;
+    let namespace = object.identity.namespace.as_str();
+    if made_by_the_wds(object) {
+        Some(format!(
+            "the WDS makes {} for itself and each WEC has its own, so only a clause whose objectNames names it sends it",
+            object.identity.name
+        ))
+    } else if SYSTEM_NAMESPACES.contains(&namespace) {
+        Some(format!(
+            "{namespace} holds the WDS's own machinery, so only a clause whose namespaces names {namespace} sends what is in it"
+        ))
+    } else {
+        None
+    }
+}
+
 fn nearest_miss_fix(policies: &[PolicyFinding]) -> String {
     let nearest = policies
         .iter()
@@ -604,6 +626,27 @@ mod tests {
         let broken = explain(&evidence, None).broken.unwrap();
         assert_eq!((broken.link, broken.wec.as_deref()), ("delivery", Some("cluster1")));
         assert_eq!(broken.fix, format!("the hub's transport reports: {refused}"));
+    }
+
+    #[test]
+    fn an_object_the_wds_makes_for_itself_is_sent_only_when_named() {
+        let mut evidence = healthy();
+        let observed = evidence.observed.as_mut().unwrap();
+        observed.object.identity = ObjectIdentity {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "serviceaccounts".into(),
+            namespace: "shop".into(),
+            name: "default".into(),
+            kind: "ServiceAccount".into(),
+        };
+        evidence.policies = vec![policy("shop", json!({}), json!({"location-group": "edge"}))];
+        let broken = explain(&evidence, None).broken.unwrap();
+        assert_eq!(broken.link, "selection");
+        assert!(
+            broken.fix.contains("only a clause whose objectNames names it"),
+            "{broken:?}"
+        );
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service, ServiceAccount};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::api::{Binding, CombinedStatus, WorkStatus};
 use ks_shared::ocm::ManifestWork;
@@ -39,6 +39,7 @@ ks_tests::stack_main!(
         stack_test!(a_policy_deleted_with_its_namespace_withdraws_without_rewrites, PATH),
         stack_test!(the_kubectl_plugin_names_each_broken_link, PATH),
         stack_test!(an_operators_crd_and_its_objects_go_and_leave_together, PATH),
+        stack_test!(a_namespace_wide_policy_leaves_the_wecs_own_objects_alone, PATH),
     ]
 );
 
@@ -885,5 +886,70 @@ spec:
             .await
             .with_context(|| format!("on {wec}"))?;
     }
+    Ok(())
+}
+
+/// Defect (upstream's too): a policy sending everything in a namespace also sent the objects the
+/// WDS makes in every namespace (its `default` ServiceAccount); OCM took over each WEC's own
+/// `default` ServiceAccount and, when the policy went, deleted it: it came back with a new UID,
+/// and the tokens of Pods using it no longer counted. Those go only where a clause names them.
+async fn a_namespace_wide_policy_leaves_the_wecs_own_objects_alone(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "ns-wide")?;
+    let id = ctx.unique_name("ns-wide");
+    let namespace = format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: settings, namespace: {id}}}
+data: {{mode: fast}}
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}-namespace}}
+spec:
+  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
+  downsync: [{{resources: [namespaces], objectNames: [{id}]}}]
+"#
+    );
+    let everything = format!(
+        r#"apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}-everything}}
+spec:
+  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]
+  downsync: [{{namespaces: [{id}]}}]
+"#
+    );
+    let namespace = tools.scratch_file("yaml", &namespace)?;
+    let everything = tools.scratch_file("yaml", &everything)?;
+    tools.kubectl("wds1", &["apply", "-f", &namespace, "-f", &everything])?;
+    let mut own = Vec::new();
+    for wec in WECS {
+        on_wec::<ConfigMap>(&ctx, wec, &id, "settings", "delivered", present).await?;
+        let account = Api::<ServiceAccount>::namespaced(ctx.client(wec).await?, &id)
+            .get("default")
+            .await?;
+        ensure!(
+            account.owner_references().is_empty(),
+            "{wec}: OCM took over the WEC's own default ServiceAccount: {:?}",
+            account.owner_references()
+        );
+        own.push(account.uid());
+    }
+    tools.kubectl("wds1", &["delete", "-f", &everything])?;
+    for (wec, uid) in WECS.iter().zip(&own) {
+        on_wec::<ConfigMap>(&ctx, wec, &id, "settings", "withdrawn", conditions::is_deleted("")).await?;
+        let account = Api::<ServiceAccount>::namespaced(ctx.client(wec).await?, &id)
+            .get("default")
+            .await?;
+        ensure!(
+            account.uid() == *uid,
+            "{wec}: the WEC's default ServiceAccount was deleted and made again"
+        );
+    }
+    tools.kubectl("wds1", &["delete", "-f", &namespace])?;
     Ok(())
 }

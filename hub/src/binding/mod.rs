@@ -25,7 +25,10 @@ mod testing;
 
 pub use policy::{CompiledClause, CompiledPolicy, PolicyError};
 pub use resolution::{binding_spec_differs, desired_binding_spec, keep_unknown};
-pub use selection::{clause_matches, clause_misses, fold_modulations, matching_clauses, policy_matches, wec_selected};
+pub use selection::{
+    SYSTEM_NAMESPACES, clause_matches, clause_misses, fold_modulations, made_by_the_wds, matching_clauses,
+    policy_matches, wec_selected,
+};
 pub use singleton::singleton_error;
 pub use workload::{Labels, ListedObject, ObjectIdentity, Wec, WorkloadObject};
 

@@ -130,6 +130,11 @@ impl NameCriterion {
             NameCriterion::OneOf(names) => names.contains(name),
         }
     }
+
+    /// Whether the list holds `name` itself (not through `"*"` or by being empty).
+    pub(super) fn names(&self, name: &str) -> bool {
+        matches!(self, NameCriterion::OneOf(names) if names.contains(name))
+    }
 }
 
 /// A clause's list of label selectors, for the object's labels or its Namespace's labels.

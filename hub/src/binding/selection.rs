@@ -25,10 +25,13 @@ const CRITERIA: [(&str, Criterion); 6] = [
         clause.resources.admits(&object.identity.resource)
     }),
     ("namespaces", |clause, object, _| {
-        clause.namespaces.admits(&object.identity.namespace)
+        let namespace = &object.identity.namespace;
+        clause.namespaces.admits(namespace)
+            && (!SYSTEM_NAMESPACES.contains(&namespace.as_str()) || clause.namespaces.names(namespace))
     }),
     ("objectNames", |clause, object, _| {
-        clause.object_names.admits(&object.identity.name)
+        let name = &object.identity.name;
+        clause.object_names.admits(name) && (!made_by_the_wds(object) || clause.object_names.names(name))
     }),
     ("objectSelectors", |clause, object, _| {
         clause.object_selectors.admits(Some(&object.labels))
@@ -37,6 +40,27 @@ const CRITERIA: [(&str, Criterion); 6] = [
         clause.namespace_selectors.admits(namespace_labels)
     }),
 ];
+
+/// The namespaces of the WDS's own machinery: what is in them goes to WECs only from a clause
+/// whose `namespaces` names them. On a WEC they hold its own machinery (`kube-public`'s
+/// `cluster-info` is how nodes join it), which OCM would take over and delete with the policy.
+pub const SYSTEM_NAMESPACES: [&str; 3] = ["kube-system", "kube-public", "kube-node-lease"];
+
+/// Objects the WDS makes for itself, which go to WECs only from a clause whose `objectNames`
+/// names them: the system Namespaces, and in every namespace the ServiceAccount `default` and
+/// the ConfigMap `kube-root-ca.crt` (the WDS's CA). Each WEC has its own; a broad clause
+/// (upstream's too) sent the WDS's over them, OCM took them over, and withdrawing the policy
+/// deleted them, so the WEC's `default` ServiceAccount came back with a new UID and the tokens
+/// of its Pods no longer counted.
+pub fn made_by_the_wds(object: &WorkloadObject) -> bool {
+    let identity = &object.identity;
+    let core = |resource: &str, name: &str| {
+        identity.group.is_empty() && identity.resource == resource && identity.name == name
+    };
+    SYSTEM_NAMESPACES.iter().any(|ns| core("namespaces", ns))
+        || core("serviceaccounts", "default")
+        || core("configmaps", "kube-root-ca.crt")
+}
 
 /// Whether `object` passes every criterion of `clause`.
 ///
@@ -280,6 +304,34 @@ mod tests {
         let passing: &[&[&str]] = &[&[], &["*"], &["web"], &["db", "web"]];
         let failing: &[&[&str]] = &[&["db"], &["we"]];
         check_list(&deployment("ns1", "web"), set_object_names, passing, failing);
+    }
+
+    #[test]
+    fn what_the_wds_makes_for_itself_passes_only_where_a_clause_names_it() {
+        let core = |resource, kind, namespace, name| object("", resource, kind, namespace, name);
+        let built_ins = [
+            core("serviceaccounts", "ServiceAccount", "ns1", "default"),
+            core("configmaps", "ConfigMap", "ns1", "kube-root-ca.crt"),
+            namespace("kube-system"),
+            namespace("kube-node-lease"),
+        ];
+        for built_in in &built_ins {
+            let name = built_in.identity.name.as_str();
+            check_list(built_in, set_object_names, &[&[name], &["other", name]], &[&[], &["*"]]);
+        }
+        let theirs = [
+            core("serviceaccounts", "ServiceAccount", "ns1", "builder"),
+            core("configmaps", "ConfigMap", "ns1", "kube-root-ca"),
+            namespace("default"),
+            deployment("ns1", "default"),
+        ];
+        for object in &theirs {
+            check_list(object, set_object_names, &[&[], &["*"]], &[]);
+        }
+        for system in ["kube-system", "kube-public", "kube-node-lease"] {
+            let inside = core("configmaps", "ConfigMap", system, "settings");
+            check_list(&inside, set_namespaces, &[&[system]], &[&[], &["*"]]);
+        }
     }
 
     #[test]
