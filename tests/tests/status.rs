@@ -538,10 +538,10 @@ fn listed_version(binding: &Binding, name: &str) -> Option<String> {
         .map(|o| o.object.resource_version.clone())
 }
 
-/// Status written back into the WDS is not a change to deliver. Defect (upstream's too): every
-/// status write gave the object a new resourceVersion, which its Binding lists, so each status
-/// change rewrote the Binding and had the transport plan it again (a 153-object rollout with
-/// three Deployments' status returned rewrote its Binding 4 times after delivery).
+/// Status written back into the WDS is not a change to deliver. Defect: every status write gave
+/// the object a new resourceVersion, which its Binding listed, so each status change rewrote the
+/// Binding and had the transport plan it again (a 153-object rollout with three Deployments'
+/// status returned rewrote its Binding 4 times after delivery).
 async fn status_coming_back_leaves_the_binding_alone(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "status-binding")?;
     let id = ctx.unique_name("status-binding");
