@@ -392,7 +392,6 @@ fn first_broken(explanation: &Explanation, evidence: &Evidence, generation: Opti
     None
 }
 
-/// What to do when no policy selects the object: the nearest miss, named.
 /// For an object the WDS makes for itself (or one in a system namespace), which a clause must
 /// name to send: what to name.
 fn own_object_fix(evidence: &Evidence) -> Option<String> {
@@ -412,6 +411,7 @@ fn own_object_fix(evidence: &Evidence) -> Option<String> {
     }
 }
 
+/// What to do when no policy selects the object: the nearest miss, named.
 fn nearest_miss_fix(policies: &[PolicyFinding]) -> String {
     let nearest = policies
         .iter()
