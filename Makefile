@@ -72,22 +72,23 @@ bench-status: build ## Time WEC status change -> WDS .status for 50 changes, wri
 # Where cargo puts its builds: target/, or $(CARGO_TARGET_DIR) when set.
 TARGET_DIR ?= $(or $(CARGO_TARGET_DIR),target)
 # `make bench` runs in parts, each under an hour here at full scale: SCENARIO=latency, bulk,
-# objects, wecs, agent or churn (comma-separated for several; empty for all, several hours). Each part
-# writes docs/bench/<part>.json, and docs/benchmarks.md is written again from every part's results;
-# objects and wecs also after each of their runs, marked as stopped before the end until it comes.
+# objects, objects-large (the objects curve's largest point, apart), wecs, agent or churn
+# (comma-separated for several; empty for all, several hours). Each part writes
+# docs/bench/<part>.json, and docs/benchmarks.md is written again from every part's results; the
+# curves also after each of their runs, marked as stopped before the end until it comes.
 # QUICK=1: small knobs, a few minutes per part; the default is the full run (knobs in
 # `ks-bench compare --help`).
 SCENARIO ?=
 ifeq ($(QUICK),1)
 BENCH_KNOBS ?= --repeats 1 --objects 10 --changes 10 --bulk-objects 200 --namespaces 4 --simulated-wecs 4 \
-	--curve-objects 100,200,400 --curve-wecs-fixed 6 --curve-wecs 4,8,12 --curve-wec-objects 100 --idle 10 \
+	--curve-objects 100,200 --curve-objects-large 400 --curve-wecs-fixed 6 --curve-wecs 4,8,12 --curve-wec-objects 100 --idle 10 \
 	--upstream-cap-minutes 2 --ours-cap-minutes 5 --agent-objects 1000 --agent-cycles 1000 --agent-pods 250
 else
 BENCH_KNOBS ?=
 endif
 
 .PHONY: bench bench-tracing bench-write-cost
-bench: deps ## Ours vs upstream KubeStellar v0.30.0 on a fresh stack, in parts (SCENARIO=latency|bulk|objects|wecs|agent|churn; QUICK=1 small); writes docs/benchmarks.md
+bench: deps ## Ours vs upstream KubeStellar v0.30.0 on a fresh stack, in parts (SCENARIO=latency|bulk|objects|objects-large|wecs|agent|churn; QUICK=1 small); writes docs/benchmarks.md
 	deps/build.sh kubestellar
 	$(CARGO) build --release --workspace --bins
 	$(TARGET_DIR)/release/ks-stack down

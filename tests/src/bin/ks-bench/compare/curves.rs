@@ -1,7 +1,9 @@
 //! The curve parts: the bulk run at several object counts (`objects`) or WEC counts (`wecs`),
-//! each point with each implementation (alternating which goes first). Once an implementation
-//! did not finish a point within its cap, its larger points are not tried. What the runs so far
-//! measured is kept after each (`keep_so_far`), with the knobs of the whole curve.
+//! each point with each implementation (alternating which goes first), and the objects curve's
+//! largest points apart (`objects-large`). Once an implementation did not finish a point within
+//! its cap, its larger points are not tried, also in `objects-large` after the `objects` part
+//! (`smaller`: the points it kept). What the runs so far measured is kept after each
+//! (`keep_so_far`), with the knobs of the whole curve.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -10,6 +12,7 @@ use ks_tests::stack::Stack;
 
 use super::markdown::curve_table;
 use super::propagation::Load;
+use super::report::Implementation;
 use super::results::{Outcome, Output, Part, Point};
 use super::{Knobs, knob, list, order, run_once, simulated};
 
@@ -17,14 +20,18 @@ pub async fn run(
     stack: &Stack,
     knobs: &Knobs,
     part: Part,
+    smaller: &[Point],
     mut keep_so_far: impl FnMut(&Output) -> anyhow::Result<()>,
 ) -> anyhow::Result<Output> {
-    let mut scale: Vec<(usize, usize)> = match part {
-        Part::Objects => knobs
-            .curve_objects
+    let at_fixed_wecs = |counts: &[usize]| {
+        counts
             .iter()
             .map(|&objects| (objects, knobs.curve_wecs_fixed))
-            .collect(),
+            .collect()
+    };
+    let mut scale: Vec<(usize, usize)> = match part {
+        Part::Objects => at_fixed_wecs(&knobs.curve_objects),
+        Part::ObjectsLarge => at_fixed_wecs(&knobs.curve_objects_large),
         _ => knobs
             .curve_wecs
             .iter()
@@ -37,7 +44,7 @@ pub async fn run(
         knobs: curve_knobs(knobs, part),
         ..Output::default()
     };
-    let mut unfinished = BTreeSet::new();
+    let mut unfinished = unfinished(smaller, knobs.curve_wecs_fixed);
     for (n, &(objects, wecs)) in scale.iter().enumerate() {
         let simulated = simulated::names(wecs.saturating_sub(knobs.real_wecs().len()));
         let load = Load {
@@ -80,11 +87,24 @@ pub async fn run(
     Ok(output)
 }
 
+/// The implementations that did not finish one of `points` at `wecs` WECs.
+fn unfinished(points: &[Point], wecs: usize) -> BTreeSet<Implementation> {
+    points
+        .iter()
+        .filter(|p| p.wecs == wecs && !matches!(p.outcome, Outcome::Finished(_)))
+        .map(|p| p.implementation)
+        .collect()
+}
+
 /// The knobs of the whole curve, as `--flag value`.
 fn curve_knobs(knobs: &Knobs, part: Part) -> Vec<(String, String)> {
     let mut flags = match part {
         Part::Objects => vec![
             knob("curve-objects", list(&knobs.curve_objects)),
+            knob("curve-wecs-fixed", knobs.curve_wecs_fixed),
+        ],
+        Part::ObjectsLarge => vec![
+            knob("curve-objects-large", list(&knobs.curve_objects_large)),
             knob("curve-wecs-fixed", knobs.curve_wecs_fixed),
         ],
         _ => vec![
@@ -101,4 +121,35 @@ fn curve_knobs(knobs: &Knobs, part: Part) -> Vec<(String, String)> {
         knob("ours-cap-minutes", knobs.ours_cap_minutes),
     ]);
     flags
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compare::results::Measured;
+
+    #[test]
+    fn the_largest_points_skip_whoever_did_not_finish_a_smaller_one() {
+        let point = |implementation, wecs, outcome| Point {
+            implementation,
+            objects: 5000,
+            wecs,
+            outcome,
+        };
+        let smaller = [
+            point(Implementation::Ours, 12, Outcome::Finished(Measured::default())),
+            point(
+                Implementation::Upstream,
+                12,
+                Outcome::DidNotFinish {
+                    cap_minutes: 10.0,
+                    so_far: Measured::default(),
+                },
+            ),
+            point(Implementation::Ours, 52, Outcome::Skipped { cap_minutes: 30.0 }),
+        ];
+        assert_eq!(unfinished(&smaller, 12), BTreeSet::from([Implementation::Upstream]));
+        assert_eq!(unfinished(&smaller, 52), BTreeSet::from([Implementation::Ours]));
+        assert!(unfinished(&[], 12).is_empty());
+    }
 }

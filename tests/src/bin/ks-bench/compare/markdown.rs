@@ -69,45 +69,44 @@ N min\", and what it had reached by then (memory, CPU, writes) as \"≥\".\n\n",
         out.push_str("\n\n");
     }
     let mut plots = Vec::new();
+    let find = |wanted: Part| results.iter().find(|(p, _)| *p == wanted).and_then(|(_, r)| r.as_ref());
     for (part, result) in results {
+        // The objects curve's largest points are shown on it.
+        if *part == Part::ObjectsLarge {
+            continue;
+        }
         let _ = writeln!(out, "## {}\n", part.title());
+        let largest = find(Part::ObjectsLarge).filter(|_| *part == Part::Objects);
+        match result {
+            Some(result) => {
+                let _ = writeln!(out, "{}\n", sitting(result));
+            }
+            None => {
+                let _ = writeln!(out, "Not run yet: `make bench SCENARIO={}`.\n", part.name());
+            }
+        }
+        if let Some(largest) = largest {
+            let _ = writeln!(
+                out,
+                "Its largest points apart (`make bench SCENARIO={}`, so that each part takes under an hour): {}\n",
+                Part::ObjectsLarge.name(),
+                sitting(largest)
+            );
+        }
         let Some(result) = result else {
-            let _ = writeln!(out, "Not run yet: `make bench SCENARIO={}`.\n", part.name());
+            if let Some(largest) = largest {
+                curve_section(&mut out, &mut plots, &largest.points, *part, images);
+            }
             continue;
         };
-        let knobs: Vec<String> = result.knobs.iter().map(|(k, v)| format!("`{k} {v}`")).collect();
-        let took = if result.partial {
-            format!(
-                "**stopped before its end**, after {:.1} min: what its finished runs measured",
-                result.seconds / 60.0
-            )
-        } else {
-            format!("took {:.1} min", result.seconds / 60.0)
-        };
-        let _ = writeln!(
-            out,
-            "Run on {} ({}); {took}; knobs: {}.\n",
-            result.date,
-            result.machine,
-            knobs.join(" ")
-        );
         if !result.figures.figures.is_empty() {
             out.push_str(&result.figures.markdown_table());
             out.push('\n');
         }
         match part {
             Part::Objects | Part::Wecs => {
-                out.push_str(&curve_table(&result.points));
-                out.push('\n');
-                for line in growth_lines(&result.points, *part) {
-                    let _ = writeln!(out, "- {line}");
-                }
-                out.push('\n');
-                for (name, svg) in curve_plots(&result.points, *part) {
-                    let _ = writeln!(out, "![{name}]({images}/{name})");
-                    plots.push((name, svg));
-                }
-                out.push('\n');
+                let points = with_largest(&result.points, largest.map_or(&[][..], |l| &l.points));
+                curve_section(&mut out, &mut plots, &points, *part, images);
             }
             Part::Churn if !result.samples.is_empty() => {
                 let name = "churn.svg".to_string();
@@ -143,6 +142,47 @@ N min\", and what it had reached by then (memory, CPU, writes) as \"≥\".\n\n",
         }
     }
     (out, plots)
+}
+
+/// When a part ran, how long it took and with which knobs.
+fn sitting(result: &PartResult) -> String {
+    let knobs: Vec<String> = result.knobs.iter().map(|(k, v)| format!("`{k} {v}`")).collect();
+    let took = if result.partial {
+        format!(
+            "**stopped before its end**, after {:.1} min: what its finished runs measured",
+            result.seconds / 60.0
+        )
+    } else {
+        format!("took {:.1} min", result.seconds / 60.0)
+    };
+    format!(
+        "Run on {} ({}); {took}; knobs: {}.",
+        result.date,
+        result.machine,
+        knobs.join(" ")
+    )
+}
+
+/// A curve's points with its largest points run apart; those replace the curve's own at the
+/// same scale (an older run of the whole curve).
+fn with_largest(points: &[Point], largest: &[Point]) -> Vec<Point> {
+    let apart = |p: &Point| largest.iter().any(|l| (l.objects, l.wecs) == (p.objects, p.wecs));
+    points.iter().filter(|p| !apart(p)).chain(largest).cloned().collect()
+}
+
+/// A curve's table, growth between its points and plots.
+fn curve_section(out: &mut String, plots: &mut Vec<(String, String)>, points: &[Point], part: Part, images: &str) {
+    out.push_str(&curve_table(points));
+    out.push('\n');
+    for line in growth_lines(points, part) {
+        let _ = writeln!(out, "- {line}");
+    }
+    out.push('\n');
+    for (name, svg) in curve_plots(points, part) {
+        let _ = writeln!(out, "![{name}]({images}/{name})");
+        plots.push((name, svg));
+    }
+    out.push('\n');
 }
 
 /// The x of a point on its curve.
@@ -628,6 +668,51 @@ mod tests {
             text.find("## Latency").unwrap() < before_bulk
                 && before_bulk < text.find("## Scaling with objects").unwrap()
         );
+    }
+
+    #[test]
+    fn the_objects_curves_largest_points_run_apart_join_it() {
+        let sitting = |part, points| PartResult {
+            part,
+            date: "2026-12-03 12:00 UTC".into(),
+            seconds: 2700.0,
+            knobs: vec![],
+            machine: "2 cores (test)".into(),
+            figures: Figures::default(),
+            points,
+            samples: vec![],
+            partial: false,
+        };
+        let largest = vec![
+            point(Implementation::Ours, 10000, Outcome::Finished(measured(40.0, 140.0))),
+            point(Implementation::Upstream, 10000, Outcome::Skipped { cap_minutes: 20.0 }),
+        ];
+        // The objects part as it ran before: the whole curve, 10,000 included.
+        let both = vec![
+            (Part::Objects, Some(sitting(Part::Objects, objects_curve()))),
+            (Part::ObjectsLarge, Some(sitting(Part::ObjectsLarge, largest.clone()))),
+        ];
+        let (text, plots) = render(&both, None, "bench");
+        assert!(!text.contains("the largest points\n"), "no section of its own:\n{text}");
+        assert!(text.contains(
+            "Its largest points apart (`make bench SCENARIO=objects-large`, so that each part takes under an hour): \
+             Run on 2026-12-03 12:00 UTC (2 cores (test)); took 45.0 min"
+        ));
+        assert!(text.contains("| 10,000 × 12 | 40.00 s |"), "{text}");
+        assert!(
+            !text.contains("36.40 s"),
+            "the newer run of 10,000 replaces the older:\n{text}"
+        );
+        assert!(text.contains("| 5,000 × 12 | 19.00 s |"), "{text}");
+        assert_eq!(plots.len(), 2);
+
+        let largest_alone = vec![
+            (Part::Objects, None),
+            (Part::ObjectsLarge, Some(sitting(Part::ObjectsLarge, largest))),
+        ];
+        let (text, _) = render(&largest_alone, None, "bench");
+        assert!(text.contains("Not run yet: `make bench SCENARIO=objects`."), "{text}");
+        assert!(text.contains("| 10,000 × 12 | 40.00 s |"), "{text}");
     }
 
     #[test]

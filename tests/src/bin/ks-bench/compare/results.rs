@@ -18,6 +18,10 @@ pub enum Part {
     Bulk,
     /// Cost as objects grow, at a fixed number of WECs.
     Objects,
+    /// The objects curve's largest points, run apart from `objects` so that each part takes
+    /// under an hour; shown on the same curve.
+    #[serde(rename = "objects-large")]
+    ObjectsLarge,
     /// Cost as WECs grow, at a fixed number of objects.
     Wecs,
     /// Our status agent alone: many objects on one WEC, one status change each.
@@ -27,10 +31,11 @@ pub enum Part {
 }
 
 impl Part {
-    pub const ALL: [Part; 6] = [
+    pub const ALL: [Part; 7] = [
         Part::Latency,
         Part::Bulk,
         Part::Objects,
+        Part::ObjectsLarge,
         Part::Wecs,
         Part::Agent,
         Part::Churn,
@@ -41,6 +46,7 @@ impl Part {
             Part::Latency => "latency",
             Part::Bulk => "bulk",
             Part::Objects => "objects",
+            Part::ObjectsLarge => "objects-large",
             Part::Wecs => "wecs",
             Part::Agent => "agent",
             Part::Churn => "churn",
@@ -52,6 +58,7 @@ impl Part {
             Part::Latency => "Latency: one object at a time",
             Part::Bulk => "Bulk: many objects, several namespaces and policies, created with kubectl",
             Part::Objects => "Scaling with objects",
+            Part::ObjectsLarge => "Scaling with objects: the largest points",
             Part::Wecs => "Scaling with WECs",
             Part::Agent => "Status agent at many objects (ours only)",
             Part::Churn => "Status agent over Pod create/delete cycles (ours only)",
