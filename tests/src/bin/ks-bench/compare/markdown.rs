@@ -489,8 +489,11 @@ so *created in the WDS* compares what the whole machine did meanwhile, not the h
 apiservers served (their own `apiserver_request_total`, write verbs): the hub's writes to the WDS (all but \
 kubectl's creates, the ServiceAccount a new Namespace gets, Leases and Events) and ManifestWork writes to the \
 ITS (the hub's, plus the OCM agent's finalizer patch on each new ManifestWork of a real WEC); then, once the \
-agents on both real WECs have reported every object (a WorkStatus each) and the WECs' reports (ManifestWork \
-status, WorkStatuses) have not changed for 5 s, the hub's writes during `--idle` seconds of idle (target 0). *ITS apiserver alone*: the same final \
+agents on both real WECs have reported every object (a WorkStatus each) and neither the real WECs' objects (their \
+own controllers catch up for minutes after thousands of Deployments) nor the WECs' reports (ManifestWork status, \
+WorkStatuses) have changed for 5 s (at most 10 minutes), the writes of our processes or upstream's during `--idle` \
+seconds of idle (target 0): the hub's, and the status agents' WorkStatus writes (the details list every write \
+then, the real WECs' included). *ITS apiserver alone*: the same final \
 ManifestWorks, each written once (created: the cheapest write the apiserver takes) into a namespace no agent reads, from a tight client loop with 8 writes in \
 flight, on a fresh stack (so the ITS never holds both) — the physical limit. The details say where \
 the machine's CPU went until every mailbox was full, and while the ITS apiserver alone wrote: CPU seconds of \

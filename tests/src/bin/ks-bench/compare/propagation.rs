@@ -36,7 +36,7 @@ use crate::measure::{CpuByProcess, Usage};
 const REPORTED_DEADLINE: Duration = Duration::from_secs(600);
 /// How long the WECs' reports must not change before the idle window, and the most to wait.
 const SETTLED_FOR: Duration = Duration::from_secs(5);
-const SETTLE_DEADLINE: Duration = Duration::from_secs(120);
+const SETTLE_DEADLINE: Duration = Duration::from_secs(600);
 
 /// What one run sends where.
 pub struct Load<'a> {
@@ -265,22 +265,31 @@ pub async fn propagate(
         println!("   the agents have not reported every object after {REPORTED_DEADLINE:?}: idle counted anyway");
     }
     // The hub rightly writes when its inputs change: the OCM work agents' ManifestWork status
-    // (Deployments becoming available) and the agents' WorkStatuses. Idle starts once they stop.
-    if !inputs_settled(stack).await? {
-        println!("   the WECs' reports still change after {SETTLE_DEADLINE:?}: idle counted anyway");
+    // (Deployments becoming available) and the agents' WorkStatuses; the agents when what they
+    // report changes, as the WECs' own controllers catch up (a kube-controller-manager takes
+    // minutes over thousands of Deployments). Idle starts once all of them stop.
+    if !inputs_settled(stack, load.real).await? {
+        println!("   the WECs or their reports still change after {SETTLE_DEADLINE:?}: idle counted anyway");
     }
-    let after = writes_now(stack).await?;
+    let after = wec_writes_now(stack, load.real).await?;
+    let (wds_after, its_after) = (writes_now_in(stack, WDS).await?, writes_now_in(stack, "its1").await?);
     tokio::time::sleep(Duration::from_secs(knobs.idle)).await;
-    let idle = writes_now(stack).await?;
-    let idle_writes = [difference(&after[0], &idle[0]), difference(&after[1], &idle[1])];
-    measured.idle_writes = hub_writes_in_wds(&idle_writes[0]) + manifest_work_writes(&idle_writes[1]);
+    let wds_idle = difference(&wds_after, &writes_now_in(stack, WDS).await?);
+    let its_idle = difference(&its_after, &writes_now_in(stack, "its1").await?);
+    let mut wecs_idle = Vec::new();
+    for (wec, before) in load.real.iter().zip(after) {
+        let now = writes_now_in(stack, wec).await?;
+        wecs_idle.push(format!("{wec} [{}]", describe(&difference(&before, &now))));
+    }
+    measured.idle_writes = hub_writes_in_wds(&wds_idle) + manifest_work_writes(&its_idle) + agent_writes(&its_idle);
     notes.push_str(&format!(
-        "\n{i}, {} objects × {} WECs: in {} s idle: WDS [{}] ITS [{}]",
+        "\n{i}, {} objects × {} WECs: in {} s idle: WDS [{}] ITS [{}] {}",
         load.objects,
         load.wecs(),
         knobs.idle,
-        describe(&idle_writes[0]),
-        describe(&idle_writes[1])
+        describe(&wds_idle),
+        describe(&its_idle),
+        wecs_idle.join(" ")
     ));
 
     let final_works = final_contents(&its, &mailboxes, &ours).await?;
@@ -539,20 +548,23 @@ fn hub_written(stack: &Stack, i: Implementation) -> Option<Written> {
 
 /// Whether the writes of the WECs' reports into the ITS (ManifestWork status, WorkStatuses)
 /// stopped for `SETTLED_FOR`, within `SETTLE_DEADLINE`.
-async fn inputs_settled(stack: &Stack) -> anyhow::Result<bool> {
+async fn inputs_settled(stack: &Stack, wecs: &[&str]) -> anyhow::Result<bool> {
     let its = stack.client("its1").await?;
     let reports = |counts: &BTreeMap<Request, u64>| {
-        ks_tests::metrics::total(counts, "manifestworks", Some("status"))
-            + ks_tests::metrics::total(counts, "workstatuses", None)
+        ks_tests::metrics::total(counts, "manifestworks", Some("status")) + agent_writes(counts)
+    };
+    let changes = || async {
+        let on_wecs: u64 = wec_writes_now(stack, wecs).await?.iter().map(wec_writes).sum();
+        anyhow::Ok(reports(&apiserver_writes(&its).await?) + on_wecs)
     };
     let until = Instant::now() + SETTLE_DEADLINE;
-    let (mut count, mut since) = (reports(&apiserver_writes(&its).await?), Instant::now());
+    let (mut count, mut since) = (changes().await?, Instant::now());
     while since.elapsed() < SETTLED_FOR {
         if Instant::now() >= until {
             return Ok(false);
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let now = reports(&apiserver_writes(&its).await?);
+        let now = changes().await?;
         if now != count {
             (count, since) = (now, Instant::now());
         }
@@ -562,10 +574,35 @@ async fn inputs_settled(stack: &Stack) -> anyhow::Result<bool> {
 
 /// Write counts of the WDS and the ITS apiservers.
 async fn writes_now(stack: &Stack) -> anyhow::Result<[BTreeMap<Request, u64>; 2]> {
-    Ok([
-        apiserver_writes(&stack.client(WDS).await?).await?,
-        apiserver_writes(&stack.client("its1").await?).await?,
-    ])
+    Ok([writes_now_in(stack, WDS).await?, writes_now_in(stack, "its1").await?])
+}
+
+/// Write counts of the apiserver of `space`.
+async fn writes_now_in(stack: &Stack, space: &str) -> anyhow::Result<BTreeMap<Request, u64>> {
+    apiserver_writes(&stack.client(space).await?).await
+}
+
+/// Write counts of each of the `wecs`' apiservers.
+async fn wec_writes_now(stack: &Stack, wecs: &[&str]) -> anyhow::Result<Vec<BTreeMap<Request, u64>>> {
+    let mut counts = Vec::new();
+    for wec in wecs {
+        counts.push(writes_now_in(stack, wec).await?);
+    }
+    Ok(counts)
+}
+
+/// Writes on a WEC that change its objects: all but Leases and Events.
+fn wec_writes(counts: &BTreeMap<Request, u64>) -> u64 {
+    counts
+        .iter()
+        .filter(|(k, _)| !["leases", "events"].contains(&k.resource.as_str()))
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// The status agents' writes: their WorkStatuses, every verb and subresource.
+fn agent_writes(counts: &BTreeMap<Request, u64>) -> u64 {
+    ks_tests::metrics::total(counts, "workstatuses", None)
 }
 
 /// WDS writes a hub makes: not the bench's own (kubectl's creates and patches of the objects,

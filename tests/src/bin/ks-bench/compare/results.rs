@@ -148,7 +148,8 @@ pub struct Measured {
     pub hub_wds_writes: u64,
     pub manifestwork_writes: u64,
     pub binding_writes: u64,
-    /// The hub's writes (WDS and ManifestWorks) during the idle time afterwards.
+    /// The hub's writes (WDS and ManifestWorks) and the status agents' (WorkStatuses) during the
+    /// idle time afterwards; before 2026-12-03 the hub's alone.
     pub idle_writes: u64,
     /// The ITS apiserver alone writing the same final ManifestWorks.
     pub apiserver_alone_seconds: f64,
