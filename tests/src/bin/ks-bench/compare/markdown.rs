@@ -92,6 +92,14 @@ N min\", and what it had reached by then (memory, CPU, writes) as \"≥\".\n\n",
                 Part::ObjectsLarge.name(),
                 sitting(largest)
             );
+            if let Some(result) = result.as_ref().filter(|r| !same_day_and_machine(r, largest)) {
+                let _ = writeln!(
+                    out,
+                    "**The two parts ran on different days or machines** ({}, {}): growth between their points \
+                     compares the days as much as the code.\n",
+                    result.date, largest.date
+                );
+            }
         }
         let Some(result) = result else {
             if let Some(largest) = largest {
@@ -161,6 +169,11 @@ fn sitting(result: &PartResult) -> String {
         result.machine,
         knobs.join(" ")
     )
+}
+
+/// Whether two parts ran on the same day (UTC) and machine.
+fn same_day_and_machine(a: &PartResult, b: &PartResult) -> bool {
+    a.date.get(..10) == b.date.get(..10) && a.machine == b.machine
 }
 
 /// A curve's points with its largest points run apart; those replace the curve's own at the
@@ -707,7 +720,18 @@ mod tests {
             "the newer run of 10,000 replaces the older:\n{text}"
         );
         assert!(text.contains("| 5,000 × 12 | 19.00 s |"), "{text}");
+        assert!(!text.contains("The two parts ran"), "{text}");
         assert_eq!(plots.len(), 2);
+        let mut earlier = sitting(Part::Objects, objects_curve());
+        earlier.date = "2026-11-29 12:51 UTC".into();
+        let apart = vec![(Part::Objects, Some(earlier)), both.into_iter().nth(1).unwrap()];
+        let (text, _) = render(&apart, None, "bench");
+        assert!(
+            text.contains(
+                "**The two parts ran on different days or machines** (2026-11-29 12:51 UTC, 2026-12-03 12:00 UTC)"
+            ),
+            "{text}"
+        );
 
         let largest_alone = vec![
             (Part::Objects, None),
