@@ -34,7 +34,8 @@ use crate::measure::{CpuByProcess, Usage};
 
 /// How long the agents get to report every object before the idle window.
 const REPORTED_DEADLINE: Duration = Duration::from_secs(600);
-/// How long the WECs' reports must not change before the idle window, and the most to wait.
+/// How long the WECs and their reports must not change before the idle window, and the most to
+/// wait.
 const SETTLED_FOR: Duration = Duration::from_secs(5);
 const SETTLE_DEADLINE: Duration = Duration::from_secs(600);
 
@@ -271,16 +272,16 @@ pub async fn propagate(
     if !inputs_settled(stack, load.real).await? {
         println!("   the WECs or their reports still change after {SETTLE_DEADLINE:?}: idle counted anyway");
     }
-    let after = wec_writes_now(stack, load.real).await?;
-    let (wds_after, its_after) = (writes_now_in(stack, WDS).await?, writes_now_in(stack, "its1").await?);
+    let ([wds_after, its_after], wecs_after) = (writes_now(stack).await?, wec_writes_now(stack, load.real).await?);
     tokio::time::sleep(Duration::from_secs(knobs.idle)).await;
-    let wds_idle = difference(&wds_after, &writes_now_in(stack, WDS).await?);
-    let its_idle = difference(&its_after, &writes_now_in(stack, "its1").await?);
-    let mut wecs_idle = Vec::new();
-    for (wec, before) in load.real.iter().zip(after) {
-        let now = writes_now_in(stack, wec).await?;
-        wecs_idle.push(format!("{wec} [{}]", describe(&difference(&before, &now))));
-    }
+    let ([wds_now, its_now], wecs_now) = (writes_now(stack).await?, wec_writes_now(stack, load.real).await?);
+    let (wds_idle, its_idle) = (difference(&wds_after, &wds_now), difference(&its_after, &its_now));
+    let wecs_idle: Vec<String> = load
+        .real
+        .iter()
+        .zip(wecs_after.iter().zip(&wecs_now))
+        .map(|(wec, (before, now))| format!("{wec} [{}]", describe(&difference(before, now))))
+        .collect();
     measured.idle_writes = hub_writes_in_wds(&wds_idle) + manifest_work_writes(&its_idle) + agent_writes(&its_idle);
     notes.push_str(&format!(
         "\n{i}, {} objects × {} WECs: in {} s idle: WDS [{}] ITS [{}] {}",
@@ -546,8 +547,8 @@ fn hub_written(stack: &Stack, i: Implementation) -> Option<Written> {
     (code == 200).then(|| Written::of(&text))
 }
 
-/// Whether the writes of the WECs' reports into the ITS (ManifestWork status, WorkStatuses)
-/// stopped for `SETTLED_FOR`, within `SETTLE_DEADLINE`.
+/// Whether the writes of the WECs' reports into the ITS (ManifestWork status, WorkStatuses) and
+/// the writes on the real `wecs` themselves stopped for `SETTLED_FOR`, within `SETTLE_DEADLINE`.
 async fn inputs_settled(stack: &Stack, wecs: &[&str]) -> anyhow::Result<bool> {
     let its = stack.client("its1").await?;
     let reports = |counts: &BTreeMap<Request, u64>| {
