@@ -178,16 +178,20 @@ impl Resolutions {
     }
 
     /// Which selected objects have singleton or multi-WEC status return requested, by any policy.
+    /// Read after every change of selections: only the few selections that ask for status are
+    /// looked up and copied, not every object selected.
     pub fn status_requests(&self) -> BTreeMap<ObjectIdentity, StatusRequest> {
         let mut requests: BTreeMap<ObjectIdentity, StatusRequest> = BTreeMap::new();
         for policy in self.policies.values() {
             for selection in policy.selected.values() {
-                let request = requests.entry(selection.object.identity.clone()).or_default();
-                request.singleton |= selection.modulation.want_singleton_reported_state;
-                request.multi_wec |= selection.modulation.want_multi_wec_reported_state;
+                let m = &selection.modulation;
+                if m.want_singleton_reported_state || m.want_multi_wec_reported_state {
+                    let request = requests.entry(selection.object.identity.clone()).or_default();
+                    request.singleton |= m.want_singleton_reported_state;
+                    request.multi_wec |= m.want_multi_wec_reported_state;
+                }
             }
         }
-        requests.retain(|_, r| r.singleton || r.multi_wec);
         requests
     }
 
@@ -228,13 +232,20 @@ impl Resolutions {
                 .filter(|i| !policy.selected.values().any(|s| s.clauses.contains(i)))
                 .map(|i| format!("spec.downsync[{i}] selects no object in the WDS")),
         );
+        // Only policies asking for singleton status somewhere take part: without them (most
+        // policies) no object is looked up in every policy's selection.
+        let requesting: Vec<&PolicyState> = self
+            .policies
+            .values()
+            .filter(|p| p.selected.values().any(|s| s.modulation.want_singleton_reported_state))
+            .collect();
         let wrong: Vec<(&ObjectIdentity, usize)> = policy
             .selected
             .iter()
             .filter_map(|(key, selection)| {
                 let mut requested = false;
                 let mut wecs = BTreeSet::new();
-                for other in self.policies.values() {
+                for other in &requesting {
                     if other
                         .selected
                         .get(key)

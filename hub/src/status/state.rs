@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use itertools::{EitherOrBoth, Itertools};
 use ks_shared::api::{Binding, BindingPolicy, Destination, DownsyncModulation};
 use kube::{Resource, ResourceExt};
 
@@ -99,7 +100,9 @@ pub struct Bindings {
 impl Bindings {
     /// Records a Binding's current view (`None`: gone) and returns the objects whose outcome may
     /// have changed: all of them when the WECs or the policy changed, else those added, removed
-    /// or listed differently (a new resourceVersion means the object changed).
+    /// or listed differently (a new resourceVersion means the object changed). The two views are
+    /// walked side by side and only what joined or left is indexed again: a Binding of thousands
+    /// is written again and again while it grows.
     pub fn set(&mut self, name: &str, view: Option<BindingView>) -> BTreeSet<WorkloadRef> {
         let old = match view {
             Some(view) => self.views.insert(name.to_string(), view),
@@ -108,24 +111,35 @@ impl Bindings {
         .unwrap_or_default();
         let empty = BindingView::default();
         let new = self.views.get(name).unwrap_or(&empty);
-        for key in old.entries.keys() {
-            if let Some(names) = self.by_object.get_mut(key) {
-                names.remove(name);
-                if names.is_empty() {
-                    self.by_object.remove(key);
+        let everything = old.destinations != new.destinations || old.policy_uid != new.policy_uid;
+        let mut changed = BTreeSet::new();
+        for entry in old
+            .entries
+            .iter()
+            .merge_join_by(&new.entries, |(a, _), (b, _)| a.cmp(b))
+        {
+            match entry {
+                EitherOrBoth::Left((key, _)) => {
+                    if let Some(names) = self.by_object.get_mut(key) {
+                        names.remove(name);
+                        if names.is_empty() {
+                            self.by_object.remove(key);
+                        }
+                    }
+                    changed.insert(key.clone());
+                }
+                EitherOrBoth::Right((key, _)) => {
+                    self.by_object.entry(key.clone()).or_default().insert(name.to_string());
+                    changed.insert(key.clone());
+                }
+                EitherOrBoth::Both((key, was), (_, is)) => {
+                    if everything || was != is {
+                        changed.insert(key.clone());
+                    }
                 }
             }
         }
-        for key in new.entries.keys() {
-            self.by_object.entry(key.clone()).or_default().insert(name.to_string());
-        }
-        let everything = old.destinations != new.destinations || old.policy_uid != new.policy_uid;
-        old.entries
-            .keys()
-            .chain(new.entries.keys())
-            .filter(|key| everything || old.entries.get(*key) != new.entries.get(*key))
-            .cloned()
-            .collect()
+        changed
     }
 
     pub fn get(&self, name: &str) -> Option<&BindingView> {
@@ -342,6 +356,32 @@ mod tests {
         assert!(bindings.selecting(&key("b")).is_empty());
         assert_eq!(bindings.set("b", None), keys(&["a", "c"]));
         assert!(bindings.selecting(&key("a")).is_empty());
+    }
+
+    proptest::proptest! {
+        /// Whatever the order of Bindings' views, the index of which Bindings list an object is
+        /// the one read from the views themselves.
+        #[test]
+        fn the_index_follows_every_view(
+            sets in proptest::collection::vec(("[ab]", proptest::option::of(proptest::collection::btree_set("[a-f]", 0..5))), 0..12)
+        ) {
+            let mut bindings = Bindings::default();
+            // `None`: the Binding is gone.
+            for (binding, objects) in &sets {
+                let listed = objects.as_ref().map(|objects| {
+                    let entries: Vec<(&str, &str)> = objects.iter().map(|o| (o.as_str(), "1")).collect();
+                    view(&["c1"], &entries)
+                });
+                bindings.set(binding, listed);
+            }
+            let mut expected: BTreeMap<WorkloadRef, BTreeSet<String>> = BTreeMap::new();
+            for (name, view) in &bindings.views {
+                for key in view.entries.keys() {
+                    expected.entry(key.clone()).or_default().insert(name.clone());
+                }
+            }
+            proptest::prop_assert_eq!(&bindings.by_object, &expected);
+        }
     }
 
     #[test]

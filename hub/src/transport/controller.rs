@@ -33,7 +33,8 @@ use super::Metrics;
 use super::expectations::{Expectations, Outcome, Sight};
 use super::moves::WorkKey;
 use super::plan::{self, Cached, Desired, Entry};
-use super::schedule::Schedule;
+use super::revisions::Revisions;
+use super::schedule::{Pass, Schedule};
 use super::sharding::Limits;
 use super::{Error, Plugin, moves, propagation, template, trace, wrap};
 use crate::informers::{GroupResource, WorkloadInformers};
@@ -72,6 +73,8 @@ const LONGEST_REST: Duration = Duration::from_secs(30);
 /// What to reconcile.
 enum Input {
     Binding(String),
+    /// Only the status of the Binding's ManifestWorks or of its policy changed.
+    Reported(String),
     /// CustomTransforms changed, or a cache was (re-)listed: every Binding may render
     /// differently, or its inputs changed unseen while a watch was down.
     All,
@@ -105,6 +108,7 @@ pub async fn run<P: Plugin>(
     let lag = settings.metrics.lag.clone();
     let expectations = Arc::new(std::sync::Mutex::new(Expectations::new(lag)));
     let seeing = expectations.clone();
+    let mut revisions = Revisions::default();
     // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each of JSON text) until
     // each is read into what the cache keeps.
     let works = watch_seen_into_inputs(
@@ -113,16 +117,18 @@ pub async fn run<P: Plugin>(
         |_| {},
         &shutdown,
         &inputs,
-        move |seen| seen_work(&seeing, seen),
+        move |seen| seen_work(&seeing, &mut revisions, seen),
     );
     // A policy's propagation status is written once its status exists (the binding controller
-    // writes it right after the Binding), and again when someone else changed it.
+    // writes it right after the Binding), and again when someone else changed it. Nothing else of
+    // it is planned from: a new selection or owner changes the Binding, and a policy leaving
+    // only stops its Binding's writes, which each pass checks.
     let policies = watch_into_inputs(
         Api::<BindingPolicy>::all(wds.clone()),
         watcher::Config::default(),
         &shutdown,
         &inputs,
-        |p| Some(Input::Binding(p.name_any())),
+        |p| Some(Input::Reported(p.name_any())),
         || Input::All,
     );
     let transforms = watch_into_inputs(
@@ -200,12 +206,12 @@ pub async fn run<P: Plugin>(
                     None => break,
                     input => input,
                 },
-                Some((name, generation, result)) = running.next() => {
+                Some((name, generation, pass, result)) = running.next() => {
                     let outcome = result.map_err(|err| {
                         metrics.common.errors.inc();
                         tracing::warn!(binding = %name, error = chain(&err), "transport failed; retrying with back-off");
                     });
-                    schedule.finished(name, generation, outcome, Instant::now());
+                    schedule.finished(name, generation, pass, outcome, Instant::now());
                     None
                 }
                 _ = tokio::time::sleep_until(wake.unwrap_or_else(Instant::now)), if wake.is_some() => None,
@@ -216,13 +222,11 @@ pub async fn run<P: Plugin>(
             match input {
                 Input::Binding(name) => {
                     schedule.changed(name);
-                    // A ManifestWork applied elsewhere may be what one waits for.
-                    let holding = transport
-                        .holding
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone();
-                    holding.into_iter().for_each(|b| schedule.changed(b));
+                    transport.holding_changed(&mut schedule);
+                }
+                Input::Reported(name) => {
+                    schedule.reported(name);
+                    transport.holding_changed(&mut schedule);
                 }
                 Input::All => transforms_changed = true,
                 Input::Cluster(cluster) => transport
@@ -249,12 +253,18 @@ pub async fn run<P: Plugin>(
                 .get(&ObjectRef::new(name))
                 .and_then(|b| b.metadata.generation)
         };
-        for (name, generation) in schedule.start(Instant::now(), generation) {
-            metrics.common.reconciles.inc();
+        for (name, generation, pass) in schedule.start(Instant::now(), generation) {
+            match pass {
+                Pass::Full => metrics.common.reconciles.inc(),
+                Pass::Report => metrics.reports.inc(),
+            };
             running.push(
                 async move {
-                    let result = transport.reconcile(&name).await;
-                    (name, generation, result)
+                    let result = match pass {
+                        Pass::Full => transport.reconcile(&name).await,
+                        Pass::Report => transport.report(&name).await.map(|()| Duration::ZERO),
+                    };
+                    (name, generation, pass, result)
                 }
                 .boxed(),
             );
@@ -266,8 +276,8 @@ pub async fn run<P: Plugin>(
     Ok(())
 }
 
-/// A Binding reconciled: its name, the generation it was at, and what its writes took.
-type Reconciled = (String, Option<i64>, Result<Duration, Error>);
+/// A Binding reconciled: its name, the generation it was at, the pass, and what its writes took.
+type Reconciled = (String, Option<i64>, Pass, Result<Duration, Error>);
 
 /// What writing a Binding's ManifestWorks did.
 struct Applied {
@@ -302,14 +312,27 @@ struct Transport<P: Plugin> {
     writes: tokio::sync::Semaphore,
 }
 
-/// What the watch of wrapped objects shows, taken into `expectations`, and the input it is.
-fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations<W>>, seen: Seen<'_, W>) -> Option<Input> {
+/// What the watch of wrapped objects shows, taken into `expectations` and `revisions`, and the
+/// input it is.
+fn seen_work<W: Resource>(
+    expectations: &std::sync::Mutex<Expectations<W>>,
+    revisions: &mut Revisions,
+    seen: Seen<'_, W>,
+) -> Option<Input> {
     let mut expectations = expectations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (work, deleted) = match seen {
-        Seen::Changed(work) => (work, work.meta().deletion_timestamp.is_some()),
-        Seen::Deleted(work) => (work, true),
+    let (work, deleted, changed) = match seen {
+        Seen::Changed(work) => (
+            work,
+            work.meta().deletion_timestamp.is_some(),
+            revisions.changed(&work_key(work), work.meta()),
+        ),
+        Seen::Deleted(work) => {
+            revisions.forget(&work_key(work));
+            (work, true, true)
+        }
         Seen::Listed => {
             expectations.relisted();
+            revisions.clear();
             return Some(Input::All);
         }
     };
@@ -323,9 +346,12 @@ fn seen_work<W: Resource>(expectations: &std::sync::Mutex<Expectations<W>>, seen
     if expectations.observed(&work_key(work), sight, Instant::now()) {
         return None;
     }
-    work.labels()
-        .get(ORIGIN_BINDING_LABEL)
-        .map(|b| Input::Binding(b.clone()))
+    let binding = work.labels().get(ORIGIN_BINDING_LABEL)?.clone();
+    Some(if changed {
+        Input::Binding(binding)
+    } else {
+        Input::Reported(binding)
+    })
 }
 
 /// Whether a wrapped object is `binding`'s.
@@ -470,6 +496,18 @@ impl<P: Plugin> Transport<P> {
         }
         self.report_propagation(&binding).await?;
         Ok(writing)
+    }
+
+    /// A pass for what its WECs reported: the propagation status, as the full pass leaves it.
+    async fn report(&self, name: &str) -> Result<(), Error> {
+        let Some(binding) = self.bindings.get(&ObjectRef::new(name)) else {
+            return Ok(());
+        };
+        let policy = self.policies.get(&ObjectRef::new(name));
+        if binding.metadata.deletion_timestamp.is_some() || plan::policy_leaving(&binding, policy.as_deref()) {
+            return Ok(());
+        }
+        self.report_propagation(&binding).await
     }
 
     /// Writes how far the Binding's objects got on each WEC into its BindingPolicy's status, when
@@ -657,6 +695,16 @@ impl<P: Plugin> Transport<P> {
         // The semaphore is never closed: the permit is always granted.
         let _permit = self.writes.acquire().await;
         write.await
+    }
+
+    /// A ManifestWork applied elsewhere may be what a holding Binding waits for: each goes again.
+    fn holding_changed(&self, schedule: &mut Schedule) {
+        let holding = self
+            .holding
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        holding.into_iter().for_each(|b| schedule.changed(b));
     }
 
     /// Records whether `binding` waits for another Binding's ManifestWorks.

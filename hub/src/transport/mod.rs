@@ -18,6 +18,7 @@ pub mod jsonpath;
 pub mod moves;
 mod plan;
 pub mod propagation;
+mod revisions;
 mod schedule;
 pub mod sharding;
 pub mod template;
@@ -32,6 +33,9 @@ pub struct Metrics {
     /// Bytes of the ManifestWorks written: with the final content's size, what rewriting
     /// growing ManifestWorks costs the ITS.
     pub written_bytes: prometheus_client::metrics::counter::Counter,
+    /// Passes that only reported a Binding's propagation (the status of its ManifestWorks or
+    /// its policy changed), not counted as reconciles.
+    pub reports: prometheus_client::metrics::counter::Counter,
     pub lag: expectations::Lag,
 }
 
@@ -50,6 +54,11 @@ impl Metrics {
             "written_bytes",
             "Bytes of the ManifestWorks written (request bodies)",
             self.written_bytes.clone(),
+        );
+        sub.register(
+            "reports",
+            "Bindings whose propagation alone was brought in line, as only the status of their ManifestWorks or policy changed (not counted in reconciles)",
+            self.reports.clone(),
         );
         sub.register(
             "write_seen_seconds",

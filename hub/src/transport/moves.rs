@@ -53,12 +53,12 @@ pub fn kept(
 fn drops<'a>(
     key: &WorkKey,
     now: &'a Current,
-    desired: &BTreeMap<WorkKey, BTreeSet<Identity>>,
+    desired: &'a BTreeMap<WorkKey, BTreeSet<Identity>>,
 ) -> impl Iterator<Item = &'a Identity> {
-    let kept = desired.get(key).cloned();
+    let kept = desired.get(key);
     now.objects
         .iter()
-        .filter(move |object| kept.as_ref().is_none_or(|kept| !kept.contains(*object)))
+        .filter(move |object| kept.is_none_or(|kept| !kept.contains(*object)))
 }
 
 /// The objects `current` holds that `desired` no longer puts in the same wrapped object.

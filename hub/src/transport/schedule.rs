@@ -1,7 +1,8 @@
 //! Which Bindings the transport reconciles next: each changed one once its rest ([`Pacing`]) or
 //! its back-off after a failure ([`Backoff`]) is over, a few at once so that one policy's
 //! writes do not wait for another's, and never one twice at once (one changed while being
-//! reconciled goes again after, reading the caches then).
+//! reconciled goes again after, reading the caches then). A Binding whose WECs only reported
+//! progress gets a [`Pass::Report`], neither held nor counted as writing.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -12,10 +13,20 @@ use tokio::time::Instant;
 /// A Binding's version: its generation (status changes leave it as it was).
 pub type Version = Option<i64>;
 
+/// What a Binding's turn does; a full pass also reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Pass {
+    /// Only the status of its ManifestWorks changed: its policy's propagation status is brought
+    /// in line.
+    Report,
+    /// It, or something it is made of, changed: it is planned and written.
+    Full,
+}
+
 pub struct Schedule {
     concurrency: usize,
-    /// Changed, not started yet.
-    pending: BTreeSet<String>,
+    /// Changed or reported on, not started yet.
+    pending: BTreeMap<String, Pass>,
     running: BTreeSet<String>,
     /// Changed while resting, each with the end of its rest.
     resting: BTreeMap<String, Instant>,
@@ -29,7 +40,7 @@ impl Schedule {
     pub fn new(concurrency: usize, pacing: Pacing<String, Version>, retries: Backoff<String>) -> Schedule {
         Schedule {
             concurrency,
-            pending: BTreeSet::new(),
+            pending: BTreeMap::new(),
             running: BTreeSet::new(),
             resting: BTreeMap::new(),
             retries,
@@ -39,7 +50,12 @@ impl Schedule {
 
     /// `binding` (or what it depends on) changed.
     pub fn changed(&mut self, binding: String) {
-        self.pending.insert(binding);
+        self.pending.insert(binding, Pass::Full);
+    }
+
+    /// `binding`'s WECs reported progress (the status of its ManifestWorks changed).
+    pub fn reported(&mut self, binding: String) {
+        self.pending.entry(binding).or_insert(Pass::Report);
     }
 
     /// When the next rest or back-off ends, if any.
@@ -51,34 +67,54 @@ impl Schedule {
             .min()
     }
 
-    /// The Bindings to reconcile at `now`, each with its version (`version` reads it); they
-    /// count as running until [`Schedule::finished`].
-    pub fn start(&mut self, now: Instant, version: impl Fn(&str) -> Version) -> Vec<(String, Version)> {
-        self.pending.extend(self.retries.take_due(now));
-        self.pending.extend(std::mem::take(&mut self.resting).into_keys());
-        let startable: Vec<String> = self.pending.difference(&self.running).cloned().collect();
+    /// The Bindings to reconcile at `now`, each with its version (`version` reads it) and pass;
+    /// they count as running until [`Schedule::finished`].
+    pub fn start(&mut self, now: Instant, version: impl Fn(&str) -> Version) -> Vec<(String, Version, Pass)> {
+        let full = self
+            .retries
+            .take_due(now)
+            .into_iter()
+            .chain(std::mem::take(&mut self.resting).into_keys());
+        self.pending.extend(full.map(|name| (name, Pass::Full)));
+        let startable: Vec<(String, Pass)> = self
+            .pending
+            .iter()
+            .filter(|(name, _)| !self.running.contains(*name))
+            .map(|(name, pass)| (name.clone(), *pass))
+            .collect();
         let mut started = Vec::new();
-        for name in startable {
+        for (name, pass) in startable {
             if self.running.len() >= self.concurrency {
                 break;
             }
             self.pending.remove(&name);
             let version = version(&name);
-            if let Some(until) = self.pacing.hold(&name, version, now) {
+            if pass == Pass::Full
+                && let Some(until) = self.pacing.hold(&name, version, now)
+            {
                 self.resting.insert(name, until);
                 continue;
             }
             self.running.insert(name.clone());
-            started.push((name, version));
+            started.push((name, version, pass));
         }
         started
     }
 
-    /// `binding`, reconciled at `version`, finished at `now`: its writes took `Ok(spent)`, or it
-    /// failed and is tried again after its back-off.
-    pub fn finished(&mut self, binding: String, version: Version, outcome: Result<Duration, ()>, now: Instant) {
+    /// `binding`, reconciled at `version` in `pass`, finished at `now`: its writes took
+    /// `Ok(spent)`, or it failed and is tried again (fully) after its back-off. A report neither
+    /// ends nor starts a rest: one with a change waiting must not let that change through.
+    pub fn finished(
+        &mut self,
+        binding: String,
+        version: Version,
+        pass: Pass,
+        outcome: Result<Duration, ()>,
+        now: Instant,
+    ) {
         self.running.remove(&binding);
         match outcome {
+            Ok(_) if pass == Pass::Report => {}
             Ok(spent) => {
                 self.retries.succeeded(&binding);
                 self.pacing.wrote(binding, version, spent, now);
@@ -115,11 +151,11 @@ mod tests {
     fn ran_a(schedule: &mut Schedule, outcome: Result<Duration, ()>, at: Instant) {
         schedule.changed("a".into());
         assert_eq!(names(&schedule.start(at, |_| Some(1))), ["a"]);
-        schedule.finished("a".into(), Some(1), outcome, at);
+        schedule.finished("a".into(), Some(1), Pass::Full, outcome, at);
     }
 
-    fn names(started: &[(String, Version)]) -> Vec<&str> {
-        started.iter().map(|(n, _)| n.as_str()).collect()
+    fn names(started: &[(String, Version, Pass)]) -> Vec<&str> {
+        started.iter().map(|(n, _, _)| n.as_str()).collect()
     }
 
     #[test]
@@ -133,7 +169,7 @@ mod tests {
         assert_eq!(names(&started), ["a", "b"]);
         assert_eq!(schedule.waiting(), 1);
         assert!(schedule.start(t0, |_| Some(1)).is_empty());
-        schedule.finished("b".into(), Some(1), Ok(Duration::ZERO), t0);
+        schedule.finished("b".into(), Some(1), Pass::Full, Ok(Duration::ZERO), t0);
         assert_eq!(names(&schedule.start(t0, |_| Some(1))), ["c"]);
         assert_eq!(schedule.waiting(), 0);
     }
@@ -148,8 +184,11 @@ mod tests {
         // Never twice at once, and not forgotten.
         assert!(schedule.start(t0, |_| Some(2)).is_empty());
         assert_eq!(schedule.waiting(), 1);
-        schedule.finished("a".into(), Some(1), Ok(Duration::ZERO), t0);
-        assert_eq!(schedule.start(t0, |_| Some(2)), [("a".to_string(), Some(2))]);
+        schedule.finished("a".into(), Some(1), Pass::Full, Ok(Duration::ZERO), t0);
+        assert_eq!(
+            schedule.start(t0, |_| Some(2)),
+            [("a".to_string(), Some(2), Pass::Full)]
+        );
     }
 
     #[test]
@@ -172,7 +211,44 @@ mod tests {
         // `a` rests 3 × 400 ms (or until quiet for half of that); `b` runs meanwhile.
         assert_eq!(names(&schedule.start(t0 + ms(10), |_| Some(2))), ["b"]);
         assert_eq!(schedule.wake(), Some(t0 + ms(610)));
-        schedule.finished("b".into(), Some(2), Ok(Duration::ZERO), t0 + ms(20));
+        schedule.finished("b".into(), Some(2), Pass::Full, Ok(Duration::ZERO), t0 + ms(20));
         assert_eq!(names(&schedule.start(t0 + ms(610), |_| Some(2))), ["a"]);
+    }
+
+    #[test]
+    fn a_report_runs_during_a_rest_and_leaves_it_as_it_was() {
+        let mut schedule = schedule(1);
+        let t0 = Instant::now();
+        ran_a(&mut schedule, Ok(ms(400)), t0);
+        schedule.reported("a".into());
+        assert_eq!(
+            schedule.start(t0 + ms(10), |_| Some(1)),
+            [("a".to_string(), Some(1), Pass::Report)]
+        );
+        schedule.finished("a".into(), Some(1), Pass::Report, Ok(Duration::ZERO), t0 + ms(20));
+        // A change still waits out the rest the writes began.
+        schedule.changed("a".into());
+        assert!(schedule.start(t0 + ms(30), |_| Some(2)).is_empty());
+        // A report meanwhile joins the waiting change: the full pass reports too.
+        schedule.reported("a".into());
+        assert!(schedule.start(t0 + ms(40), |_| Some(2)).is_empty());
+        assert_eq!(
+            schedule.start(t0 + ms(1200), |_| Some(2)),
+            [("a".to_string(), Some(2), Pass::Full)]
+        );
+    }
+
+    #[test]
+    fn a_change_makes_a_waiting_report_a_full_pass() {
+        let mut schedule = schedule(1);
+        let t0 = Instant::now();
+        schedule.reported("a".into());
+        schedule.changed("a".into());
+        schedule.reported("a".into());
+        assert_eq!(
+            schedule.start(t0, |_| Some(1)),
+            [("a".to_string(), Some(1), Pass::Full)]
+        );
+        assert_eq!(schedule.waiting(), 0);
     }
 }

@@ -266,8 +266,10 @@ async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write
         .await;
     assert!(again.unwrap().rejections.is_empty());
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
+    let mut revisions = Revisions::default();
     let older = seen_work(
         &transport.expectations,
+        &mut revisions,
         Seen::Changed(&CachedWork::of(&at(work("b-wds1-0", &["a"]), "6"))),
     );
     assert!(matches!(older, Some(Input::Binding(b)) if b == "b"));
@@ -278,6 +280,7 @@ async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write
     );
     let confirmed = seen_work(
         &transport.expectations,
+        &mut revisions,
         Seen::Changed(&CachedWork::of(&at(written.clone(), "7"))),
     );
     assert!(
@@ -286,11 +289,12 @@ async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write
     );
     let status = seen_work(
         &transport.expectations,
+        &mut revisions,
         Seen::Changed(&CachedWork::of(&at(written, "8"))),
     );
     assert!(
         matches!(status, Some(Input::Binding(b)) if b == "b"),
-        "a change after it is"
+        "a change after it is (without a generation, a status change cannot be told apart)"
     );
     assert_eq!(transport.expectations().unseen(Instant::now()).count(), 0);
 }
@@ -310,7 +314,11 @@ async fn a_binding_planned_again_before_the_watch_shows_its_deletion_does_not_de
     let again = transport.apply_works("b", desired(std::slice::from_ref(&kept))).await;
     assert!(again.unwrap().rejections.is_empty());
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
-    seen_work(&transport.expectations, Seen::Deleted(&CachedWork::of(&stale)));
+    seen_work(
+        &transport.expectations,
+        &mut Revisions::default(),
+        Seen::Deleted(&CachedWork::of(&stale)),
+    );
     assert_eq!(transport.expectations().unseen(Instant::now()).count(), 0);
 }
 
@@ -421,4 +429,39 @@ async fn the_binding_status_is_applied_and_a_binding_gone_meanwhile_is_done() {
         );
         assert_eq!(reconciled.is_ok(), code != 500, "{code}");
     }
+}
+
+#[test]
+fn a_status_change_of_a_work_only_reports_and_any_other_change_plans_again() {
+    let expectations = std::sync::Mutex::default();
+    let mut revisions = Revisions::default();
+    let mut seen = |work: &ManifestWork, deleted: bool| {
+        let cached = CachedWork::of(work);
+        let seen = if deleted {
+            Seen::Deleted(&cached)
+        } else {
+            Seen::Changed(&cached)
+        };
+        match seen_work(&expectations, &mut revisions, seen) {
+            Some(Input::Binding(b)) => format!("plan {b}"),
+            Some(Input::Reported(b)) => format!("report {b}"),
+            _ => "nothing".to_string(),
+        }
+    };
+    let mut work = at(work("b-wds1-0", &["a"]), "5");
+    work.metadata.generation = Some(1);
+    assert_eq!(seen(&work, false), "plan b", "first sight");
+    // OCM's agent writes its status: a new resourceVersion, the same generation.
+    assert_eq!(seen(&at(work.clone(), "6"), false), "report b");
+    let mut edited = at(work.clone(), "7");
+    edited
+        .metadata
+        .labels
+        .get_or_insert_default()
+        .insert(ORIGIN_WDS_LABEL.into(), "another".into());
+    assert_eq!(seen(&edited, false), "plan b", "a label edited by hand");
+    work.metadata.generation = Some(2);
+    assert_eq!(seen(&at(work.clone(), "8"), false), "plan b", "a new spec");
+    assert_eq!(seen(&at(work.clone(), "9"), false), "report b");
+    assert_eq!(seen(&at(work.clone(), "10"), true), "plan b", "deleted");
 }
