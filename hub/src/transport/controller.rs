@@ -109,6 +109,7 @@ pub async fn run<P: Plugin>(
     let expectations = Arc::new(std::sync::Mutex::new(Expectations::new(lag)));
     let seeing = expectations.clone();
     let mut revisions = Revisions::default();
+    let mut policy_revisions = Revisions::default();
     // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each of JSON text) until
     // each is read into what the cache keeps.
     let works = watch_seen_into_inputs(
@@ -119,17 +120,13 @@ pub async fn run<P: Plugin>(
         &inputs,
         move |seen| seen_work(&seeing, &mut revisions, seen),
     );
-    // A policy's propagation status is written once its status exists (the binding controller
-    // writes it right after the Binding), and again when someone else changed it. Nothing else of
-    // it is planned from: a new selection or owner changes the Binding, and a policy leaving
-    // only stops its Binding's writes, which each pass checks.
-    let policies = watch_into_inputs(
+    let policies = watch_seen_into_inputs(
         Api::<BindingPolicy>::all(wds.clone()),
         watcher::Config::default(),
+        |_| {},
         &shutdown,
         &inputs,
-        |p| Some(Input::Reported(p.name_any())),
-        || Input::All,
+        move |seen| seen_policy(&mut policy_revisions, seen),
     );
     let transforms = watch_into_inputs(
         Api::<CustomTransform>::all(wds.clone()),
@@ -316,7 +313,7 @@ struct Transport<P: Plugin> {
 /// input it is.
 fn seen_work<W: Resource>(
     expectations: &std::sync::Mutex<Expectations<W>>,
-    revisions: &mut Revisions,
+    revisions: &mut Revisions<WorkKey>,
     seen: Seen<'_, W>,
 ) -> Option<Input> {
     let mut expectations = expectations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -352,6 +349,34 @@ fn seen_work<W: Resource>(
     } else {
         Input::Reported(binding)
     })
+}
+
+/// What the watch of BindingPolicies shows, and the input it is. A Binding is planned only while
+/// its policy is there and staying (see [`plan::policy_leaving`]), so a policy seen for the first
+/// time (also after its Binding), replaced or leaving has its Binding planned again. Its status
+/// changing (the binding controller's, or the propagation this controller writes) only needs the
+/// propagation written again: once its status exists (the binding controller writes it right
+/// after the Binding), and when someone else changed it.
+fn seen_policy(revisions: &mut Revisions<String>, seen: Seen<'_, BindingPolicy>) -> Option<Input> {
+    match seen {
+        Seen::Changed(policy) => {
+            let name = policy.name_any();
+            Some(if revisions.changed(&name, &policy.metadata) {
+                Input::Binding(name)
+            } else {
+                Input::Reported(name)
+            })
+        }
+        Seen::Deleted(policy) => {
+            let name = policy.name_any();
+            revisions.forget(&name);
+            Some(Input::Binding(name))
+        }
+        Seen::Listed => {
+            revisions.clear();
+            Some(Input::All)
+        }
+    }
 }
 
 /// Whether a wrapped object is `binding`'s.

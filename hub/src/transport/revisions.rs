@@ -1,37 +1,42 @@
-//! Which ManifestWork changes are only their status. OCM's work agents rewrite a ManifestWork's
-//! status as they apply it and every few seconds after; the Binding's plan reads none of it (only
-//! which objects have landed, and that only while objects move: see `moves`), yet each brought a
-//! plan of the Binding over all its objects and WECs, the most of the hub's CPU at 10,000 objects.
-//! Such a change only brings the policy's propagation status in line.
+//! Which changes of ManifestWorks and BindingPolicies are only their status. OCM's work agents
+//! rewrite a ManifestWork's status as they apply it and every few seconds after, and the hub
+//! writes each policy's status; a Binding's plan reads none of it (only which objects have
+//! landed, and that only while objects move: see `moves`), yet each brought a plan of the Binding
+//! over all its objects and WECs, the most of the hub's CPU at 10,000 objects. Such a change only
+//! brings the policy's propagation status in line.
 
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use kube::api::ObjectMeta;
 
-use super::moves::WorkKey;
-
-/// What the last change the watch showed of each ManifestWork said apart from its status.
-#[derive(Debug, Default)]
-pub struct Revisions {
-    seen: HashMap<WorkKey, u64>,
+/// What the last change the watch showed of each object said apart from its status.
+#[derive(Debug)]
+pub struct Revisions<K> {
+    seen: HashMap<K, u64>,
 }
 
-impl Revisions {
-    /// The watch shows `work` with `metadata`: whether anything but its status may differ from
-    /// the last time. Without a generation (which the apiserver raises with every change of the
-    /// spec) nothing can be told apart, and it counts as changed.
-    pub fn changed(&mut self, work: &WorkKey, metadata: &ObjectMeta) -> bool {
+impl<K> Default for Revisions<K> {
+    fn default() -> Self {
+        Revisions { seen: HashMap::new() }
+    }
+}
+
+impl<K: Hash + Eq + Clone> Revisions<K> {
+    /// The watch shows the object `key` with `metadata`: whether anything but its status may
+    /// differ from the last time (or it is new). Without a generation (which the apiserver raises
+    /// with every change of the spec) nothing can be told apart, and it counts as changed.
+    pub fn changed(&mut self, key: &K, metadata: &ObjectMeta) -> bool {
         let Some(revision) = revision(metadata) else {
-            self.seen.remove(work);
+            self.seen.remove(key);
             return true;
         };
-        self.seen.insert(work.clone(), revision) != Some(revision)
+        self.seen.insert(key.clone(), revision) != Some(revision)
     }
 
-    /// `work` was deleted.
-    pub fn forget(&mut self, work: &WorkKey) {
-        self.seen.remove(work);
+    /// `key` was deleted.
+    pub fn forget(&mut self, key: &K) {
+        self.seen.remove(key);
     }
 
     /// The watch re-listed: what was missed meanwhile shows only there.
@@ -40,12 +45,14 @@ impl Revisions {
     }
 }
 
-/// What a status write leaves as it was: the generation, and the labels and annotations the plan
-/// compares (another writer may change those without raising the generation).
+/// What a status write leaves as it was: the object (its UID: one deleted and created again
+/// starts at generation 1 again), the generation, and the labels and annotations (another writer
+/// may change those without raising the generation).
 fn revision(metadata: &ObjectMeta) -> Option<u64> {
     let generation = metadata.generation?;
     let mut hasher = DefaultHasher::new();
     (
+        &metadata.uid,
         generation,
         &metadata.labels,
         &metadata.annotations,
@@ -74,6 +81,14 @@ mod tests {
         let mut revisions = Revisions::default();
         let key = ("c1".to_string(), "w".to_string());
         assert!(revisions.changed(&key, &meta(Some(1), "a")), "first seen");
+        assert!(!revisions.changed(&key, &meta(Some(1), "a")), "its status changed");
+        let mut replaced = meta(Some(1), "a");
+        replaced.uid = Some("another".into());
+        assert!(
+            revisions.changed(&key, &replaced),
+            "deleted and created again, the deletion unseen"
+        );
+        assert!(revisions.changed(&key, &meta(Some(1), "a")));
         assert!(!revisions.changed(&key, &meta(Some(1), "a")), "its status changed");
         assert!(revisions.changed(&key, &meta(Some(2), "a")), "a new spec");
         assert!(revisions.changed(&key, &meta(Some(2), "b")), "a label edited by hand");

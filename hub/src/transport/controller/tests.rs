@@ -465,3 +465,36 @@ fn a_status_change_of_a_work_only_reports_and_any_other_change_plans_again() {
     assert_eq!(seen(&at(work.clone(), "9"), false), "report b");
     assert_eq!(seen(&at(work.clone(), "10"), true), "plan b", "deleted");
 }
+
+#[test]
+fn a_policy_seen_new_replaced_or_leaving_plans_its_binding_and_its_status_only_reports() {
+    let mut revisions = Revisions::default();
+    let mut seen = |policy: &BindingPolicy, deleted: bool| {
+        let seen = if deleted {
+            Seen::Deleted(policy)
+        } else {
+            Seen::Changed(policy)
+        };
+        match seen_policy(&mut revisions, seen) {
+            Some(Input::Binding(b)) => format!("plan {b}"),
+            Some(Input::Reported(b)) => format!("report {b}"),
+            _ => "nothing".to_string(),
+        }
+    };
+    let mut policy: BindingPolicy = serde_json::from_value(json!({
+        "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
+        "metadata": {"name": "b", "uid": "p1", "generation": 1}, "spec": {}
+    }))
+    .unwrap();
+    // Its Binding may have been seen first, and left alone while the policy was not known.
+    assert_eq!(seen(&policy, false), "plan b", "first sight");
+    policy.status = Some(Default::default());
+    assert_eq!(seen(&policy, false), "report b", "its status written");
+    policy.metadata.uid = Some("p2".into());
+    assert_eq!(seen(&policy, false), "plan b", "replaced by one of the same name");
+    policy.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+    ));
+    assert_eq!(seen(&policy, false), "plan b", "leaving");
+    assert_eq!(seen(&policy, true), "plan b", "gone");
+}
