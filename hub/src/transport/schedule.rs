@@ -16,8 +16,8 @@ pub type Version = Option<i64>;
 /// What a Binding's turn does; a full pass also reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Pass {
-    /// Only the status of its ManifestWorks changed: its policy's propagation status is brought
-    /// in line.
+    /// Only the status of its ManifestWorks or of its policy changed: its policy's propagation
+    /// status is brought in line.
     Report,
     /// It, or something it is made of, changed: it is planned and written.
     Full,
@@ -53,7 +53,7 @@ impl Schedule {
         self.pending.insert(binding, Pass::Full);
     }
 
-    /// `binding`'s WECs reported progress (the status of its ManifestWorks changed).
+    /// `binding`'s WECs reported progress, or its policy's status changed.
     pub fn reported(&mut self, binding: String) {
         self.pending.entry(binding).or_insert(Pass::Report);
     }
