@@ -317,21 +317,22 @@ fn seen_work<W: Resource>(
     seen: Seen<'_, W>,
 ) -> Option<Input> {
     let mut expectations = expectations.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    let (work, deleted, changed) = match seen {
-        Seen::Changed(work) => (
-            work,
-            work.meta().deletion_timestamp.is_some(),
-            revisions.changed(&work_key(work), work.meta()),
-        ),
-        Seen::Deleted(work) => {
-            revisions.forget(&work_key(work));
-            (work, true, true)
-        }
+    let (work, gone) = match seen {
+        Seen::Changed(work) => (work, false),
+        Seen::Deleted(work) => (work, true),
         Seen::Listed => {
             expectations.relisted();
             revisions.clear();
             return Some(Input::All);
         }
+    };
+    let key = work_key(work);
+    let deleted = gone || work.meta().deletion_timestamp.is_some();
+    let changed = if gone {
+        revisions.forget(&key);
+        true
+    } else {
+        revisions.changed(&key, work.meta())
     };
     let version = work.meta().resource_version.clone().unwrap_or_default();
     let sight = Sight {
@@ -340,7 +341,7 @@ fn seen_work<W: Resource>(
     };
     // Its Binding's plans and propagation counts have read this write since its reply: planning
     // it again for it, one Binding at a time, only delays those with something to write.
-    if expectations.observed(&work_key(work), sight, Instant::now()) {
+    if expectations.observed(&key, sight, Instant::now()) {
         return None;
     }
     let binding = work.labels().get(ORIGIN_BINDING_LABEL)?.clone();
