@@ -41,6 +41,7 @@ impl Metrics {
             Object::ManifestWork,
             Object::HubRole,
             Object::HubRoleBinding,
+            Object::MailboxQuota,
             Object::AddOnStatus,
             Object::ManagedClusterAddOn,
             Object::ClusterManagementAddOn,
@@ -84,6 +85,7 @@ mod tests {
             &[
                 "kubestellar_addon_writes_total{object=\"AddOnStatus\"} 1",
                 "kubestellar_addon_writes_total{object=\"ManifestWork\"} 0",
+                "kubestellar_addon_writes_total{object=\"MailboxQuota\"} 0",
                 "kubestellar_addon_reconciles_total 0",
                 "kubestellar_addon_errors_total 0",
                 "kubestellar_addon_queue_depth 0",

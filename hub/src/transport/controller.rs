@@ -704,6 +704,9 @@ impl<P: Plugin> Transport<P> {
             .collect()
             .await;
         let writing = if writes == 0 { Duration::ZERO } else { started.elapsed() };
+        if writes > 0 {
+            tracing::debug!(binding, writes, ?writing, "ManifestWorks written");
+        }
         let mut rejections = results
             .into_iter()
             .filter_map(Result::transpose)

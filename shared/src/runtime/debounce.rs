@@ -22,7 +22,11 @@
 //!
 //! While a burst goes on past its longest wait, each next wait doubles (up to
 //! [`LONGEST_GROWTH`] times the first): every write of a growing key rewrites all it holds, so
-//! a constant pace would make a long burst cost the square of its length.
+//! a constant pace would make a long burst cost the square of its length. A fast stream is a
+//! batch being created, not a user waiting on each object: its longest wait is at least
+//! [`FAST_LONGEST_GROWTH`] times the first, so that a file `kubectl` applies on a busy machine
+//! (100 objects in 4 to 9 s here) is one write when it ends, not one every few seconds while it
+//! lasts (each of which a transport writes to every WEC).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -32,6 +36,9 @@ use tokio::time::Instant;
 
 /// How far the longest wait grows while a burst goes on.
 pub const LONGEST_GROWTH: u32 = 16;
+
+/// A fast stream's longest wait, at least, in first longest waits.
+pub const FAST_LONGEST_GROWTH: u32 = 4;
 
 /// How far the quiet pause grows with a slow stream's pace.
 pub const QUIET_GROWTH: u32 = 4;
@@ -73,13 +80,16 @@ impl Quiet {
         pace.map_or(self.base, |pace| (pace * PACE_FACTOR).clamp(self.base, self.most))
     }
 
+    /// Whether `stream`'s arrivals came on average at most [`FAST_GAP`] base pauses apart.
+    fn fast(self, stream: Stream) -> bool {
+        let gaps = stream.arrivals.saturating_sub(1);
+        gaps > 0 && stream.lasted() <= self.base * FAST_GAP * gaps
+    }
+
     /// The stall `stream` waits out: none unless it is fast.
     fn stall(self, stream: Stream) -> Duration {
-        let lasted = stream.last.saturating_duration_since(stream.from);
-        let gaps = stream.arrivals.saturating_sub(1);
-        let fast = gaps > 0 && lasted <= self.base * FAST_GAP * gaps;
-        if fast {
-            (lasted / STALL_SHARE).min(self.horizon)
+        if self.fast(stream) {
+            (stream.lasted() / STALL_SHARE).min(self.horizon)
         } else {
             Duration::ZERO
         }
@@ -97,6 +107,12 @@ struct Stream {
     pace: Option<Duration>,
 }
 
+impl Stream {
+    fn lasted(self) -> Duration {
+        self.last.saturating_duration_since(self.from)
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Burst {
     /// The first unwritten change, if any: a key written while its burst goes on stays until
@@ -109,26 +125,40 @@ struct Burst {
 }
 
 impl Burst {
+    /// Its stream of arrivals, unless that has stopped.
+    fn stream(self, quiet: Quiet) -> Option<Stream> {
+        self.stream.filter(|s| self.last - s.last <= quiet.horizon)
+    }
+
     fn quiet(self, quiet: Quiet) -> Duration {
         // A stream of arrivals that has stopped no longer applies, nor its pace once a pause
         // of that pace has passed.
-        let Some(stream) = self.stream.filter(|s| self.last - s.last <= quiet.horizon) else {
+        let Some(stream) = self.stream(quiet) else {
             return quiet.base;
         };
         let paced = self.last - stream.last <= quiet.most;
         quiet.after(stream.pace.filter(|_| paced)).max(quiet.stall(stream))
     }
 
-    fn due(self, quiet: Quiet) -> Option<Instant> {
+    /// Its longest wait, `fast_longest` at least while a fast stream goes on.
+    fn longest(self, quiet: Quiet, fast_longest: Duration) -> Duration {
+        if self.stream(quiet).is_some_and(|s| quiet.fast(s)) {
+            self.longest.max(fast_longest)
+        } else {
+            self.longest
+        }
+    }
+
+    fn due(self, quiet: Quiet, fast_longest: Duration) -> Option<Instant> {
         self.first
-            .map(|first| (self.last + self.quiet(quiet)).min(first + self.longest))
+            .map(|first| (self.last + self.quiet(quiet)).min(first + self.longest(quiet, fast_longest)))
     }
 }
 
 impl<K: Ord + Clone> Debounce<K> {
     /// Keys are due a quiet pause after their last change (`quiet`, or up to [`QUIET_GROWTH`]
     /// times it in a slow stream of arrivals), and at most `longest` after their first (never
-    /// before `quiet`).
+    /// before `quiet`; [`FAST_LONGEST_GROWTH`] times `longest` in a fast stream).
     pub fn new(quiet: Duration, longest: Duration) -> Debounce<K> {
         Debounce {
             quiet: Quiet {
@@ -190,21 +220,27 @@ impl<K: Ord + Clone> Debounce<K> {
         burst
     }
 
+    /// The longest wait of a fast stream, at least.
+    fn fast_longest(&self) -> Duration {
+        self.longest * FAST_LONGEST_GROWTH
+    }
+
     /// When the next key is due, if any waits.
     pub fn next_due(&self) -> Option<Instant> {
-        self.keys.values().filter_map(|b| b.due(self.quiet)).min()
+        let fast_longest = self.fast_longest();
+        self.keys.values().filter_map(|b| b.due(self.quiet, fast_longest)).min()
     }
 
     /// Hands out the keys due at `now`; a change after this starts a new wait, twice as long if
     /// the burst goes on (a change within the quiet pause of the last one).
     pub fn take_due(&mut self, now: Instant) -> Vec<K> {
-        let (quiet, ceiling) = (self.quiet, self.longest * LONGEST_GROWTH);
+        let (quiet, ceiling, fast_longest) = (self.quiet, self.longest * LONGEST_GROWTH, self.fast_longest());
         let mut due = Vec::new();
         self.keys.retain(|key, burst| {
-            if burst.due(quiet).is_some_and(|at| at <= now) {
+            if burst.due(quiet, fast_longest).is_some_and(|at| at <= now) {
                 due.push(key.clone());
                 burst.first = None;
-                burst.longest = (burst.longest * 2).min(ceiling);
+                burst.longest = (burst.longest(quiet, fast_longest) * 2).min(ceiling);
             }
             // A written key is forgotten once no next arrival could count as its stream's.
             burst.first.is_some() || burst.last + quiet.horizon > now
@@ -302,6 +338,45 @@ mod tests {
         assert_eq!(writes, vec![2, 6, 14, 30, 62, 94]);
         assert_eq!(d.take_due(t0 + ms(99_990) + QUIET), vec!["p"]);
         assert!(d.is_empty());
+    }
+
+    /// Arrivals every 40 ms (kubectl creating a file's objects) for `lasting`, taking what is
+    /// due before each; when "p" was written, counted from the first.
+    fn fast_stream(d: &mut Debounce<&'static str>, from: Instant, lasting: Duration) -> Vec<Duration> {
+        let mut writes = Vec::new();
+        let mut now = from;
+        while now - from <= lasting {
+            if !d.take_due(now).is_empty() {
+                writes.push(now - from);
+            }
+            d.arrived("p", now);
+            now += ms(40);
+        }
+        writes
+    }
+
+    #[test]
+    fn a_fast_stream_within_its_longer_wait_is_one_write_when_it_ends() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        // 6 s of creates, three times the longest wait of other bursts: none written meanwhile.
+        assert!(fast_stream(&mut d, t0, ms(6000)).is_empty());
+        // Written once it stops, having waited out a stall of a quarter of its length.
+        let last = t0 + ms(6000);
+        assert_eq!(d.next_due(), Some(last + ms(1500)));
+        assert_eq!(d.take_due(last + ms(1500)), vec!["p"]);
+    }
+
+    #[test]
+    fn a_longer_fast_stream_is_written_at_doubling_waits_from_its_own() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        // Waits of 8 s (4 x 2 s), then 16 s, then 32 s at most.
+        let writes: Vec<u64> = fast_stream(&mut d, t0, ms(100_000))
+            .iter()
+            .map(Duration::as_secs)
+            .collect();
+        assert_eq!(writes, vec![8, 24, 56, 88]);
     }
 
     #[test]
