@@ -110,7 +110,8 @@ struct Args {
     /// waits this long, a burst (objects created one after another) until it stops: a pause of
     /// 4 times the typical gap between the objects joining or leaving the policy's selection,
     /// from this up to 4 times this; in a fast stream of them (at most 2 times this apart on
-    /// average), also a quarter of how long it has lasted, up to 60 times this.
+    /// average), also a quarter of how long it has lasted, up to 60 times this, and at least 2
+    /// times this per object so far, up to 30 times this.
     #[arg(long, env = "KS_BINDING_DEBOUNCE_MS", default_value_t = 50, value_name = "MS")]
     binding_debounce_ms: u64,
     /// The most milliseconds a policy's changes first wait while they keep coming: a burst

@@ -480,11 +480,12 @@ impl Loop<'_> {
     }
 
     /// Gathers the policies the inputs so far changed, as changed at `now`: objects joining or
-    /// leaving a selection one after another set the pace its quiet pause follows.
+    /// leaving a selection one after another set the pace its quiet pause follows, each one an
+    /// arrival even when several are seen at once.
     fn gather(&mut self, now: Instant) {
         for (name, change) in self.resolutions.take_changes() {
             match change {
-                Change::Membership => self.gathering.arrived(name, now),
+                Change::Membership(count) => self.gathering.arrived(name, now, count),
                 Change::Content => self.gathering.changed(name, now),
             }
         }

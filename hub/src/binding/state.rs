@@ -49,18 +49,23 @@ pub struct PolicyState {
 }
 
 /// How a policy's Binding may have changed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Change {
     /// A selected object, the policy or its WECs changed.
     Content,
-    /// Objects joined or left its selection: created or deleted, often one after another.
-    Membership,
+    /// This many objects joined or left its selection: created or deleted, often one after
+    /// another.
+    Membership(u32),
 }
 
-/// Notes that `name`'s Binding may have changed; a membership change outranks a content one.
+/// Notes that `name`'s Binding may have changed; a membership change outranks a content one,
+/// and membership changes add up.
 fn mark(dirty: &mut BTreeMap<String, Change>, name: &str, change: Change) {
-    let marked = dirty.entry(name.to_string()).or_insert(change);
-    *marked = (*marked).max(change);
+    let marked = dirty.entry(name.to_string()).or_insert(Change::Content);
+    *marked = match (*marked, change) {
+        (Change::Membership(a), Change::Membership(b)) => Change::Membership(a.saturating_add(b)),
+        (Change::Content, other) | (other, Change::Content) => other,
+    };
 }
 
 /// Every policy's resolution, and which Bindings need writing.
@@ -140,7 +145,7 @@ impl Resolutions {
                 let change = if before.is_some() == after.is_some() {
                     Change::Content
                 } else {
-                    Change::Membership
+                    Change::Membership(1)
                 };
                 match after {
                     Some(new) => policy.selected.insert(key.clone(), new),
@@ -156,8 +161,13 @@ impl Resolutions {
         for (name, policy) in &mut self.policies {
             let before = policy.selected.len();
             policy.selected.retain(|key, _| keep(key));
-            if policy.selected.len() != before {
-                mark(&mut self.dirty, name, Change::Membership);
+            let gone = before - policy.selected.len();
+            if gone > 0 {
+                mark(
+                    &mut self.dirty,
+                    name,
+                    Change::Membership(u32::try_from(gone).unwrap_or(u32::MAX)),
+                );
             }
         }
     }
@@ -329,7 +339,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn objects_joining_or_leaving_are_membership_changes_and_outrank_content_ones() {
+    fn objects_joining_or_leaving_are_membership_changes_counted_and_outranking_content_ones() {
         let mut r = Resolutions::default();
         let a = object("a", &[("app", "web")]);
         r.set_policy("p", 1, &policy("web", false), [(&a, None)], &[]);
@@ -341,11 +351,17 @@ pub(crate) mod tests {
         let b = object("b", &[("app", "web")]);
         r.set_object(&b.identity.workload_ref(), Some((&b, None)));
         r.touch("p");
-        assert_eq!(r.take_changes()["p"], Change::Membership, "b joined");
+        assert_eq!(r.take_changes()["p"], Change::Membership(1), "b joined");
+        let c = object("c", &[("app", "web")]);
         r.set_object(&b.identity.workload_ref(), None);
-        assert_eq!(r.take_changes()["p"], Change::Membership, "b left");
-        r.retain_objects(|key| key.name != "a");
-        assert_eq!(r.take_changes()["p"], Change::Membership, "a went in a re-list");
+        r.set_object(&c.identity.workload_ref(), Some((&c, None)));
+        assert_eq!(r.take_changes()["p"], Change::Membership(2), "b left, c joined");
+        r.retain_objects(|key| key.name == "b");
+        assert_eq!(
+            r.take_changes()["p"],
+            Change::Membership(2),
+            "a and c went in a re-list"
+        );
     }
 
     #[test]

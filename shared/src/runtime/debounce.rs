@@ -16,9 +16,12 @@
 //! A fast stream (its arrivals on average at most [`FAST_GAP`] times the base pause apart) also
 //! waits out stalls of up to a [`STALL_SHARE`]th of how long it has lasted, up to
 //! [`STREAM_HORIZON`] times the base pause: a long burst holds many objects, each split rewrites
-//! them all, and the last of them waits at most that share longer. A client creating objects one
-//! at a time, each after the last was delivered, is never that fast (every delivery itself takes
-//! more than the base pause), so its objects keep their latency.
+//! them all, and the last of them waits at most that share longer. Early in a stream that share
+//! is short, and a busy machine stalls a client for longer than that just as it begins (a file's
+//! first objects written alone, then all of them again): so a fast stream also waits out
+//! [`ARRIVAL_STALL`] base pauses per arrival so far, up to [`ARRIVALS_STALL_MOST`] base pauses. A
+//! client creating objects one at a time, each after the last was delivered, is never that fast
+//! (every delivery itself takes more than the base pause), so its objects keep their latency.
 //!
 //! While a burst goes on past its longest wait, each next wait doubles (up to
 //! [`LONGEST_GROWTH`] times the first): every write of a growing key rewrites all it holds, so
@@ -56,6 +59,12 @@ pub const FAST_GAP: u32 = 2;
 /// A fast stream waits out stalls of up to this fraction (1/N) of how long it has lasted.
 pub const STALL_SHARE: u32 = 4;
 
+/// A fast stream waits out stalls of up to this many base pauses per arrival so far...
+pub const ARRIVAL_STALL: u32 = 2;
+
+/// ...up to this many base pauses.
+pub const ARRIVALS_STALL_MOST: u32 = 30;
+
 /// The keys with unwritten changes, and when each is due.
 #[derive(Debug)]
 pub struct Debounce<K> {
@@ -64,7 +73,7 @@ pub struct Debounce<K> {
     keys: BTreeMap<K, Burst>,
 }
 
-/// The bounds of the quiet pause.
+/// The bounds of the quiet pause, and the longest wait of a fast stream.
 #[derive(Clone, Copy, Debug)]
 struct Quiet {
     base: Duration,
@@ -72,6 +81,8 @@ struct Quiet {
     most: Duration,
     /// Arrivals further apart start a new stream; the most any pause is.
     horizon: Duration,
+    /// A fast stream's longest wait, at least.
+    fast_longest: Duration,
 }
 
 impl Quiet {
@@ -89,7 +100,8 @@ impl Quiet {
     /// The stall `stream` waits out: none unless it is fast.
     fn stall(self, stream: Stream) -> Duration {
         if self.fast(stream) {
-            (stream.lasted() / STALL_SHARE).min(self.horizon)
+            let by_arrivals = self.base * ARRIVAL_STALL.saturating_mul(stream.arrivals).min(ARRIVALS_STALL_MOST);
+            (stream.lasted() / STALL_SHARE).max(by_arrivals).min(self.horizon)
         } else {
             Duration::ZERO
         }
@@ -140,18 +152,18 @@ impl Burst {
         quiet.after(stream.pace.filter(|_| paced)).max(quiet.stall(stream))
     }
 
-    /// Its longest wait, `fast_longest` at least while a fast stream goes on.
-    fn longest(self, quiet: Quiet, fast_longest: Duration) -> Duration {
+    /// Its longest wait, longer while a fast stream goes on.
+    fn longest(self, quiet: Quiet) -> Duration {
         if self.stream(quiet).is_some_and(|s| quiet.fast(s)) {
-            self.longest.max(fast_longest)
+            self.longest.max(quiet.fast_longest)
         } else {
             self.longest
         }
     }
 
-    fn due(self, quiet: Quiet, fast_longest: Duration) -> Option<Instant> {
+    fn due(self, quiet: Quiet) -> Option<Instant> {
         self.first
-            .map(|first| (self.last + self.quiet(quiet)).min(first + self.longest(quiet, fast_longest)))
+            .map(|first| (self.last + self.quiet(quiet)).min(first + self.longest(quiet)))
     }
 }
 
@@ -160,13 +172,15 @@ impl<K: Ord + Clone> Debounce<K> {
     /// times it in a slow stream of arrivals), and at most `longest` after their first (never
     /// before `quiet`; [`FAST_LONGEST_GROWTH`] times `longest` in a fast stream).
     pub fn new(quiet: Duration, longest: Duration) -> Debounce<K> {
+        let longest = longest.max(quiet);
         Debounce {
             quiet: Quiet {
                 base: quiet,
                 most: quiet * QUIET_GROWTH,
                 horizon: quiet * STREAM_HORIZON,
+                fast_longest: longest * FAST_LONGEST_GROWTH,
             },
-            longest: longest.max(quiet),
+            longest,
             keys: BTreeMap::new(),
         }
     }
@@ -176,16 +190,16 @@ impl<K: Ord + Clone> Debounce<K> {
         self.burst(key, now);
     }
 
-    /// `key` changed at `now` by an arrival (an object created or deleted): arrivals one after
-    /// another set the pace the quiet pause follows.
-    pub fn arrived(&mut self, key: K, now: Instant) {
+    /// `key` changed at `now` by `count` arrivals (objects created or deleted): arrivals one
+    /// after another set the pace the quiet pause follows.
+    pub fn arrived(&mut self, key: K, now: Instant, count: u32) {
         let Quiet { most, horizon, .. } = self.quiet;
         let burst = self.burst(key, now);
         let going_on = burst.stream.map(|s| (s, now.saturating_duration_since(s.last)));
         burst.stream = Some(match going_on {
             Some((stream, gap)) if gap <= horizon => Stream {
                 last: now,
-                arrivals: stream.arrivals.saturating_add(1),
+                arrivals: stream.arrivals.saturating_add(count),
                 pace: match stream.pace {
                     _ if gap > most => None,
                     None => Some(gap),
@@ -196,7 +210,7 @@ impl<K: Ord + Clone> Debounce<K> {
             _ => Stream {
                 from: now,
                 last: now,
-                arrivals: 1,
+                arrivals: count,
                 pace: None,
             },
         });
@@ -220,27 +234,21 @@ impl<K: Ord + Clone> Debounce<K> {
         burst
     }
 
-    /// The longest wait of a fast stream, at least.
-    fn fast_longest(&self) -> Duration {
-        self.longest * FAST_LONGEST_GROWTH
-    }
-
     /// When the next key is due, if any waits.
     pub fn next_due(&self) -> Option<Instant> {
-        let fast_longest = self.fast_longest();
-        self.keys.values().filter_map(|b| b.due(self.quiet, fast_longest)).min()
+        self.keys.values().filter_map(|b| b.due(self.quiet)).min()
     }
 
     /// Hands out the keys due at `now`; a change after this starts a new wait, twice as long if
     /// the burst goes on (a change within the quiet pause of the last one).
     pub fn take_due(&mut self, now: Instant) -> Vec<K> {
-        let (quiet, ceiling, fast_longest) = (self.quiet, self.longest * LONGEST_GROWTH, self.fast_longest());
+        let (quiet, ceiling) = (self.quiet, self.longest * LONGEST_GROWTH);
         let mut due = Vec::new();
         self.keys.retain(|key, burst| {
-            if burst.due(quiet, fast_longest).is_some_and(|at| at <= now) {
+            if burst.due(quiet).is_some_and(|at| at <= now) {
                 due.push(key.clone());
                 burst.first = None;
-                burst.longest = (burst.longest(quiet, fast_longest) * 2).min(ceiling);
+                burst.longest = (burst.longest(quiet) * 2).min(ceiling);
             }
             // A written key is forgotten once no next arrival could count as its stream's.
             burst.first.is_some() || burst.last + quiet.horizon > now
@@ -349,7 +357,7 @@ mod tests {
             if !d.take_due(now).is_empty() {
                 writes.push(now - from);
             }
-            d.arrived("p", now);
+            d.arrived("p", now, 1);
             now += ms(40);
         }
         writes
@@ -422,19 +430,20 @@ mod tests {
         let mut d = Debounce::new(QUIET, LONGEST);
         // An arrival every 60 ms for about a second: the first is written alone, as a lone
         // change would be; from the second on, the pause follows their pace (4 x 60 ms, at most
-        // 200 ms), and at the end a quarter of the stream's length (960 ms).
+        // 200 ms), and, a fast stream, waits out stalls of 2 base pauses per arrival (at most
+        // 1.5 s).
         let mut writes = Vec::new();
         for n in 0..17 {
             let now = t0 + ms(60 * n);
             if !d.take_due(now).is_empty() {
                 writes.push(now - t0);
             }
-            d.arrived("p", now);
+            d.arrived("p", now, 1);
         }
         assert_eq!(writes, vec![ms(60)]);
         let last = t0 + ms(960);
-        assert_eq!(d.next_due(), Some(last + ms(240)));
-        assert_eq!(d.take_due(last + ms(240)), vec!["p"]);
+        assert_eq!(d.next_due(), Some(last + ms(1500)));
+        assert_eq!(d.take_due(last + ms(1500)), vec!["p"]);
     }
 
     #[test]
@@ -446,7 +455,7 @@ mod tests {
         let mut now = t0;
         for n in 1..=30 {
             assert!(d.take_due(now).is_empty(), "written during the burst at {n}");
-            d.arrived("p", now);
+            d.arrived("p", now, 1);
             now += if n % 10 == 0 { ms(150) } else { ms(40) };
         }
         let last = d.keys["p"].last;
@@ -457,15 +466,37 @@ mod tests {
 
     #[test]
     fn a_fast_stream_waits_out_a_stall_of_a_quarter_of_how_long_it_has_lasted() {
-        // kubectl creating objects every 40 ms, then stalling for 750 ms on a busy machine: after
-        // 1 s of creates the stream waits out 250 ms, and the stall splits it; after 4 s it
-        // waits out a second, and after 12 s (or more) 3 s.
-        assert!(stalled_stream_is_split(ms(1000), ms(750)));
-        assert!(!stalled_stream_is_split(ms(4000), ms(750)));
-        assert!(stalled_stream_is_split(ms(4000), ms(1010)));
+        // kubectl creating objects every 40 ms, then stalling on a busy machine: after 8 s of
+        // creates the stream waits out 2 s, and after 12 s (or more) 3 s.
+        assert!(!stalled_stream_is_split(ms(8000), ms(1990)));
+        assert!(stalled_stream_is_split(ms(8000), ms(2010)));
         assert!(!stalled_stream_is_split(ms(20_000), ms(2990)));
         // No stream waits out more than the horizon.
         assert!(stalled_stream_is_split(ms(20_000), ms(3010)));
+    }
+
+    #[test]
+    fn a_young_fast_stream_waits_out_two_base_pauses_per_arrival() {
+        // 5 objects in 160 ms: a stall of 500 ms (not 40, a quarter of 160) is waited out.
+        assert!(!stalled_stream_is_split(ms(160), ms(490)));
+        assert!(stalled_stream_is_split(ms(160), ms(510)));
+        // From 15 arrivals on, 1.5 s, until a quarter of the stream's length is more.
+        assert!(!stalled_stream_is_split(ms(1000), ms(1490)));
+        assert!(stalled_stream_is_split(ms(1000), ms(1510)));
+        assert!(stalled_stream_is_split(ms(4000), ms(1510)));
+    }
+
+    #[test]
+    fn objects_seen_together_are_a_fast_stream_of_that_many_arrivals() {
+        let t0 = Instant::now();
+        let mut d = Debounce::new(QUIET, LONGEST);
+        // A file's first 4 objects, seen at once by a controller that was busy: they wait out a
+        // stall of 400 ms for the rest, instead of being written alone after 50 ms.
+        d.arrived("p", t0, 4);
+        assert_eq!(d.next_due(), Some(t0 + ms(400)));
+        // One object alone keeps the base pause.
+        d.arrived("q", t0, 1);
+        assert_eq!(d.take_due(t0 + QUIET), vec!["q"]);
     }
 
     /// Whether "p" is written during a stall of `stall` after arrivals every 40 ms for
@@ -476,7 +507,7 @@ mod tests {
         let mut now = t0;
         while now - t0 <= lasting {
             assert!(d.take_due(now).is_empty(), "written before the stall");
-            d.arrived("p", now);
+            d.arrived("p", now, 1);
             now += ms(40);
         }
         // The next arrival, had it come.
@@ -490,7 +521,7 @@ mod tests {
         let mut d = Debounce::new(QUIET, LONGEST);
         // One object after another, each delivered before the next (300 ms apart: one stream,
         // never a fast one): the latency of each stays the base pause.
-        each_waits_the_base_pause(&mut d, t0, ms(300), Debounce::arrived);
+        each_waits_the_base_pause(&mut d, t0, ms(300), |d, key, now| d.arrived(key, now, 1));
     }
 
     /// Ten changes `gap` apart from `from`, each noted by `note`: each is due the base pause
@@ -519,7 +550,7 @@ mod tests {
         // Once a stream of arrivals has stopped for longer than any stall, an update waits the
         // base pause again.
         for n in 0..10 {
-            d.arrived("p", t0 + ms(1000 + 40 * n));
+            d.arrived("p", t0 + ms(1000 + 40 * n), 1);
         }
         let last = t0 + ms(1360);
         assert_eq!(d.take_due(d.next_due().unwrap()), vec!["p"]);

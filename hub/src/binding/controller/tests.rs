@@ -168,13 +168,13 @@ async fn objects_joining_one_after_another_set_the_pace_other_changes_do_not() {
     looper.gathering.take_all();
     let a = config_map();
     let key = a.identity.workload_ref();
-    // `a` joins, leaves and joins again, 60 ms apart: a stream of arrivals whose pause is
-    // 4 x 60 ms, at most 200 ms.
+    // `a` joins, leaves and joins again, 120 ms apart: a stream of arrivals (not a fast one)
+    // whose pause is 4 x 120 ms, at most 200 ms.
     for (n, present) in [true, false, true].into_iter().enumerate() {
         looper.resolutions.set_object(&key, present.then_some((&a, None)));
-        looper.gather(t0 + ms(60 * n as u64));
+        looper.gather(t0 + ms(120 * n as u64));
     }
-    assert_eq!(looper.gathering.next_due(), Some(t0 + ms(120 + 200)));
+    assert_eq!(looper.gathering.next_due(), Some(t0 + ms(240 + 200)));
     looper.gathering.take_all();
     // `a` changes twice, 60 ms apart, long after: each waits the base pause.
     let mut newer = a.clone();
