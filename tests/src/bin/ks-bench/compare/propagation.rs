@@ -34,8 +34,8 @@ use crate::measure::{CpuByProcess, Usage};
 
 /// How long the agents get to report every object before the idle window.
 const REPORTED_DEADLINE: Duration = Duration::from_secs(600);
-/// How long the WECs and their reports must not change before the idle window, and the most to
-/// wait.
+/// How long what is waited on must not change: the ITS before a run, the WECs and their reports
+/// before the idle window; and the most to wait.
 const SETTLED_FOR: Duration = Duration::from_secs(5);
 const SETTLE_DEADLINE: Duration = Duration::from_secs(600);
 
@@ -114,6 +114,14 @@ pub async fn propagate(
             }
         }
     });
+
+    let settling = Instant::now();
+    let settled = its_settled(stack).await?;
+    println!(
+        "   the ITS {} after {:.0} s",
+        if settled { "settled" } else { "was still written" },
+        settling.elapsed().as_secs_f64()
+    );
 
     let cap_minutes = knobs.cap(i);
     let before = writes_now(stack).await?;
@@ -554,10 +562,28 @@ async fn inputs_settled(stack: &Stack, wecs: &[&str]) -> anyhow::Result<bool> {
     let reports = |counts: &BTreeMap<Request, u64>| {
         ks_tests::metrics::total(counts, "manifestworks", Some("status")) + agent_writes(counts)
     };
-    let changes = || async {
-        let on_wecs: u64 = wec_writes_now(stack, wecs).await?.iter().map(wec_writes).sum();
+    stopped_changing(|| async {
+        let on_wecs: u64 = wec_writes_now(stack, wecs).await?.iter().map(object_writes).sum();
         anyhow::Ok(reports(&apiserver_writes(&its).await?) + on_wecs)
-    };
+    })
+    .await
+}
+
+/// Whether the ITS served no writes but Leases' and Events' for `SETTLED_FOR`, within
+/// `SETTLE_DEADLINE`: new WECs keep OCM's hub controllers and our add-on writing for a while
+/// (each one's RBAC, add-on and quota), which is the stack's setup, not the run's.
+async fn its_settled(stack: &Stack) -> anyhow::Result<bool> {
+    let its = stack.client("its1").await?;
+    stopped_changing(|| async { anyhow::Ok(object_writes(&apiserver_writes(&its).await?)) }).await
+}
+
+/// Whether the count `changes` returns stayed the same for `SETTLED_FOR`, within
+/// `SETTLE_DEADLINE`.
+async fn stopped_changing<F, Fut>(mut changes: F) -> anyhow::Result<bool>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<u64>>,
+{
     let until = Instant::now() + SETTLE_DEADLINE;
     let (mut count, mut since) = (changes().await?, Instant::now());
     while since.elapsed() < SETTLED_FOR {
@@ -592,8 +618,8 @@ async fn wec_writes_now(stack: &Stack, wecs: &[&str]) -> anyhow::Result<Vec<BTre
     Ok(counts)
 }
 
-/// Writes on a WEC that change its objects: all but Leases and Events.
-fn wec_writes(counts: &BTreeMap<Request, u64>) -> u64 {
+/// Writes that change objects: all but Leases and Events.
+fn object_writes(counts: &BTreeMap<Request, u64>) -> u64 {
     counts
         .iter()
         .filter(|(k, _)| !["leases", "events"].contains(&k.resource.as_str()))
