@@ -475,7 +475,8 @@ spec:
 /// for a WEC whose mailbox namespace does not exist, as for a ManagedCluster not accepted yet),
 /// and the reported case of a deleted policy's Binding retried once a second forever. Now the
 /// missing mailbox is an error in the Binding's status, the other WECs get their objects, nothing
-/// is retried in a loop, and once the policy is deleted the hub says nothing more of it.
+/// is retried in a loop, the WEC gets its objects once accepted, and once the policy is deleted
+/// the hub says nothing more of it.
 async fn unjoined_wec_is_reported_and_deleted_policy_is_done(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "unjoined")?;
     let id = ctx.unique_name("gone");
@@ -531,6 +532,37 @@ spec:
     tokio::time::sleep(Duration::from_secs(5)).await;
     let looped = retries()? - before;
     ensure!(looped == 0, "the hub retried the Binding {looped} times in 5 s");
+
+    // Accepted, as `clusteradm accept` does it: OCM makes the WEC's mailbox, and the change of
+    // its ManagedCluster brings the Binding back by itself.
+    tools.kubectl(
+        "its1",
+        &[
+            "patch",
+            "managedcluster",
+            &ghost,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"hubAcceptsClient":true}}"#,
+        ],
+    )?;
+    let mailbox = Api::<ManifestWork>::namespaced(ctx.client("its1").await?, &ghost);
+    let of_policy = ListParams::default().labels(&format!("{}={id}", ks_shared::names::ORIGIN_BINDING_LABEL));
+    wait_for(
+        "the accepted WEC's mailbox to get the policy's ManifestWork",
+        DEADLINE,
+        || async { anyhow::Ok(!mailbox.list_metadata(&of_policy).await?.items.is_empty()) },
+    )
+    .await?;
+    let no_errors = |b: Option<&Binding>| b.and_then(|b| b.status.as_ref()).is_some_and(|s| s.errors.is_empty());
+    wait_until(
+        bindings.clone(),
+        &id,
+        "without errors once the WEC is accepted",
+        DEADLINE,
+        no_errors,
+    )
+    .await?;
 
     tools.kubectl("wds1", &["delete", "bindingpolicy", &id, "--wait"])?;
     wait_until(bindings, &id, "deleted", DEADLINE, conditions::is_deleted("")).await?;

@@ -78,7 +78,8 @@ enum Input {
     /// CustomTransforms changed, or a cache was (re-)listed: every Binding may render
     /// differently, or its inputs changed unseen while a watch was down.
     All,
-    /// A WEC's template properties may have changed: its Bindings may render differently.
+    /// A WEC's inventory object or customization changed: its template properties may have, or
+    /// it may have been accepted.
     Cluster(String),
 }
 
@@ -179,6 +180,7 @@ pub async fn run<P: Plugin>(
         clusters,
         customizations,
         holding: Default::default(),
+        reading_wecs: Default::default(),
         expectations,
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
     };
@@ -227,11 +229,9 @@ pub async fn run<P: Plugin>(
                 }
                 Input::All => transforms_changed = true,
                 Input::Cluster(cluster) => transport
-                    .bindings
-                    .state()
-                    .iter()
-                    .filter(|b| b.spec.destinations.iter().any(|d| d.cluster_id == cluster))
-                    .for_each(|b| schedule.changed(b.name_any())),
+                    .depending_on(&cluster)
+                    .into_iter()
+                    .for_each(|b| schedule.changed(b)),
             }
         }
         if transforms_changed {
@@ -301,12 +301,37 @@ struct Transport<P: Plugin> {
     customizations: Store<ConfigMap>,
     /// Bindings with a ManifestWork held back until the objects it loses land in another (of the
     /// same Binding or another): passed again on every Binding's change.
-    holding: std::sync::Mutex<BTreeSet<String>>,
+    holding: Marked,
+    /// Bindings whose last plan read their WECs' properties (templates) or was kept from some
+    /// (errors: a mailbox missing until the WEC is accepted, say): passed again when one of
+    /// their WECs changes. The others' ManifestWorks do not depend on their WECs' inventory
+    /// objects, which OCM writes often (267 times during a run of 1,000 objects to 102 WECs, as
+    /// it registered the new ones).
+    reading_wecs: Marked,
     /// Its own ManifestWork writes that the cache has not shown yet: a Binding is planned from
     /// them laid over the cache.
     expectations: Arc<std::sync::Mutex<Expectations<P::Cached>>>,
     /// Permits for ManifestWork writes, [`WRITE_CONCURRENCY`] in all, shared by the Bindings.
     writes: tokio::sync::Semaphore,
+}
+
+/// Bindings marked for something, shared by the reconciles running at once.
+#[derive(Default)]
+struct Marked(std::sync::Mutex<BTreeSet<String>>);
+
+impl Marked {
+    fn set(&self, binding: &str, marked: bool) {
+        let mut names = self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if marked {
+            names.insert(binding.to_string());
+        } else {
+            names.remove(binding);
+        }
+    }
+
+    fn names(&self) -> BTreeSet<String> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
 }
 
 /// What the watch of wrapped objects shows, taken into `expectations` and `revisions`, and the
@@ -485,11 +510,13 @@ impl<P: Plugin> Transport<P> {
         let api: Api<Binding> = Api::all(self.wds.clone());
         let Some(binding) = self.bindings.get(&ObjectRef::new(name)) else {
             // Gone: the finalizer made us clean up while it was being deleted.
-            self.set_holding(name, false);
+            self.holding.set(name, false);
+            self.reading_wecs.set(name, false);
             return Ok(Duration::ZERO);
         };
         let has_finalizer = binding.finalizers().iter().any(|f| f == TRANSPORT_FINALIZER);
         if binding.metadata.deletion_timestamp.is_some() {
+            self.reading_wecs.set(name, false);
             // Its ManifestWorks must all be gone before the Binding may go.
             let applied = self.apply_works(name, BTreeMap::new()).await?;
             if has_finalizer && !applied.holding {
@@ -506,12 +533,17 @@ impl<P: Plugin> Transport<P> {
         if !has_finalizer {
             crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, true).await?;
         }
-        let Desired { works, mut errors } = self.desired(&binding, &self.informers.unsynced())?;
+        let Desired {
+            works,
+            mut errors,
+            templated,
+        } = self.desired(&binding, &self.informers.unsynced())?;
         let mut writing = Duration::ZERO;
         if errors.is_empty() {
             let applied = self.apply_works(name, works).await?;
             (errors, writing) = (applied.rejections, applied.writing);
         }
+        self.reading_wecs.set(name, templated || !errors.is_empty());
         // Errors leave what the WECs have untouched; they are reported on the Binding.
         let status = binding.status.clone().unwrap_or_default();
         let generation = binding.metadata.generation.unwrap_or_default();
@@ -665,7 +697,7 @@ impl<P: Plugin> Transport<P> {
                 "ManifestWorks keep the objects they lose until those are applied elsewhere"
             );
         }
-        self.set_holding(binding, holding);
+        self.holding.set(binding, holding);
         let mut changes: Vec<BoxFuture<'_, Result<Option<String>, Error>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
             let work_key = (mailbox.clone(), name.clone());
@@ -728,22 +760,21 @@ impl<P: Plugin> Transport<P> {
 
     /// A ManifestWork applied elsewhere may be what a holding Binding waits for: each goes again.
     fn holding_changed(&self, schedule: &mut Schedule) {
-        let holding = self
-            .holding
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone();
-        holding.into_iter().for_each(|b| schedule.changed(b));
+        self.holding.names().into_iter().for_each(|b| schedule.changed(b));
     }
 
-    /// Records whether `binding` waits for another Binding's ManifestWorks.
-    fn set_holding(&self, binding: &str, holding: bool) {
-        let mut waiting = self.holding.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if holding {
-            waiting.insert(binding.to_string());
-        } else {
-            waiting.remove(binding);
-        }
+    /// The Bindings to plan again when the WEC `wec` changed: those sending to it that read
+    /// their WECs.
+    fn depending_on(&self, wec: &str) -> Vec<String> {
+        self.reading_wecs
+            .names()
+            .into_iter()
+            .filter(|name| {
+                self.bindings
+                    .get(&ObjectRef::new(name))
+                    .is_some_and(|b| b.spec.destinations.iter().any(|d| d.cluster_id == wec))
+            })
+            .collect()
     }
 
     /// A wrapped object as it is.
@@ -797,7 +828,7 @@ impl<P: Plugin> Transport<P> {
             })
             .filter_map(|other| {
                 // Its objects whose cache is not filled are left out: it takes over the others.
-                let Desired { works, errors } = self.desired(other, &BTreeSet::new()).ok()?;
+                let Desired { works, errors, .. } = self.desired(other, &BTreeSet::new()).ok()?;
                 // A Binding in error writes nothing, so it takes nothing over.
                 errors.is_empty().then(|| {
                     for (key, work) in works {

@@ -148,6 +148,8 @@ pub(super) struct Inputs<'a, P: Plugin> {
 pub(super) struct Desired<W> {
     pub works: BTreeMap<WorkKey, W>,
     pub errors: Vec<String>,
+    /// Some objects are expanded with their WECs' properties.
+    pub templated: bool,
 }
 
 /// How far the Binding's objects got on each of its WECs: delivered by what its wrapped objects
@@ -250,7 +252,11 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
     }
     errors.sort();
     errors.dedup();
-    Ok(Desired { works, errors })
+    Ok(Desired {
+        works,
+        errors,
+        templated: items.values().any(|item| item.templated),
+    })
 }
 
 /// The objects found in the caches as every WEC gets them before templates are expanded, by a

@@ -44,6 +44,7 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
         clusters: reflector::store().0,
         customizations: reflector::store().0,
         holding: Default::default(),
+        reading_wecs: Default::default(),
         expectations: Default::default(),
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
     }
@@ -369,7 +370,7 @@ async fn a_work_losing_an_object_to_a_new_one_waits_until_that_one_is_applied() 
     // Only the new one is written; the server is gone, so any other request would fail.
     assert!(applied.unwrap().holding);
     assert_eq!(written(&asked).0, "b-wds1-1");
-    assert!(transport.holding.lock().unwrap().contains("b"));
+    assert!(transport.holding.names().contains("b"));
 }
 
 #[tokio::test]
@@ -429,6 +430,33 @@ async fn the_binding_status_is_applied_and_a_binding_gone_meanwhile_is_done() {
         );
         assert_eq!(reconciled.is_ok(), code != 500, "{code}");
     }
+}
+
+#[tokio::test]
+async fn a_wec_change_plans_again_only_its_bindings_that_read_their_wecs() {
+    let (client, _) = mock::client();
+    let mut transport = with_works(&client, &[]);
+    let (bindings, mut writer) = reflector::store();
+    for (name, wecs) in [("b1", ["c1", "c2"]), ("b2", ["c1", "c2"]), ("b3", ["c2", "c3"])] {
+        let mut binding = Binding::new(name, Default::default());
+        binding.spec.destinations = wecs
+            .iter()
+            .map(|w| ks_shared::api::Destination {
+                cluster_id: w.to_string(),
+            })
+            .collect();
+        writer.apply_watcher_event(&watcher::Event::Apply(binding));
+    }
+    transport.bindings = bindings;
+    // b1 has templates (or errors); b2 does not; b3 does, and a gone Binding did.
+    for name in ["b1", "b3", "gone"] {
+        transport.reading_wecs.set(name, true);
+    }
+    assert_eq!(transport.depending_on("c1"), ["b1"]);
+    assert_eq!(transport.depending_on("c2"), ["b1", "b3"]);
+    assert!(transport.depending_on("c4").is_empty());
+    transport.reading_wecs.set("b1", false);
+    assert!(transport.depending_on("c1").is_empty());
 }
 
 #[test]
