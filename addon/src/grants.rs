@@ -33,9 +33,10 @@ pub struct Grants {
 type Read = BTreeMap<(String, String), (i64, BTreeSet<String>)>;
 
 impl Grants {
-    /// Starts watching until `shutdown`; sends on `changed` whenever some mailbox's groups change
-    /// (after the first complete list, every mailbox counts as changed).
-    pub fn start(client: Client, changed: UnboundedSender<()>, shutdown: CancellationToken) -> Grants {
+    /// Starts watching until `shutdown`; sends on `changed` the mailbox whose groups changed, or
+    /// `None` when a (re-)list changed some (after the first complete list, every mailbox counts
+    /// as changed).
+    pub fn start(client: Client, changed: UnboundedSender<Option<String>>, shutdown: CancellationToken) -> Grants {
         // Metadata-only requests: the manifests are not read (but see `read_unannotated`).
         let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client.clone());
         let kubestellar = watcher::Config::default().labels(ORIGIN_WDS_LABEL);
@@ -65,8 +66,8 @@ impl Grants {
                 if namespace.is_none() {
                     store.listed.store(true, Ordering::Release);
                 }
-                let mailboxes = match namespace {
-                    Some(namespace) => vec![namespace],
+                let mailboxes = match &namespace {
+                    Some(namespace) => vec![namespace.clone()],
                     // A (re-)list: any mailbox may have changed unseen.
                     None => store.mailboxes(),
                 };
@@ -78,7 +79,7 @@ impl Grants {
                         any = true;
                     }
                 }
-                if any && changed.send(()).is_err() {
+                if any && changed.send(namespace).is_err() {
                     break;
                 }
             }
