@@ -141,9 +141,9 @@ pub async fn run(
             .map(|addon| ObjectRef::from_obj(addon.as_ref()))
             .collect::<Vec<_>>()
     };
-    // A WEC that receives a new API group gets an agent that may read it: its add-on is
-    // rendered again, and only its (at 102 WECs, rendering every add-on again for each mailbox's
-    // first group cost the ITS four reads per add-on each time).
+    // A WEC that receives a new API group gets an agent that may read it: the add-on in its
+    // mailbox is rendered again, and no other (rendering every add-on for each mailbox's first
+    // group cost the ITS four reads per add-on each time: some 5,000 renders at 102 WECs).
     let (grants_changed, regrant) = tokio::sync::mpsc::unbounded_channel();
     let grants = Grants::start(client.clone(), grants_changed, shutdown.clone());
     let addons_store = controller.store();

@@ -476,7 +476,11 @@ below, starts on a fresh stack (every process stopped, etcd and certificates rem
 about 50 s), so none inherits another's backlog: after 10,000 objects × 52 WECs the ITS apiserver is minutes \
 behind its watchers at 13 GB, and undoing a run through it (the hub withdrawing its ManifestWorks, OCM's agents \
 letting go of what they applied) took 20 minutes. The hub's withdrawal is therefore not timed here; the \
-end-to-end tests check it. Latency runs clean up after themselves and wait until nothing of theirs is left.
+end-to-end tests check it. A run's clock starts once the ITS has served no writes (but Leases and Events) for \
+5 s: the simulated WECs' registration (OCM's RBAC, our add-on's quota, for each) is the stack's setup, not the \
+run. Latency runs clean up after themselves and wait until nothing of theirs is left.
+- **Latency's hub** runs with the shipped limits (512,000 bytes and objects per ManifestWork), so the delivery \
+scenario's objects, one policy's, share one ManifestWork per WEC; `make up`'s hub puts at most 20 in one.
 - **Latency.** *Delivery* (`--objects` Deployments, one after another): from the create call returning to the \
 object existing on both WECs; ManifestWork generations per object counts the ITS writes that changed a \
 ManifestWork's spec. *Singleton status* (`--changes` changes): a Gauge (a custom resource with a status \
