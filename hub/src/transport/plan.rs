@@ -6,9 +6,11 @@
 //! the differences.
 
 use std::borrow::Cow;
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ks_shared::api::{Binding, BindingPolicy, CustomTransform, CustomTransformStatus, Propagation};
 use ks_shared::names::{EXPAND_TEMPLATES_ANNOTATION, WDS_GENERATION_ANNOTATION};
 use kube::ResourceExt;
@@ -194,9 +196,30 @@ struct Item {
     /// not for every WEC.
     size: usize,
     identity: wrap::Identity,
-    /// Its place in its wrapped object ([`apply_order`]): read once, not at every comparison of a
-    /// sort (4 % of the hub's CPU at 10,000 objects × 12 WECs).
-    order: u8,
+    /// Its place in its wrapped object ([`Place`]): read once, not at every comparison of a sort
+    /// (4 % of the hub's CPU at 10,000 objects × 12 WECs).
+    place: Place,
+}
+
+/// Where an object goes in its wrapped object, which OCM's work agent applies one after another
+/// (a read of each object on the WEC, and a write where it differs): containers first
+/// ([`apply_order`]), then the newest object first, so that a new object among many already
+/// applied is applied at once, not after a read of every other (with 50 objects in one
+/// ManifestWork its delivery took twice as long as with 20). Ties keep key order. Made of the
+/// objects alone, so an unchanged Binding plans the same order and writes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Place {
+    container: u8,
+    newest_first: Reverse<Option<Time>>,
+}
+
+impl Place {
+    fn of(delivery: &Delivery, created: Option<&Time>) -> Place {
+        Place {
+            container: apply_order(delivery),
+            newest_first: Reverse(created.cloned()),
+        }
+    }
 }
 
 /// The wrapped objects `inputs.binding` calls for in each of its WECs' mailboxes. An object
@@ -240,7 +263,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
             shards.entry(shard).or_default().push(item);
         }
         for (shard, mut members) in shards {
-            members.sort_by_key(|item| item.order);
+            members.sort_by(|a, b| a.place.cmp(&b.place));
             let only_uid = (inputs.limits.max_count == 1).then(|| members[0].uid.as_str());
             let name = work_name(&origin, shard, only_uid);
             let deliveries: Vec<&Delivery> = members.iter().map(|item| &item.delivery).collect();
@@ -331,7 +354,7 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<Workload
         let item = Item {
             size: delivery.manifest().to_string().len(),
             identity: wrap::identity(delivery.manifest()),
-            order: apply_order(&delivery),
+            place: Place::of(&delivery, object.metadata.creation_timestamp.as_ref()),
             delivery,
             uid: object.uid().unwrap_or_default(),
             templated,
@@ -363,7 +386,7 @@ fn customized<'a>(
             Ok(()) => {
                 item.size = item.delivery.manifest().to_string().len();
                 item.identity = wrap::identity(item.delivery.manifest());
-                item.order = apply_order(&item.delivery);
+                item.place.container = apply_order(&item.delivery);
             }
             Err(err) => errors.push(format!("{wec}/{}.{err}", item.label)),
         }
@@ -403,9 +426,9 @@ fn previous_shards<P: Plugin>(
         .collect()
 }
 
-/// Where an object goes in its wrapped object, which OCM's work agent applies in order: what
-/// others live in or are made of comes first (CustomResourceDefinitions, then Namespaces, then
-/// other cluster-scoped objects), so nothing waits for a retry because its container is missing.
+/// Which objects OCM's work agent applies first: what others live in or are made of
+/// (CustomResourceDefinitions, then Namespaces, then other cluster-scoped objects), so nothing
+/// waits for a retry because its container is missing.
 fn apply_order(delivery: &Delivery) -> u8 {
     let kind = delivery.manifest()["kind"].as_str().unwrap_or_default();
     let api_version = delivery.manifest()["apiVersion"].as_str().unwrap_or_default();

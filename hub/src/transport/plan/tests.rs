@@ -363,6 +363,29 @@ fn containers_are_applied_before_what_they_contain() {
 }
 
 #[test]
+fn the_newest_object_is_applied_first_and_ties_keep_key_order() {
+    let created = |name: &str, at: &str| {
+        let (object, served_as) = plain(name);
+        let mut object = (*object).clone();
+        object.metadata.creation_timestamp = Some(Time(at.parse().unwrap()));
+        (Arc::new(object), served_as)
+    };
+    let case = Case::new(
+        config_maps(&["a", "b", "c", "d", "e"]),
+        vec![
+            created("a", "2026-01-01T00:00:01Z"),
+            created("b", "2026-01-01T00:00:03Z"),
+            created("c", "2026-01-01T00:00:02Z"),
+            created("d", "2026-01-01T00:00:03Z"),
+            plain("e"),
+        ],
+    );
+    let order = || names(&case.works()[&key("c1", "b-wds1-0")]).join(",");
+    assert_eq!(order(), "b,d,c,a,e");
+    assert_eq!(order(), "b,d,c,a,e", "the same objects, the same order");
+}
+
+#[test]
 fn transform_status_has_errors_and_shared_group_resource_warnings() {
     let a = transform("a", "apps", "deployments", &["$.spec.paused", "spec"]);
     let b = transform("b", "apps", "deployments", &[]);
