@@ -204,9 +204,8 @@ struct Item {
 /// Where an object goes in its wrapped object, which OCM's work agent applies one after another
 /// (a read of each object on the WEC, and a write where it differs): containers first
 /// ([`apply_order`]), then the newest object first, so that a new object among many already
-/// applied is applied at once, not after a read of every other (with 50 objects in one
-/// ManifestWork its delivery took twice as long as with 20). Ties keep key order. Made of the
-/// objects alone, so an unchanged Binding plans the same order and writes nothing.
+/// applied is applied at once, not after a read of every other. Ties keep key order. Made of
+/// the objects alone, so an unchanged Binding plans the same order and writes nothing.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 struct Place {
     container: u8,
