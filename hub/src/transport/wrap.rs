@@ -10,8 +10,8 @@ use ks_shared::names::{
     ORIGIN_WDS_LABEL, is_trace_annotation,
 };
 use ks_shared::ocm::{
-    ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
-    UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy, manifest_group,
+    FEEDBACK_SCRAPE_WATCH, ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate,
+    ResourceIdentifier, UPDATE_STRATEGY_CREATE_ONLY, UPDATE_STRATEGY_UPDATE, UpdateStrategy, manifest_group,
 };
 use kube::api::ObjectMeta;
 use serde_json::Value;
@@ -100,11 +100,11 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
             update_strategy: Some(UpdateStrategy {
                 type_: UPDATE_STRATEGY_CREATE_ONLY.into(),
             }),
-            feedback_rules: Vec::new(),
+            ..Default::default()
         }
     });
     let labels = origin_labels(origin);
-    let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
+    let manifest_configs: Vec<ManifestConfigOption> = create_only.chain(watch_options(deliveries)).collect();
     let texts: Vec<&str> = deliveries.iter().map(|d| &*d.digest_text).collect();
     let digest = content_digest(&labels, &texts, &manifest_configs);
     let manifests: Vec<Arc<Value>> = deliveries.iter().map(|d| d.manifest.clone()).collect();
@@ -130,6 +130,32 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
         },
         status: None,
     }
+}
+
+/// One option per resource the deliveries are of, naming all its objects, that has OCM's work
+/// agent read them from a watch rather than GET each one again at every status sync (every
+/// 10 s by default) and after every write of the ManifestWork or of its status: those GETs were
+/// most of a WEC apiserver's requests. The update strategy is OCM's default, which OCM needs
+/// to take the option up at all. Last: OCM takes an object's update strategy from the first
+/// option naming it (a create-only one above) and its scrape type from the last.
+fn watch_options(deliveries: &[&Delivery]) -> impl Iterator<Item = ManifestConfigOption> {
+    let resources: BTreeSet<(&str, &str)> = deliveries
+        .iter()
+        .map(|d| (manifest_group(&d.manifest), d.resource.as_str()))
+        .collect();
+    resources.into_iter().map(|(group, resource)| ManifestConfigOption {
+        resource_identifier: ResourceIdentifier {
+            group: group.to_string(),
+            resource: resource.to_string(),
+            name: "*".into(),
+            namespace: "*".into(),
+        },
+        update_strategy: Some(UpdateStrategy {
+            type_: UPDATE_STRATEGY_UPDATE.into(),
+        }),
+        feedback_rules: Vec::new(),
+        feedback_scrape_type: Some(FEEDBACK_SCRAPE_WATCH.into()),
+    })
 }
 
 /// The API groups of `manifests` (the core group left out), sorted and comma-separated.
@@ -158,12 +184,14 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
                 taken.insert(identity);
             }
         }
-        // An option names the object by resource, not kind: matched by group, namespace and name.
+        // An option names the object by resource, not kind: matched by group, namespace and name,
+        // or by group alone for one naming all objects (at worst one for a resource not here,
+        // which names nothing).
         let named = |c: &ManifestConfigOption| {
             let r = &c.resource_identifier;
-            taken
-                .iter()
-                .any(|(group, _, namespace, name)| (group, namespace, name) == (&r.group, &r.namespace, &r.name))
+            taken.iter().any(|(group, _, namespace, name)| {
+                *group == r.group && (r.name == "*" || (namespace, name) == (&r.namespace, &r.name))
+            })
         };
         for option in source.spec.manifest_configs.iter().filter(|c| named(c)) {
             if !kept.spec.manifest_configs.contains(option) {
@@ -174,6 +202,15 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
     if kept.spec.workload.manifests.len() == work.spec.workload.manifests.len() {
         return kept;
     }
+    // As `wrap` orders them: options naming one object first, as they came, then those naming
+    // all by group and resource.
+    kept.spec.manifest_configs.sort_by(|a, b| {
+        let all = |c: &ManifestConfigOption| {
+            let r = &c.resource_identifier;
+            (r.name == "*").then(|| (r.group.clone(), r.resource.clone()))
+        };
+        all(a).cmp(&all(b))
+    });
     let texts: Vec<String> = kept.spec.workload.manifests.iter().map(|m| digest_text(m)).collect();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
     let labels = kept.metadata.labels.clone().unwrap_or_default();
@@ -381,10 +418,16 @@ mod tests {
         assert_eq!(as_json["metadata"]["annotations"][API_GROUPS_ANNOTATION], "apps");
         assert_eq!(
             as_json["spec"]["manifestConfigs"],
-            json!([{
-                "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "web", "namespace": "n"},
-                "updateStrategy": {"type": "CreateOnly"}
-            }])
+            json!([
+                {"resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "web", "namespace": "n"},
+                 "updateStrategy": {"type": "CreateOnly"}},
+                // Every object read from a watch; OCM takes the update strategy from the first
+                // option naming the object, so the create-only one above comes first.
+                {"resourceIdentifier": {"group": "", "resource": "namespaces", "name": "*", "namespace": "*"},
+                 "updateStrategy": {"type": "Update"}, "feedbackScrapeType": "Watch"},
+                {"resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "*", "namespace": "*"},
+                 "updateStrategy": {"type": "Update"}, "feedbackScrapeType": "Watch"}
+            ])
         );
         assert_eq!(
             as_json["spec"]["workload"]["manifests"][0]["kind"], "Namespace",
