@@ -231,6 +231,25 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
         binding_caught_up,
     )
     .await?;
+    // The ManifestWork carries the update, and OCM's work agent has applied it there, so that a
+    // strategy other than createOnly (e.g. that of the option naming every Deployment) would show.
+    let works = Api::<ManifestWork>::namespaced(ctx.client("its1").await?, "cluster1");
+    let applied = |w: Option<&ManifestWork>| {
+        w.is_some_and(|w| {
+            let updated = w
+                .spec
+                .workload
+                .manifests
+                .iter()
+                .any(|m| m["spec"]["replicas"] == json!(3));
+            updated
+                && w.status.iter().flat_map(|s| &s.conditions).any(|c| {
+                    c.type_ == "Applied" && c.status == "True" && c.observed_generation == w.metadata.generation
+                })
+        })
+    };
+    let work = format!("{name}-wds1-0");
+    wait_until(works, &work, "applied by OCM with the update", DEADLINE, applied).await?;
     let after = wec.get("web").await?;
     anyhow::ensure!(
         after.metadata.uid.as_deref() == Some(uid.as_str()),

@@ -134,8 +134,9 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
 
 /// One option per resource the deliveries are of, naming all its objects, that has OCM's work
 /// agent read them from a watch rather than GET each one again at every status sync (every
-/// 10 s by default) and after every write of the ManifestWork or of its status: those GETs were
-/// most of a WEC apiserver's requests. The update strategy is OCM's default, which OCM needs
+/// 10 s by default) and after every write of the ManifestWork or of its status: half a WEC
+/// apiserver's GETs with objects delivered one at a time, and most of its requests at 10,000
+/// objects. The update strategy is OCM's default, which OCM needs
 /// to take the option up at all. Last: OCM takes an object's update strategy from the first
 /// option naming it (a create-only one above) and its scrape type from the last.
 fn watch_options(deliveries: &[&Delivery]) -> impl Iterator<Item = ManifestConfigOption> {
