@@ -134,6 +134,15 @@ pub struct ManifestWorkStatus {
     pub resource_status: ManifestResourceStatus,
 }
 
+impl ManifestWorkStatus {
+    /// Whether OCM's work agent reports the ManifestWork's `generation` applied.
+    pub fn applied(&self, generation: Option<i64>) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation)
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 pub struct ManifestResourceStatus {
     #[serde(default)]

@@ -242,10 +242,7 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
                 .manifests
                 .iter()
                 .any(|m| m["spec"]["replicas"] == json!(3));
-            updated
-                && w.status.iter().flat_map(|s| &s.conditions).any(|c| {
-                    c.type_ == "Applied" && c.status == "True" && c.observed_generation == w.metadata.generation
-                })
+            updated && w.status.as_ref().is_some_and(|s| s.applied(w.metadata.generation))
         })
     };
     let work = format!("{name}-wds1-0");

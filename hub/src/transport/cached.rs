@@ -94,11 +94,7 @@ impl CachedWork {
         metadata.managed_fields = None;
         let landed = landed(held.len(), status);
         let generation = metadata.generation;
-        let applied = status.is_some_and(|s| {
-            s.conditions
-                .iter()
-                .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation)
-        });
+        let applied = status.is_some_and(|s| s.applied(generation));
         CachedWork {
             metadata,
             held,

@@ -136,9 +136,9 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
 /// agent read them from a watch rather than GET each one again at every status sync (every
 /// 10 s by default) and after every write of the ManifestWork or of its status: half a WEC
 /// apiserver's GETs with objects delivered one at a time, and most of its requests at 10,000
-/// objects. The update strategy is OCM's default, which OCM needs
-/// to take the option up at all. Last: OCM takes an object's update strategy from the first
-/// option naming it (a create-only one above) and its scrape type from the last.
+/// objects. The update strategy is OCM's default, which OCM needs to take the option up at all.
+/// Last: OCM takes an object's update strategy from the first option naming it (a create-only
+/// one above) and its scrape type from the last.
 fn watch_options(deliveries: &[&Delivery]) -> impl Iterator<Item = ManifestConfigOption> {
     let resources: BTreeSet<(&str, &str)> = deliveries
         .iter()
@@ -148,8 +148,8 @@ fn watch_options(deliveries: &[&Delivery]) -> impl Iterator<Item = ManifestConfi
         resource_identifier: ResourceIdentifier {
             group: group.to_string(),
             resource: resource.to_string(),
-            name: "*".into(),
-            namespace: "*".into(),
+            name: ALL.into(),
+            namespace: ALL.into(),
         },
         update_strategy: Some(UpdateStrategy {
             type_: UPDATE_STRATEGY_UPDATE.into(),
@@ -157,6 +157,14 @@ fn watch_options(deliveries: &[&Delivery]) -> impl Iterator<Item = ManifestConfi
         feedback_rules: Vec::new(),
         feedback_scrape_type: Some(FEEDBACK_SCRAPE_WATCH.into()),
     })
+}
+
+/// OCM's wildcard for a name or namespace in a [`ResourceIdentifier`].
+const ALL: &str = "*";
+
+/// Whether an option names every object of its resource (one of [`watch_options`]).
+fn names_all(r: &ResourceIdentifier) -> bool {
+    r.name == ALL
 }
 
 /// The API groups of `manifests` (the core group left out), sorted and comma-separated.
@@ -191,7 +199,7 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
         let named = |c: &ManifestConfigOption| {
             let r = &c.resource_identifier;
             taken.iter().any(|(group, _, namespace, name)| {
-                *group == r.group && (r.name == "*" || (namespace, name) == (&r.namespace, &r.name))
+                *group == r.group && (names_all(r) || (namespace, name) == (&r.namespace, &r.name))
             })
         };
         for option in source.spec.manifest_configs.iter().filter(|c| named(c)) {
@@ -208,7 +216,7 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
     kept.spec.manifest_configs.sort_by(|a, b| {
         let all = |c: &ManifestConfigOption| {
             let r = &c.resource_identifier;
-            (r.name == "*").then(|| (r.group.clone(), r.resource.clone()))
+            names_all(r).then(|| (r.group.clone(), r.resource.clone()))
         };
         all(a).cmp(&all(b))
     });

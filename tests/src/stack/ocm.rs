@@ -238,13 +238,7 @@ pub async fn wait_work_agents(hub: &Client, wecs: &[String]) -> anyhow::Result<(
                 let Some(work) = works.get_opt(CANARY).await? else {
                     return Ok(false);
                 };
-                let generation = work.metadata.generation;
-                let applied = work
-                    .status
-                    .iter()
-                    .flat_map(|s| &s.conditions)
-                    .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation);
-                if !applied {
+                if !work.status.is_some_and(|s| s.applied(work.metadata.generation)) {
                     return Ok(false);
                 }
             }
