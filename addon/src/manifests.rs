@@ -190,7 +190,6 @@ pub fn manifest_work(
                 type_: WELL_KNOWN_STATUS.into(),
                 json_paths: Vec::new(),
             }],
-            feedback_scrape_type: None,
         }],
     };
     let digest = digest(&spec);

@@ -76,11 +76,6 @@ pub struct ManifestConfigOption {
     pub update_strategy: Option<UpdateStrategy>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub feedback_rules: Vec<FeedbackRule>,
-    /// `Poll` (OCM's default: its agent GETs each object again at every status sync) or `Watch`
-    /// (it reads them from a watch of their resource). An OCM whose ManifestWork schema predates
-    /// the field drops it and polls.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub feedback_scrape_type: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -102,12 +97,6 @@ pub struct UpdateStrategy {
 
 /// The `CreateOnly` update strategy.
 pub const UPDATE_STRATEGY_CREATE_ONLY: &str = "CreateOnly";
-
-/// The `Update` update strategy (OCM's default).
-pub const UPDATE_STRATEGY_UPDATE: &str = "Update";
-
-/// The `Watch` feedback scrape type.
-pub const FEEDBACK_SCRAPE_WATCH: &str = "Watch";
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -231,8 +231,8 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
         binding_caught_up,
     )
     .await?;
-    // The ManifestWork carries the update, and OCM's work agent has applied it there, so that a
-    // strategy other than createOnly (e.g. that of the option naming every Deployment) would show.
+    // The ManifestWork carries the update, and OCM's work agent has applied it there, so that any
+    // update strategy but createOnly (another option naming the object first, say) would show.
     let works = Api::<ManifestWork>::namespaced(ctx.client("its1").await?, "cluster1");
     let applied = |w: Option<&ManifestWork>| {
         w.is_some_and(|w| {

@@ -10,8 +10,8 @@ use ks_shared::names::{
     ORIGIN_WDS_LABEL, is_trace_annotation,
 };
 use ks_shared::ocm::{
-    FEEDBACK_SCRAPE_WATCH, ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate,
-    ResourceIdentifier, UPDATE_STRATEGY_CREATE_ONLY, UPDATE_STRATEGY_UPDATE, UpdateStrategy, manifest_group,
+    ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
+    UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy, manifest_group,
 };
 use kube::api::ObjectMeta;
 use serde_json::Value;
@@ -100,11 +100,11 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
             update_strategy: Some(UpdateStrategy {
                 type_: UPDATE_STRATEGY_CREATE_ONLY.into(),
             }),
-            ..Default::default()
+            feedback_rules: Vec::new(),
         }
     });
     let labels = origin_labels(origin);
-    let manifest_configs: Vec<ManifestConfigOption> = create_only.chain(watch_options(deliveries)).collect();
+    let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
     let texts: Vec<&str> = deliveries.iter().map(|d| &*d.digest_text).collect();
     let digest = content_digest(&labels, &texts, &manifest_configs);
     let manifests: Vec<Arc<Value>> = deliveries.iter().map(|d| d.manifest.clone()).collect();
@@ -130,41 +130,6 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
         },
         status: None,
     }
-}
-
-/// One option per resource the deliveries are of, naming all its objects, that has OCM's work
-/// agent read them from a watch rather than GET each one again at every status sync (every
-/// 10 s by default) and after every write of the ManifestWork or of its status: half a WEC
-/// apiserver's GETs with objects delivered one at a time, and most of its requests at 10,000
-/// objects. The update strategy is OCM's default, which OCM needs to take the option up at all.
-/// Last: OCM takes an object's update strategy from the first option naming it (a create-only
-/// one above) and its scrape type from the last.
-fn watch_options(deliveries: &[&Delivery]) -> impl Iterator<Item = ManifestConfigOption> {
-    let resources: BTreeSet<(&str, &str)> = deliveries
-        .iter()
-        .map(|d| (manifest_group(&d.manifest), d.resource.as_str()))
-        .collect();
-    resources.into_iter().map(|(group, resource)| ManifestConfigOption {
-        resource_identifier: ResourceIdentifier {
-            group: group.to_string(),
-            resource: resource.to_string(),
-            name: ALL.into(),
-            namespace: ALL.into(),
-        },
-        update_strategy: Some(UpdateStrategy {
-            type_: UPDATE_STRATEGY_UPDATE.into(),
-        }),
-        feedback_rules: Vec::new(),
-        feedback_scrape_type: Some(FEEDBACK_SCRAPE_WATCH.into()),
-    })
-}
-
-/// OCM's wildcard for a name or namespace in a [`ResourceIdentifier`].
-const ALL: &str = "*";
-
-/// Whether an option names every object of its resource (one of [`watch_options`]).
-fn names_all(r: &ResourceIdentifier) -> bool {
-    r.name == ALL
 }
 
 /// The API groups of `manifests` (the core group left out), sorted and comma-separated.
@@ -193,14 +158,12 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
                 taken.insert(identity);
             }
         }
-        // An option names the object by resource, not kind: matched by group, namespace and name,
-        // or by group alone for one naming all objects (at worst one for a resource not here,
-        // which names nothing).
+        // An option names the object by resource, not kind: matched by group, namespace and name.
         let named = |c: &ManifestConfigOption| {
             let r = &c.resource_identifier;
-            taken.iter().any(|(group, _, namespace, name)| {
-                *group == r.group && (names_all(r) || (namespace, name) == (&r.namespace, &r.name))
-            })
+            taken
+                .iter()
+                .any(|(group, _, namespace, name)| (group, namespace, name) == (&r.group, &r.namespace, &r.name))
         };
         for option in source.spec.manifest_configs.iter().filter(|c| named(c)) {
             if !kept.spec.manifest_configs.contains(option) {
@@ -211,15 +174,6 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
     if kept.spec.workload.manifests.len() == work.spec.workload.manifests.len() {
         return kept;
     }
-    // As `wrap` orders them: options naming one object first, as they came, then those naming
-    // all by group and resource.
-    kept.spec.manifest_configs.sort_by(|a, b| {
-        let all = |c: &ManifestConfigOption| {
-            let r = &c.resource_identifier;
-            names_all(r).then(|| (r.group.clone(), r.resource.clone()))
-        };
-        all(a).cmp(&all(b))
-    });
     let texts: Vec<String> = kept.spec.workload.manifests.iter().map(|m| digest_text(m)).collect();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
     let labels = kept.metadata.labels.clone().unwrap_or_default();
@@ -427,16 +381,10 @@ mod tests {
         assert_eq!(as_json["metadata"]["annotations"][API_GROUPS_ANNOTATION], "apps");
         assert_eq!(
             as_json["spec"]["manifestConfigs"],
-            json!([
-                {"resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "web", "namespace": "n"},
-                 "updateStrategy": {"type": "CreateOnly"}},
-                // Every object read from a watch; OCM takes the update strategy from the first
-                // option naming the object, so the create-only one above comes first.
-                {"resourceIdentifier": {"group": "", "resource": "namespaces", "name": "*", "namespace": "*"},
-                 "updateStrategy": {"type": "Update"}, "feedbackScrapeType": "Watch"},
-                {"resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "*", "namespace": "*"},
-                 "updateStrategy": {"type": "Update"}, "feedbackScrapeType": "Watch"}
-            ])
+            json!([{
+                "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "web", "namespace": "n"},
+                "updateStrategy": {"type": "CreateOnly"}
+            }])
         );
         assert_eq!(
             as_json["spec"]["workload"]["manifests"][0]["kind"], "Namespace",

@@ -232,9 +232,7 @@ fn create_only_objects_are_marked_so_in_their_work() {
     assert_eq!(
         configs,
         json!([{"resourceIdentifier": {"group": "", "resource": "configmaps", "name": "a", "namespace": "ns"},
-                "updateStrategy": {"type": "CreateOnly"}},
-               {"resourceIdentifier": {"group": "", "resource": "configmaps", "name": "*", "namespace": "*"},
-                "updateStrategy": {"type": "Update"}, "feedbackScrapeType": "Watch"}])
+                "updateStrategy": {"type": "CreateOnly"}}])
     );
 }
 
