@@ -138,18 +138,34 @@ impl CpuByProcess {
     }
 }
 
+/// Resident memory of each running process of the stack now, in MiB, the most first: what the
+/// CPU shares leave out, such as an agent holding a handler per object.
+pub fn rss_by_process(procs: &Procs) -> Vec<(String, f64)> {
+    let mut rss: Vec<(String, f64)> = running(procs)
+        .map(|(name, pid)| (name, rss_kib(pid) as f64 / 1024.0))
+        .collect();
+    rss.sort_by(|a, b| b.1.total_cmp(&a.1));
+    rss
+}
+
+/// The stack's running processes, by the name of their `<name>.pid`.
+fn running(procs: &Procs) -> impl Iterator<Item = (String, u32)> + '_ {
+    std::fs::read_dir(&procs.pids)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let name = entry.path().file_stem()?.to_str()?.to_string();
+            let pid = procs.running(&name)?;
+            Some((name, pid))
+        })
+}
+
 /// CPU seconds so far of each running process of the stack (by its `<name>.pid`) and of the bench.
 fn now(procs: &Procs) -> BTreeMap<String, f64> {
-    let mut cpu = BTreeMap::new();
-    for entry in std::fs::read_dir(&procs.pids).into_iter().flatten().flatten() {
-        let path = entry.path();
-        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
-            continue;
-        };
-        if let Some(pid) = procs.running(name) {
-            cpu.insert(name.to_string(), proc_cpu_seconds(pid));
-        }
-    }
+    let mut cpu: BTreeMap<String, f64> = running(procs)
+        .map(|(name, pid)| (name, proc_cpu_seconds(pid)))
+        .collect();
     // Children's times count once they have been waited for, as each kubectl has.
     cpu.insert(KUBECTL.to_string(), stat_seconds("self", CHILDREN));
     cpu.insert(BENCH.to_string(), stat_seconds("self", OWN));
@@ -161,7 +177,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cpu_by_process_counts_the_running_and_leaves_out_the_gone() {
+    fn by_process_counts_the_running_and_leaves_out_the_gone() {
         let state = std::env::temp_dir().join(format!("ks-bench-cpu-{}", std::process::id()));
         let procs = Procs::new(&state).unwrap();
         std::fs::write(procs.pids.join("me.pid"), std::process::id().to_string()).unwrap();
@@ -173,9 +189,11 @@ mod tests {
             spin = spin.wrapping_add(1);
         }
         let used: BTreeMap<String, f64> = cpu.since().into_iter().collect();
+        let rss: BTreeMap<String, f64> = rss_by_process(&procs).into_iter().collect();
         let _ = std::fs::remove_dir_all(&state);
         assert!(used["me"] >= 0.05, "{used:?} after {spin} turns");
         assert!(!used.contains_key("gone"), "{used:?}");
         assert!(used.contains_key(KUBECTL) && used.contains_key(BENCH), "{used:?}");
+        assert!(rss["me"] > 0.0 && !rss.contains_key("gone"), "{rss:?}");
     }
 }

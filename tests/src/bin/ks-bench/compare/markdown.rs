@@ -514,7 +514,9 @@ then, the real WECs' included). *ITS apiserver alone*: the same final \
 ManifestWorks, each written once (created: the cheapest write the apiserver takes) into a namespace no agent reads, from a tight client loop with 8 writes in \
 flight, on a fresh stack (so the ITS never holds both) — the physical limit. The details say where \
 the machine's CPU went until every mailbox was full, and while the ITS apiserver alone wrote: CPU seconds of \
-each process of the stack (from `/proc`), of the bench's kubectl processes and of the bench itself. A run that has not reached every mailbox and both real WECs after \
+each process of the stack (from `/proc`), of the bench's kubectl processes and of the bench itself; and \
+the resident memory of the stack's processes that held the most once both real WECs had every object (an OCM \
+work agent's included). A run that has not reached every mailbox and both real WECs after \
 `--upstream-cap-minutes` (upstream) or `--ours-cap-minutes` (ours) is stopped and shown as \"did not finish\"; \
 on a curve, an implementation's larger points are then not tried. Growth between points is named from the \
 exponent e of y ∝ xᵉ: flat (e < 0.2), sublinear (< 0.8), linear (0.8–1.2), superlinear (< 1.7), quadratic or \

@@ -30,7 +30,7 @@ use super::results::{Measured, Outcome};
 use super::simulated::SIMULATED_LABEL;
 use super::{Knobs, WDS, hub_pids, within};
 use crate::fixtures::{MANAGER, apply_namespace, unique};
-use crate::measure::{CpuByProcess, Usage};
+use crate::measure::{CpuByProcess, Usage, rss_by_process};
 
 /// How long the agents get to report every object before the idle window.
 const REPORTED_DEADLINE: Duration = Duration::from_secs(600);
@@ -200,6 +200,7 @@ pub async fn propagate(
         };
         on_wecs = within(until, all_there).await?.then(|| started.elapsed());
     }
+    let memory = rss_by_process(&stack.procs);
     let (peak, cpu) = usage.read();
     drop(usage);
     tracking.abort();
@@ -223,26 +224,27 @@ pub async fn propagate(
         binding_writes: ks_tests::metrics::total(&wds_writes, "bindings", None),
         ..Measured::default()
     };
+    // Each line of the notes names its run.
+    let point = format!("{i}, {} objects × {} WECs", load.objects, load.wecs());
     let mut notes = format!(
-        "{i}, {} objects × {} WECs: WDS writes: {}\n{i}, {} objects × {} WECs: ITS writes: {}",
-        load.objects,
-        load.wecs(),
+        "{point}: WDS writes: {}\n{point}: ITS writes: {}",
         describe(&wds_writes),
-        load.objects,
-        load.wecs(),
         describe(&its_writes)
     );
-    let cpu_line = format!(
-        "{i}, {} objects × {} WECs: {}",
-        load.objects,
-        load.wecs(),
-        match in_mailboxes {
-            Some(took) => cpu_shares(&cpu_by_process, "until every mailbox was full", took),
-            None => cpu_shares(&cpu_by_process, "until the cap", started.elapsed()),
-        }
-    );
+    let cpu = match in_mailboxes {
+        Some(took) => cpu_shares(&cpu_by_process, "until every mailbox was full", took),
+        None => cpu_shares(&cpu_by_process, "until the cap", started.elapsed()),
+    };
+    let cpu_line = format!("{point}: {cpu}");
     println!("   {cpu_line}");
     notes.push_str(&format!("\n{cpu_line}"));
+    let when = match on_wecs {
+        Some(_) => "once both real WECs held everything",
+        None => "at the cap",
+    };
+    let memory_line = format!("{point}: {}", memory_shares(&memory, when));
+    println!("   {memory_line}");
+    notes.push_str(&format!("\n{memory_line}"));
     if on_wecs.is_none() {
         println!(
             "   {i} did not finish in {cap_minutes} min (every mailbox full: {})",
@@ -292,9 +294,7 @@ pub async fn propagate(
         .collect();
     measured.idle_writes = hub_writes_in_wds(&wds_idle) + manifest_work_writes(&its_idle) + agent_writes(&its_idle);
     notes.push_str(&format!(
-        "\n{i}, {} objects × {} WECs: in {} s idle: WDS [{}] ITS [{}] {}",
-        load.objects,
-        load.wecs(),
+        "\n{point}: in {} s idle: WDS [{}] ITS [{}] {}",
         knobs.idle,
         describe(&wds_idle),
         describe(&its_idle),
@@ -307,17 +307,13 @@ pub async fn propagate(
         _ => format!("both real WECs in {:.1} s", measured.on_wecs_seconds),
     };
     let full_line = format!(
-        "{i}, {} objects × {} WECs: every mailbox full in {:.1} s as the watch showed it, and as the ITS accepted the last write {:.0} s; {on_wecs}",
-        load.objects,
-        load.wecs(),
-        measured.in_mailboxes_seconds,
-        measured.in_mailboxes_accepted_seconds,
+        "{point}: every mailbox full in {:.1} s as the watch showed it, and as the ITS accepted the last write {:.0} s; {on_wecs}",
+        measured.in_mailboxes_seconds, measured.in_mailboxes_accepted_seconds,
     );
     println!("   {full_line}");
     notes.push_str(&format!("\n{full_line}"));
     if let Some(written) = written {
         let final_bytes: usize = final_works.iter().map(|w| w.get().len()).sum();
-        let point = format!("{i}, {} objects × {} WECs", load.objects, load.wecs());
         let lines = [
             format!(
                 "{point}: ManifestWork bytes written {:.0} MB, their final content {:.0} MB ({:.2}×)",
@@ -392,6 +388,16 @@ fn cpu_shares(used: &[(String, f64)], until: &str, took: Duration) -> String {
         named.join(", "),
         used.len().saturating_sub(NAMED)
     )
+}
+
+/// Where the machine's memory was at a moment: the processes holding the most.
+fn memory_shares(held: &[(String, f64)], when: &str) -> String {
+    let named: Vec<String> = held
+        .iter()
+        .take(8)
+        .map(|(name, mib)| format!("{name} {mib:.0}"))
+        .collect();
+    format!("resident MiB {when}: {}", named.join(", "))
 }
 
 fn names(spreads: &[kubectl::Spread]) -> Vec<String> {
