@@ -108,8 +108,9 @@ pub struct Knobs {
     /// objects: the object counts of the curve.
     #[arg(long, value_delimiter = ',', default_values_t = [1000, 5000])]
     pub curve_objects: Vec<usize>,
-    /// objects-large: the curve's largest object counts (ours took 44 minutes at 10,000 × 12 here,
-    /// the `objects` part's points together 45).
+    /// objects-large: the curve's largest object counts, a part of their own so that each part
+    /// stays under an hour (ours took 44 minutes at 10,000 × 12 here on 2026-11-29, 6 on
+    /// 2026-12-05).
     #[arg(long, value_delimiter = ',', default_values_t = [10_000])]
     pub curve_objects_large: Vec<usize>,
     /// objects, objects-large: the WECs (2 real, the rest simulated) of every point.
