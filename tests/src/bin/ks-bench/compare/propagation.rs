@@ -236,15 +236,13 @@ pub async fn propagate(
         None => cpu_shares(&cpu_by_process, "until the cap", started.elapsed()),
     };
     let cpu_line = format!("{point}: {cpu}");
-    println!("   {cpu_line}");
-    notes.push_str(&format!("\n{cpu_line}"));
+    note_line(&mut notes, &cpu_line);
     let when = match on_wecs {
         Some(_) => "once both real WECs held everything",
         None => "at the cap",
     };
     let memory_line = format!("{point}: {}", memory_shares(&memory, when));
-    println!("   {memory_line}");
-    notes.push_str(&format!("\n{memory_line}"));
+    note_line(&mut notes, &memory_line);
     if on_wecs.is_none() {
         println!(
             "   {i} did not finish in {cap_minutes} min (every mailbox full: {})",
@@ -310,8 +308,7 @@ pub async fn propagate(
         "{point}: every mailbox full in {:.1} s as the watch showed it, and as the ITS accepted the last write {:.0} s; {on_wecs}",
         measured.in_mailboxes_seconds, measured.in_mailboxes_accepted_seconds,
     );
-    println!("   {full_line}");
-    notes.push_str(&format!("\n{full_line}"));
+    note_line(&mut notes, &full_line);
     if let Some(written) = written {
         let final_bytes: usize = final_works.iter().map(|w| w.get().len()).sum();
         let lines = [
@@ -330,8 +327,7 @@ pub async fn propagate(
             ),
         ];
         for line in lines {
-            println!("   {line}");
-            notes.push_str(&format!("\n{line}"));
+            note_line(&mut notes, &line);
         }
     }
     Ok((Outcome::Finished(measured), notes, final_works))
@@ -388,6 +384,12 @@ fn cpu_shares(used: &[(String, f64)], until: &str, took: Duration) -> String {
         named.join(", "),
         used.len().saturating_sub(NAMED)
     )
+}
+
+/// Prints `line` as the run goes and adds it to the run's notes.
+fn note_line(notes: &mut String, line: &str) {
+    println!("   {line}");
+    notes.push_str(&format!("\n{line}"));
 }
 
 /// Where the machine's memory was at a moment: the processes holding the most.
