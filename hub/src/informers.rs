@@ -317,6 +317,26 @@ impl WorkloadInformers {
             .unwrap_or_default()
     }
 
+    /// Serves `objects` of `gr` (served as `resource`) as a filled informer would: for tests of
+    /// the controllers that read the cache.
+    #[cfg(test)]
+    pub fn serve(&self, gr: GroupResource, resource: ApiResource, namespaced: bool, objects: Vec<CachedObject>) {
+        let mut writer = Writer::new(resource.clone());
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for object in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(object));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let informer = Informer {
+            resource,
+            namespaced,
+            store: writer.as_reader(),
+            stop: CancellationToken::new(),
+            id: 0,
+        };
+        self.lock().serving.insert(gr, informer);
+    }
+
     /// Brings the set of informers in line with discovery and the established CRDs: starts the
     /// missing ones, replaces those whose version changed (the old one serves until the new one
     /// is filled), stops those whose resource is gone. `crds` are the CRDs currently known.

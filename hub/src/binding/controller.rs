@@ -460,7 +460,18 @@ impl Loop<'_> {
         );
         let mut failed = false;
         for (id, request) in changes {
-            let result = writes::apply_status_request_labels(&self.wds, &id, request).await;
+            // The object as the cache holds it now. Gone (deleted by its user): it has no label
+            // to change, and an apply would create it again.
+            let Some(uid) = self
+                .caches
+                .informers
+                .get(&id.workload_ref())
+                .and_then(|o| o.metadata.uid.clone())
+            else {
+                self.labelled.remove(&id);
+                continue;
+            };
+            let result = writes::apply_status_request_labels(&self.wds, &id, &uid, request).await;
             let what = format!("status-request labels of {}", id.name);
             if self.settle(result, Retry::Labels, &what) == Some(Failure::Transient) {
                 failed = true;

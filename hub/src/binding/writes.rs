@@ -186,9 +186,15 @@ pub fn error_message(err: &kube::Error) -> String {
 
 /// Sets the status-request labels of a WDS object to `request` with server-side apply: labels
 /// we no longer apply are removed, and labels someone else set are never touched.
+///
+/// The apply names the object's `uid`: an apply creates what is missing, and a user who deleted
+/// the object (or deleted and created it again) must not find it brought back, or another
+/// object's labels changed. The apiserver then answers 409 (a precondition failed), and the
+/// controller's next try reads the object from its cache again.
 pub async fn apply_status_request_labels(
     wds: &kube::Client,
     id: &crate::binding::ObjectIdentity,
+    uid: &str,
     request: super::state::StatusRequest,
 ) -> kube::Result<()> {
     use ks_shared::names::{LABEL_TRUE, MULTI_WEC_STATUS_LABEL, SINGLETON_STATUS_LABEL};
@@ -210,7 +216,7 @@ pub async fn apply_status_request_labels(
     if request.multi_wec {
         labels.insert(MULTI_WEC_STATUS_LABEL.into(), LABEL_TRUE.into());
     }
-    let mut metadata = json!({"name": id.name});
+    let mut metadata = json!({"name": id.name, "uid": uid});
     if !labels.is_empty() {
         metadata["labels"] = labels.into();
     }

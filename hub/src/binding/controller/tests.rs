@@ -6,7 +6,7 @@ use serde_json::{Value as Json, json};
 
 use super::*;
 use crate::binding::state;
-use crate::informers::ResourceFilter;
+use crate::informers::{GroupResource, ResourceFilter};
 use crate::mock::{self, ApiServer};
 use ks_shared::runtime::RETRY_MAX;
 use kube::runtime::reflector;
@@ -279,6 +279,14 @@ async fn a_status_written_before_an_edit_is_resolved_claims_only_what_was_resolv
     assert!(!looper.resolutions.take_dirty().is_empty());
 }
 
+/// The WDS cache holding the ConfigMap `ns/a` with the UID `uid`.
+fn cache_config_map(looper: &Loop<'_>, uid: &str) {
+    let cached = serde_json::from_value(json!({"metadata": {"name": "a", "namespace": "ns", "uid": uid}, "data": {}}));
+    let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+    let gr = GroupResource::new("", "configmaps");
+    looper.caches.informers.serve(gr, resource, true, vec![cached.unwrap()]);
+}
+
 #[tokio::test]
 async fn failed_status_request_labels_are_retried() {
     let (client, mut server) = mock::client();
@@ -286,6 +294,7 @@ async fn failed_status_request_labels_are_retried() {
     let object = config_map();
     resolutions.set_policy("p", 1, &policy(true).spec, [(&object, None)], &[]);
     let mut looper = test_loop(&client, vec![policy(true)], &mut resolutions);
+    cache_config_map(&looper, "uid-a");
     let ((), (labels, _)) = tokio::join!(looper.flush_all(), async {
         let labels = server.answer(500, mock::failure(500)).await;
         (labels, answer_binding_then_status(&mut server, 200).await)
@@ -296,9 +305,45 @@ async fn failed_status_request_labels_are_retried() {
         labels.uri
     );
     assert!(only_waiting(&looper, &Retry::Labels));
+    assert_eq!(
+        labels.body["metadata"]["uid"], "uid-a",
+        "an apply that cannot create the object"
+    );
 
     let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}});
     let ((), again) = tokio::join!(looper.retry(Instant::now() + RETRY_MAX), server.answer(200, applied));
     assert_eq!(again.body, labels.body);
     assert_eq!(looper.retries.waiting(), 0);
+}
+
+#[tokio::test]
+async fn a_deleted_object_gets_no_status_request_labels_written() {
+    let (client, mut server) = mock::client();
+    let mut resolutions = Resolutions::default();
+    let object = config_map();
+    resolutions.set_policy("p", 1, &policy(true).spec, [(&object, None)], &[]);
+    let mut looper = test_loop(&client, vec![policy(true)], &mut resolutions);
+    cache_config_map(&looper, "uid-a");
+    let applied = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns"}});
+    let ((), (labels, _)) = tokio::join!(looper.flush_all(), async {
+        let labels = server.answer(200, applied).await;
+        (labels, answer_binding_then_status(&mut server, 200).await)
+    });
+    assert!(
+        labels.uri.starts_with("/api/v1/namespaces/ns/configmaps/a?"),
+        "{}",
+        labels.uri
+    );
+
+    // The user deletes it: the policy no longer selects it, and its cache no longer holds it.
+    looper.resolutions.set_object(&object.identity.workload_ref(), None);
+    looper.caches.informers.serve(
+        GroupResource::new("", "configmaps"),
+        ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&()),
+        true,
+        vec![],
+    );
+    // The Binding's write comes first: no apply to the deleted object (that would create it).
+    let ((), _) = tokio::join!(looper.flush_all(), answer_binding_then_status(&mut server, 200));
+    assert!(looper.labelled.is_empty());
 }

@@ -3,7 +3,6 @@
 //! shared by one object's evaluations, and a panic in either is an error, not a crash.
 
 use std::collections::{BTreeSet, HashMap};
-use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, LazyLock};
 
 use cel::common::ast::{EntryExpr, Expr};
@@ -63,7 +62,7 @@ pub(super) fn compile(expression: &str) -> Result<Expression, String> {
         ));
     }
     let parsed = std::thread::scope(|scope| {
-        let parse = || catch_unwind(AssertUnwindSafe(|| ENV.compile(expression)));
+        let parse = || ks_shared::crash::catching(|| ENV.compile(expression));
         std::thread::Builder::new()
             .name("cel-parser".into())
             .stack_size(CEL_STACK)
@@ -157,7 +156,7 @@ impl Expression {
             ));
         }
         left.set(left.get() - cost);
-        match catch_unwind(AssertUnwindSafe(|| self.program.execute(scope))) {
+        match ks_shared::crash::catching(|| self.program.execute(scope)) {
             Ok(result) => result.map_err(|e| e.to_string()),
             Err(_) => Err("the CEL evaluator failed".to_string()),
         }
