@@ -542,7 +542,13 @@ impl Loop<'_> {
             );
             let mut write_error = None;
             let mut failed = false;
-            if needs_write && let Some(too_large) = writes::too_large(&desired) {
+            let foreign = existing.as_deref().and_then(|b| writes::foreign_binding(&name, b));
+            if let Some(foreign) = foreign {
+                // Someone else's: left as it is, and not retried until it or the policy changes.
+                self.metrics.errors.inc();
+                tracing::error!(policy = %name, "{foreign}");
+                write_error = Some(foreign);
+            } else if needs_write && let Some(too_large) = writes::too_large(&desired) {
                 // Not written, and not retried until the selection changes: the Binding as it
                 // is stays, and with it what the WECs have.
                 self.metrics.errors.inc();
@@ -566,6 +572,7 @@ impl Loop<'_> {
             errors.extend(
                 existing
                     .iter()
+                    .filter(|_| write_error.is_none())
                     .filter_map(|b| b.status.as_ref())
                     .flat_map(|s| s.errors.clone()),
             );

@@ -61,6 +61,28 @@ pub async fn write_binding(
     Ok(())
 }
 
+/// Why the Binding found under `policy`'s name is not the policy's to write, if it is not: its
+/// controller owner is no BindingPolicy of that name (one written by hand, or by another tool).
+/// Rewriting it would take it over, and deleting the policy would then have it collected, with
+/// what it delivers withdrawn from every WEC. One owned by an earlier policy of the same name
+/// (another UID) is the policy's: upstream's controller writes them so, and a policy deleted and
+/// created again takes its predecessor's Binding over.
+pub fn foreign_binding(policy: &str, binding: &Binding) -> Option<String> {
+    let controller = binding.owner_references().iter().find(|o| o.controller == Some(true));
+    let ours = controller.is_some_and(|o| {
+        o.kind == BindingPolicy::kind(&()) && o.api_version == BindingPolicy::api_version(&()) && o.name == policy
+    });
+    (!ours).then(|| {
+        let owner = controller.map_or("no controller owner".to_string(), |o| {
+            format!("its controller owner is {} {}", o.kind, o.name)
+        });
+        format!(
+            "a Binding named {policy} exists that this policy does not own ({owner}): it is left as it is; \
+             delete it, or rename the policy"
+        )
+    })
+}
+
 /// The most a Binding may take, serialized: etcd stores at most 1.5 MiB per object (its default
 /// `--max-request-bytes`), and the apiserver adds metadata (managed fields, finalizers).
 pub const MAX_BINDING_BYTES: usize = 1_500_000;

@@ -1,6 +1,6 @@
 //! Tests of the binding controller's loop against a mocked apiserver.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use ks_shared::api::{BindingPolicySpec, DownsyncObjectTest, DownsyncPolicyClause};
 use serde_json::{Value as Json, json};
 
@@ -256,6 +256,48 @@ async fn a_binding_too_large_to_store_is_reported_not_written() {
     let message = synced["message"].as_str().unwrap();
     assert!(message.starts_with("the Binding would take 1.77 MB"), "{message}");
     assert_eq!(looper.retries.waiting(), 0);
+}
+
+#[tokio::test]
+async fn a_binding_the_policy_does_not_own_is_reported_not_taken_over() {
+    let (client, mut server) = mock::client();
+    let mut resolutions = Resolutions::default();
+    let object = config_map();
+    resolutions.set_policy("p", 1, &policy(false).spec, [(&object, None)], &[]);
+    let mut looper = test_loop(&client, vec![policy(false)], &mut resolutions);
+    // Written by hand: no controller owner.
+    let mut by_hand = Binding::new("p", Default::default());
+    by_hand.metadata.resource_version = Some("3".into());
+    looper.caches.bindings = store(vec![by_hand]);
+    // The status is the first and only write.
+    let ((), status) = tokio::join!(looper.flush_all(), server.answer(200, stored(&policy(false))));
+    assert!(
+        status
+            .uri
+            .starts_with("/apis/control.kubestellar.io/v1alpha1/bindingpolicies/p/status"),
+        "{}",
+        status.uri
+    );
+    let synced = &status.body["status"]["conditions"][0];
+    assert_eq!(synced["status"], "False");
+    let message = synced["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("a Binding named p exists that this policy does not own"),
+        "{message}"
+    );
+
+    // One owned by an earlier policy of that name is the policy's.
+    let mut earlier = Binding::new("p", Default::default());
+    earlier.metadata.owner_references = Some(vec![OwnerReference {
+        api_version: "control.kubestellar.io/v1alpha1".into(),
+        kind: "BindingPolicy".into(),
+        name: "p".into(),
+        uid: "uid-of-an-earlier-p".into(),
+        controller: Some(true),
+        block_owner_deletion: Some(false),
+    }]);
+    assert_eq!(writes::foreign_binding("p", &earlier), None);
+    assert!(writes::foreign_binding("q", &earlier).is_some());
 }
 
 #[tokio::test]
