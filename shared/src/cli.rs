@@ -16,7 +16,7 @@ use crate::telemetry::{self, LogFormat, Telemetry};
 /// Logging, endpoint and leader-election flags, each with an environment fallback.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
-    /// Log line format on standard error (levels come from RUST_LOG, default info).
+    /// Log line format on standard error (levels come from RUST_LOG, default info; kube's client errors only).
     #[arg(long, env = "KS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 

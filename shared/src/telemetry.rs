@@ -64,12 +64,17 @@ pub fn otlp_requested(env: impl Fn(&str) -> Option<String>) -> bool {
     !disabled && (set("OTEL_EXPORTER_OTLP_ENDPOINT") || set("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"))
 }
 
+/// The log levels unless `RUST_LOG` says otherwise: `info`, but only errors from kube's client,
+/// which logs at `warn` the whole body of an answer it cannot decode (a LIST of Secrets, say).
+/// The caller reports the failure itself.
+pub const DEFAULT_LOG_FILTER: &str = "info,kube_client::client=error";
+
 /// Installs the global subscriber for `service`, serving `cluster` (the WDS of a hub, the WEC
-/// of an agent). Log levels come from `RUST_LOG` (default `info`). Spans go to OTLP only when
+/// of an agent). Log levels come from `RUST_LOG` (default [`DEFAULT_LOG_FILTER`]). Spans go to OTLP only when
 /// `OTEL_EXPORTER_OTLP_ENDPOINT` (or the traces-specific variable) is set; `OTEL_SERVICE_NAME`
 /// overrides `service`.
 pub fn init(service: &'static str, cluster: Option<&str>, format: LogFormat) -> Result<Telemetry, TelemetryError> {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(DEFAULT_LOG_FILTER));
     let output: Box<dyn Layer<Registry> + Send + Sync> = match format {
         LogFormat::Text => tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
