@@ -55,9 +55,9 @@ struct Args {
     /// Context of the ITS in its kubeconfig.
     #[arg(long, env = "KS_ITS_CONTEXT", value_name = "NAME")]
     its_context: Option<String>,
-    /// Name of this WDS; it labels what this process writes into the ITS. In KubeFlex mode,
-    /// the name of its ControlPlane.
-    #[arg(long, env = "KS_WDS_NAME", value_name = "NAME")]
+    /// Name of this WDS, a DNS label unique per ITS; it labels what this process writes into the
+    /// ITS. In KubeFlex mode, the name of its ControlPlane.
+    #[arg(long, env = "KS_WDS_NAME", value_name = "NAME", value_parser = ks_shared::cli::parse_wds_name)]
     wds_name: String,
     /// KubeFlex mode: find the WDS and ITS through KubeFlex ControlPlanes (label
     /// kflex.kubestellar.io/cptype=wds|its) and their kubeconfig Secrets in the hosting cluster.

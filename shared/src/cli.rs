@@ -175,9 +175,40 @@ pub fn parse_qps(text: &str) -> Result<f32, String> {
     }
 }
 
+/// Parses a `--wds-name` flag: a DNS label (at most 63 lowercase letters, digits and `-`,
+/// starting and ending with a letter or digit), as a KubeFlex ControlPlane's name is. The name
+/// goes into ManifestWork names, labels and field managers, and a dot in it would make the
+/// names of two WDSes' ManifestWorks meet.
+pub fn parse_wds_name(text: &str) -> Result<String, String> {
+    let alphanumeric = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit();
+    let valid = !text.is_empty()
+        && text.len() <= 63
+        && text.chars().all(|c| alphanumeric(c) || c == '-')
+        && text.starts_with(alphanumeric)
+        && text.ends_with(alphanumeric);
+    if valid {
+        Ok(text.to_string())
+    } else {
+        Err(format!(
+            "{text:?} is not a DNS label: at most 63 lowercase letters, digits and '-', starting and ending \
+             with a letter or digit"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use super::parse_qps;
+    use super::{parse_qps, parse_wds_name};
+
+    #[test]
+    fn a_wds_name_is_a_dns_label() {
+        for good in ["wds1", "a-b", "0", &"w".repeat(63)] {
+            assert_eq!(parse_wds_name(good).as_deref(), Ok(good));
+        }
+        for bad in ["", "a.b", "WDS", "-a", "a-", "a_b", &"w".repeat(64)] {
+            assert!(parse_wds_name(bad).is_err(), "{bad:?}");
+        }
+    }
 
     #[test]
     fn qps_is_a_finite_non_negative_number() {
