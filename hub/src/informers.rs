@@ -634,7 +634,7 @@ mod tests {
         }))
         .unwrap();
         trim(&mut object);
-        let kept = object.to_value();
+        let kept = object.to_value().unwrap();
         assert_eq!(
             kept["metadata"]["annotations"],
             serde_json::json!({}),

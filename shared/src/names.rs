@@ -103,10 +103,18 @@ pub mod field_manager {
     pub const BINDING: &str = "Binding";
     /// The status controller.
     pub const STATUS: &str = "Status";
-    /// The transport controller.
+    /// The transport controller, writing status in its WDS.
     pub const TRANSPORT: &str = "transport-controller";
     /// The status add-on controller.
     pub const ADDON: &str = "ks-addon";
+
+    /// The transport controller of the WDS `wds`, writing ManifestWorks in the ITS: one manager
+    /// per WDS, so that no hub's forced apply takes fields another hub's holds (every hub wrote
+    /// them as [`TRANSPORT`] before). A WDS name is a label value, at most 63 characters, so this
+    /// stays within the apiserver's 128.
+    pub fn transport_of(wds: &str) -> String {
+        format!("{TRANSPORT}-{wds}")
+    }
 }
 
 /// True when a label key marks a ManifestWork as KubeStellar's.
@@ -129,6 +137,13 @@ mod tests {
         assert!(is_kubestellar_label(SINGLETON_STATUS_LABEL));
         assert!(!is_kubestellar_label("app.kubernetes.io/name"));
         assert!(!is_kubestellar_label("transport.kubestellar.io"));
+    }
+
+    #[test]
+    fn one_transport_field_manager_per_wds_within_the_apiservers_limit() {
+        assert_eq!(field_manager::transport_of("wds1"), "transport-controller-wds1");
+        assert_ne!(field_manager::transport_of("a-b"), field_manager::transport_of("b"));
+        assert!(field_manager::transport_of(&"w".repeat(63)).len() <= 128);
     }
 
     #[test]

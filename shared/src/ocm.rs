@@ -55,7 +55,10 @@ pub struct ManifestWorkSpec {
     pub workload: ManifestsTemplate,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delete_option: Option<serde_json::Value>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    /// Sent even when empty: a field left out of a server-side apply stays while another manager
+    /// (the creation's, or an earlier field manager's) owns it too, so a createOnly option
+    /// dropped from a ManifestWork would stay in it for good.
+    #[serde(default)]
     pub manifest_configs: Vec<ManifestConfigOption>,
 }
 

@@ -197,7 +197,7 @@ spec:
 
     // Containers before what they contain: OCM applies a ManifestWork's manifests in order.
     let work = Api::<ManifestWork>::namespaced(ctx.client("its1").await?, "cluster1")
-        .get(&format!("{id}-wds1-0"))
+        .get(&format!("{id}.wds1.0"))
         .await?;
     let kinds: Vec<&str> = work
         .spec
@@ -404,7 +404,7 @@ spec:
     let works: Api<ManifestWork> = Api::namespaced(ctx.client("its1").await?, "cluster1");
     wait_until(
         works,
-        &format!("{id}-singleton-wds1-0"),
+        &format!("{id}-singleton.wds1.0"),
         "deleted",
         DEADLINE,
         conditions::is_deleted(""),

@@ -239,7 +239,7 @@ async fn a_policy_growing_one_apply_at_a_time_keeps_every_wec_object(ctx: Ctx) -
     }
     // The Namespace is an object of the Binding too.
     let sharded = (OBJECTS + 1).div_ceil(HUB_MAX_NUM_WRAPPED);
-    let first_shard = format!("{id}-wds1-0");
+    let first_shard = format!("{id}.wds1.0");
     let firsts: Vec<String> = (0..FIRST).map(|i| format!("cm-{i}")).collect();
     wait_works(&ctx, &id, sharded, "every object in one ManifestWork", |works| {
         let held: Vec<&str> = works

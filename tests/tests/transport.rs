@@ -245,7 +245,7 @@ async fn create_only_and_custom_transforms(ctx: Ctx) -> anyhow::Result<()> {
             updated && w.status.as_ref().is_some_and(|s| s.applied(w.metadata.generation))
         })
     };
-    let work = format!("{name}-wds1-0");
+    let work = format!("{name}.wds1.0");
     wait_until(works, &work, "applied by OCM with the update", DEADLINE, applied).await?;
     let after = wec.get("web").await?;
     anyhow::ensure!(
@@ -418,11 +418,9 @@ async fn templates_follow_wec_properties(ctx: Ctx) -> anyhow::Result<()> {
     )
     .await?;
 
-    // A key only cluster1 has: cluster2's expansion fails; nothing is rewritten anywhere.
-    let before = (
-        works_of(&ctx, &name, "cluster1").await?,
-        works_of(&ctx, &name, "cluster2").await?,
-    );
+    // A key only cluster1 has: cluster2's expansion fails, and cluster2 keeps what it had (its
+    // ManifestWork is not rewritten); cluster1, where it expands, follows.
+    let before = works_of(&ctx, &name, "cluster2").await?;
     let data = json!({"region": "{{.region}}", "cluster": "{{ .clusterName }}", "plain": "{x}", "only": format!("{{{{.{key}}}}}")});
     apply(&wds_config_maps, config_map("site", &selector, expand.clone(), data)).await?;
     let errors = binding_errors(&ctx, &name, Some("map has no entry for key")).await?;
@@ -432,18 +430,27 @@ async fn templates_follow_wec_properties(ctx: Ctx) -> anyhow::Result<()> {
             .all(|e| e.starts_with(&format!("cluster2/ConfigMap({ns}/site).data.only: template: "))),
         "errors name the WEC, the object and the string: {errors:?}"
     );
-    let after = (
-        works_of(&ctx, &name, "cluster1").await?,
-        works_of(&ctx, &name, "cluster2").await?,
-    );
+    let with_only = |c: Option<&ConfigMap>| {
+        c.and_then(|c| c.data.as_ref())
+            .is_some_and(|d| d.get("only").map(String::as_str) == Some("a"))
+    };
+    wait_until(
+        on("cluster1").await?,
+        "site",
+        "with the key only it has",
+        DEADLINE,
+        with_only,
+    )
+    .await?;
+    let after = works_of(&ctx, &name, "cluster2").await?;
     anyhow::ensure!(
         before == after,
-        "ManifestWorks rewritten after an expansion error: {before:?} → {after:?}"
+        "cluster2's ManifestWorks rewritten after its expansion error: {before:?} → {after:?}"
     );
-    let unchanged = on("cluster1").await?.get("site").await?;
+    let unchanged = on("cluster2").await?.get("site").await?;
     anyhow::ensure!(
         !unchanged.data.unwrap_or_default().contains_key("only"),
-        "the WEC keeps the previous version"
+        "cluster2 keeps the previous version"
     );
 
     Api::<BindingPolicy>::all(wds.clone())

@@ -4,15 +4,22 @@
 //! small object took about ten times the size of its JSON (every map a B-tree node), and at
 //! 10,000 objects the WDS cache was well over half of the hub's heap.
 //!
+//! Its content is read only as deep as serde_json reads (128 levels): one nested deeper cannot be
+//! read, and says so ([`Unreadable`]) rather than read as `{}`, which delivered it emptied. Its
+//! metadata never fails for depth: only a `managedFields` entry's `fieldsV1` nests (it mirrors
+//! the fields its manager set), and one too deep to read is kept without it, so that one deep
+//! object does not fail the LIST or watch of its whole resource.
+//!
 //! It also knows the version of its last change that a WEC would see ([`CachedObject::content_version`]):
 //! a status written back (ours, from the WECs) gives the object a new resourceVersion but
 //! nothing new to deliver, and a Binding that listed each new version was rewritten, and
 //! planned again by the transport, on every status change.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use kube::Resource;
 use kube::core::DynamicResourceScope;
 use kube::discovery::ApiResource;
@@ -35,26 +42,38 @@ pub struct CachedObject {
     content_version: Option<String>,
 }
 
+/// An object whose content cannot be read as JSON values: nested deeper than serde_json reads
+/// (128 levels), or holding a number it cannot represent.
+#[derive(Debug, thiserror::Error)]
+#[error("its content cannot be read: {0}")]
+pub struct Unreadable(#[from] serde_json::Error);
+
 impl CachedObject {
     /// The object as JSON, without `apiVersion` and `kind`.
-    pub fn to_value(&self) -> Value {
-        let mut whole: Map<String, Value> = serde_json::from_str(self.rest.get()).unwrap_or_default();
+    pub fn to_value(&self) -> Result<Value, Unreadable> {
+        let mut whole = self.without_status()?;
         if let Some(status) = &self.status {
-            whole.insert("status".into(), serde_json::from_str(status.get()).unwrap_or_default());
+            whole.insert("status".into(), serde_json::from_str(status.get())?);
         }
-        whole.insert(
-            "metadata".into(),
-            serde_json::to_value(&self.metadata).unwrap_or_default(),
-        );
-        Value::Object(whole)
+        Ok(Value::Object(whole))
     }
 
     /// The object as JSON, with the `apiVersion` and `kind` that `resource` serves it as.
-    pub fn as_served(&self, resource: &ApiResource) -> Value {
-        let mut whole = self.to_value();
-        whole["apiVersion"] = Value::from(resource.api_version.as_str());
-        whole["kind"] = Value::from(resource.kind.as_str());
-        whole
+    pub fn as_served(&self, resource: &ApiResource) -> Result<Value, Unreadable> {
+        Ok(served_as(self.to_value()?, resource))
+    }
+
+    /// The object as [`CachedObject::as_served`] gives it, but without its `.status`, which no
+    /// WEC gets (nor is it read, so a status that cannot be read does not keep it from them).
+    pub fn as_delivered(&self, resource: &ApiResource) -> Result<Value, Unreadable> {
+        Ok(served_as(Value::Object(self.without_status()?), resource))
+    }
+
+    /// Every field but `.status`, `apiVersion` and `kind`.
+    fn without_status(&self) -> Result<Map<String, Value>, Unreadable> {
+        let mut fields: Map<String, Value> = serde_json::from_str(self.rest.get())?;
+        fields.insert("metadata".into(), serde_json::to_value(&self.metadata)?);
+        Ok(fields)
     }
 
     /// The object's `.status`, if it has one.
@@ -87,6 +106,45 @@ impl CachedObject {
         self.content_version = (self.metadata.resource_version.as_ref() != Some(&kept)).then_some(kept);
         true
     }
+}
+
+/// `object` with the `apiVersion` and `kind` that `resource` serves it as.
+fn served_as(mut object: Value, resource: &ApiResource) -> Value {
+    object["apiVersion"] = Value::from(resource.api_version.as_str());
+    object["kind"] = Value::from(resource.kind.as_str());
+    object
+}
+
+/// An object's `metadata` from its JSON text. Read apart from the object (whose depth counts
+/// towards serde_json's limit of 128 levels, a list's too), and, should that fail, with each
+/// `managedFields` entry read on its own, without a `fieldsV1` too deep to read: the only part of
+/// metadata that nests as deep as the object does (it mirrors the fields its manager set). The
+/// cache keeps only our status writer's entries (`informers::trim`), whose `fieldsV1` is no
+/// deeper than a status the status controller could read.
+fn read_metadata(text: &str) -> serde_json::Result<ObjectMeta> {
+    let failed = match serde_json::from_str(text) {
+        Ok(metadata) => return Ok(metadata),
+        Err(err) => err,
+    };
+    let mut fields: BTreeMap<String, &RawValue> = serde_json::from_str(text)?;
+    let Some(entries) = fields.remove("managedFields") else {
+        return Err(failed);
+    };
+    let mut metadata: ObjectMeta = serde_json::from_str(&serde_json::to_string(&fields)?)?;
+    let entries: Option<Vec<&RawValue>> = serde_json::from_str(entries.get())?;
+    metadata.managed_fields = entries
+        .map(|entries| entries.into_iter().map(read_managed_fields_entry).collect())
+        .transpose()?;
+    Ok(metadata)
+}
+
+/// One `managedFields` entry; without its `fieldsV1` when that is too deep to read.
+fn read_managed_fields_entry(entry: &RawValue) -> serde_json::Result<ManagedFieldsEntry> {
+    serde_json::from_str(entry.get()).or_else(|_| {
+        let mut fields: BTreeMap<String, &RawValue> = serde_json::from_str(entry.get())?;
+        fields.remove("fieldsV1");
+        serde_json::from_str(&serde_json::to_string(&fields)?)
+    })
 }
 
 impl Resource for CachedObject {
@@ -143,7 +201,10 @@ impl<'de> Visitor<'de> for ObjectVisitor {
         let mut status = None;
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
-                "metadata" => metadata = map.next_value()?,
+                "metadata" => {
+                    let text: Box<RawValue> = map.next_value()?;
+                    metadata = read_metadata(text.get()).map_err(de::Error::custom)?;
+                }
                 "status" => status = Some(map.next_value()?),
                 "apiVersion" | "kind" => {
                     map.next_value::<IgnoredAny>()?;
@@ -190,21 +251,24 @@ mod tests {
         sent.as_object_mut()
             .unwrap()
             .retain(|k, _| k != "apiVersion" && k != "kind");
-        assert_eq!(cached.to_value(), sent);
+        assert_eq!(cached.to_value().unwrap(), sent);
         assert_eq!(cached.metadata.labels.as_ref().unwrap()["app"], "web");
         assert_eq!(cached.status(), Some(json!({"readyReplicas": 1})));
         let served_as = ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
         assert_eq!(
-            cached.as_served(&served_as),
+            cached.as_served(&served_as).unwrap(),
             serde_json::from_str::<Value>(DEPLOYMENT).unwrap()
         );
+        let mut delivered = cached.as_served(&served_as).unwrap();
+        delivered.as_object_mut().unwrap().remove("status");
+        assert_eq!(cached.as_delivered(&served_as).unwrap(), delivered);
     }
 
     #[test]
     fn an_object_without_status_or_other_fields_has_none() {
         let cached: CachedObject = serde_json::from_str(r#"{"metadata":{"name":"n"}}"#).unwrap();
         assert_eq!(cached.status(), None);
-        assert_eq!(cached.to_value(), json!({"metadata": {"name": "n"}}));
+        assert_eq!(cached.to_value().unwrap(), json!({"metadata": {"name": "n"}}));
     }
 
     /// The shapes kube's watcher parses: a watch event line and a list page (both straight from
@@ -222,7 +286,7 @@ mod tests {
         let list: ObjectList<CachedObject> = serde_json::from_str(&list).unwrap();
         assert_eq!(list.items[0].metadata.name.as_deref(), Some("web"));
         let tree: CachedObject = serde_json::from_value(serde_json::from_str(DEPLOYMENT).unwrap()).unwrap();
-        assert_eq!(tree.to_value(), list.items[0].to_value());
+        assert_eq!(tree.to_value().unwrap(), list.items[0].to_value().unwrap());
     }
 
     /// `DEPLOYMENT` at resourceVersion `version`, changed by `change`.
@@ -276,6 +340,77 @@ mod tests {
             assert!(!changed.follow(&first), "{what}");
             assert_eq!(changed.content_version(), "8", "{what}");
         }
+    }
+
+    /// `[[ … [1] … ]]`, `levels` lists deep.
+    fn nested(levels: usize) -> Value {
+        (0..levels).fold(json!(1), |inner, _| json!([inner]))
+    }
+
+    /// A ConfigMap-like object with `spec` and `status`, as the apiserver sends it.
+    fn text(spec: &Value, status: &Value) -> String {
+        format!(r#"{{"metadata":{{"name":"deep","namespace":"ns"}},"spec":{spec},"status":{status}}}"#)
+    }
+
+    /// The defect: a spec deeper than serde_json reads was read as no spec at all, and
+    /// delivered so.
+    #[test]
+    fn content_too_deep_to_read_is_an_error_not_an_empty_object() {
+        let served_as = ApiResource::erase::<k8s_openapi::api::apps::v1::Deployment>(&());
+        let deep: CachedObject = serde_json::from_str(&text(&nested(130), &json!({}))).unwrap();
+        assert_eq!(deep.metadata.name.as_deref(), Some("deep"), "its metadata is read");
+        let error = deep.as_delivered(&served_as).unwrap_err().to_string();
+        assert!(
+            error.starts_with("its content cannot be read: recursion limit exceeded"),
+            "{error}"
+        );
+        assert!(deep.to_value().is_err());
+        // Its status is not delivered: one too deep to read only fails what reads it.
+        let deep_status: CachedObject = serde_json::from_str(&text(&json!({"a": 1}), &nested(130))).unwrap();
+        assert_eq!(deep_status.as_delivered(&served_as).unwrap()["spec"], json!({"a": 1}));
+        assert!(deep_status.as_served(&served_as).is_err());
+        assert_eq!(deep_status.status(), None);
+    }
+
+    /// `fieldsV1` mirrors the fields its manager set: a custom resource nested deep in maps
+    /// makes it as deep, and failing to read it failed the LIST (and lost the watch events) of
+    /// every object of the resource.
+    #[test]
+    fn managed_fields_too_deep_to_read_fail_neither_the_list_nor_the_object() {
+        let deep_fields = (0..130).fold(json!({}), |inner, _| json!({"f:a": inner}));
+        let entry = |manager: &str, fields: &Value| json!({"manager": manager, "operation": "Apply", "fieldsType": "FieldsV1", "fieldsV1": fields});
+        let shallow = json!({"f:status": {"f:ready": {}}});
+        let deep = json!({"metadata": {"name": "deep", "namespace": "ns", "resourceVersion": "5",
+                                       "managedFields": [entry("kubectl", &deep_fields), entry("ks", &shallow)]},
+                          "spec": {"a": 1}});
+        let other = json!({"metadata": {"name": "other", "namespace": "ns"}, "spec": {"b": 2}});
+        // As the apiserver sends them (serde_json writes at any depth).
+        let list = format!(
+            r#"{{"apiVersion":"v1","kind":"List","metadata":{{"resourceVersion":"9"}},"items":[{deep},{other}]}}"#
+        );
+        let list: ObjectList<CachedObject> = serde_json::from_str(&list).unwrap();
+        let [deep, other] = &list.items[..] else {
+            panic!("{:?}", list.items);
+        };
+        assert_eq!(other.to_value().unwrap()["spec"], json!({"b": 2}));
+        assert_eq!(deep.to_value().unwrap()["spec"], json!({"a": 1}));
+        assert_eq!(deep.metadata.resource_version.as_deref(), Some("5"));
+        let entries = deep.metadata.managed_fields.as_deref().unwrap();
+        assert_eq!(entries[0].manager.as_deref(), Some("kubectl"));
+        assert_eq!(entries[0].fields_v1, None, "too deep to read");
+        assert_eq!(entries[1].fields_v1.as_ref().map(|f| &f.0), Some(&shallow));
+        let event = format!(
+            r#"{{"type":"ADDED","object":{}}}"#,
+            json!({"metadata": deep_meta(&deep_fields)})
+        );
+        let Ok(WatchEvent::Added(added)) = serde_json::from_str::<WatchEvent<CachedObject>>(&event) else {
+            panic!("not parsed as an addition");
+        };
+        assert_eq!(added.metadata.name.as_deref(), Some("deep"));
+    }
+
+    fn deep_meta(fields: &Value) -> Value {
+        json!({"name": "deep", "managedFields": [{"manager": "kubectl", "fieldsV1": fields}]})
     }
 
     #[test]

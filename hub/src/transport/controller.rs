@@ -20,7 +20,7 @@ use ks_shared::runtime::{
     Backoff, Failure, Pacing, Seen, failure, watch_into_inputs, watch_seen_into_inputs, watch_trimmed_into_inputs,
     without_managed_fields,
 };
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, GetParams, Patch, PatchParams, PostParams, Preconditions};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
@@ -418,16 +418,56 @@ fn work_key<W: Resource>(work: &W) -> WorkKey {
 /// The media type that asks an apiserver for an object's metadata alone.
 const METADATA_ONLY: &str = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1";
 
-/// The reply to a ManifestWork write, as far as it is read: the version written.
+/// The ITS's reply about a ManifestWork, as far as it is read: the version written, which
+/// object it is and whose.
 #[derive(serde::Deserialize)]
-struct Written {
-    metadata: WrittenMeta,
+struct Reply {
+    metadata: ReplyMeta,
 }
 
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct WrittenMeta {
+struct ReplyMeta {
     resource_version: Option<String>,
+    uid: Option<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+}
+
+/// What a write of a wrapped object came to.
+enum Sent {
+    Written(Reply),
+    /// Another's wrapped object has the name: left alone.
+    Foreign,
+}
+
+impl Reply {
+    /// What a cache would keep of `work` as this reply says it was written: its version and UID.
+    fn outcome<P: Plugin>(&self, work: &P::Wrapped) -> Option<Outcome<P::Cached>> {
+        let (Some(version), Some(uid)) = (&self.metadata.resource_version, &self.metadata.uid) else {
+            return None;
+        };
+        let mut cached = P::cached(work);
+        cached.meta_mut().uid = Some(uid.clone());
+        Some(Outcome::Written(version.clone(), Arc::new(cached)))
+    }
+}
+
+/// Whether the ITS refused a write for the UID it names: the object of that name is another
+/// one (the apiserver will not change an object's immutable `metadata.uid`, 422; one gone is
+/// 409).
+fn uid_refused(status: &kube::core::Status) -> bool {
+    status
+        .details
+        .as_ref()
+        .is_some_and(|d| d.causes.iter().any(|c| c.field == "metadata.uid"))
+}
+
+/// Whether labels say a wrapped object is `binding`'s of the WDS `wds`. A name alone says
+/// nothing: an admin's ManifestWork may have it, or another WDS's.
+fn of_origin(labels: &BTreeMap<String, String>, binding: &str, wds: &str) -> bool {
+    labels.get(ORIGIN_BINDING_LABEL).map(String::as_str) == Some(binding)
+        && labels.get(ORIGIN_WDS_LABEL).map(String::as_str) == Some(wds)
 }
 
 impl<P: Plugin> Transport<P> {
@@ -537,14 +577,15 @@ impl<P: Plugin> Transport<P> {
             works,
             mut errors,
             templated,
-        } = self.desired(&binding, &self.informers.unsynced())?;
-        let mut writing = Duration::ZERO;
-        if errors.is_empty() {
-            let applied = self.apply_works(name, works).await?;
-            (errors, writing) = (applied.rejections, applied.writing);
-        }
+            frozen,
+            ..
+        } = self.desired_keeping_last_good(&binding).await?;
+        // An object in error keeps its last good content on the WECs (see `plan::plan`); it
+        // holds back nothing else.
+        let applied = self.apply_works_leaving(name, works, &frozen).await?;
+        errors.extend(applied.rejections);
+        errors.sort();
         self.reading_wecs.set(name, templated || !errors.is_empty());
-        // Errors leave what the WECs have untouched; they are reported on the Binding.
         let status = binding.status.clone().unwrap_or_default();
         let generation = binding.metadata.generation.unwrap_or_default();
         if status.errors != errors || status.observed_generation != generation {
@@ -553,7 +594,7 @@ impl<P: Plugin> Transport<P> {
             apply_status(&api, name, &patch).await?;
         }
         self.report_propagation(&binding).await?;
-        Ok(writing)
+        Ok(applied.writing)
     }
 
     /// A pass for what its WECs reported: the propagation status, as the full pass leaves it.
@@ -603,9 +644,39 @@ impl<P: Plugin> Transport<P> {
         apply_status(&Api::<BindingPolicy>::all(self.wds.clone()), &name, &patch).await
     }
 
-    /// The wrapped objects `binding` calls for, from what the caches hold; the objects of a
-    /// resource in `unfilled` are not known.
-    fn desired(&self, binding: &Binding, unfilled: &BTreeSet<GroupResource>) -> Result<Desired<P::Wrapped>, Error> {
+    /// The wrapped objects `binding` calls for, from what the caches hold, with the last good
+    /// content of its objects in error read from the ITS where the plan needs it (the cache
+    /// keeps no manifests): only then, and only the wrapped objects holding them.
+    async fn desired_keeping_last_good(&self, binding: &Binding) -> Result<Desired<P::Wrapped>, Error> {
+        let unfilled = self.informers.unsynced();
+        let desired = self.desired(binding, &unfilled, &plan::LastGood::new())?;
+        if desired.unread.is_empty() {
+            return Ok(desired);
+        }
+        let mut last_good = plan::LastGood::new();
+        for (mailbox, name) in &desired.unread {
+            // One deleted meanwhile holds nothing: the plan leaves its mailbox as it is.
+            let Some(work) = Api::<P::Wrapped>::namespaced(self.its.clone(), mailbox)
+                .get_opt(name)
+                .await?
+            else {
+                continue;
+            };
+            for manifest in self.plugin.delivered(&work) {
+                last_good.insert((mailbox.clone(), wrap::identity(&manifest)), manifest);
+            }
+        }
+        self.desired(binding, &unfilled, &last_good)
+    }
+
+    /// The wrapped objects `binding` calls for, from what the caches hold and `last_good`; the
+    /// objects of a resource in `unfilled` are not known.
+    fn desired(
+        &self,
+        binding: &Binding,
+        unfilled: &BTreeSet<GroupResource>,
+        last_good: &plan::LastGood,
+    ) -> Result<Desired<P::Wrapped>, Error> {
         let objects = plan::entries(binding)
             .map(|entry| {
                 let cached = self.cached(&entry, unfilled);
@@ -620,6 +691,7 @@ impl<P: Plugin> Transport<P> {
             removals: &plan::removals(&self.transforms.state()),
             properties: &|wec| self.properties(wec),
             current: &current,
+            last_good,
             wds_name: &self.settings.wds_name,
             limits: self.settings.limits,
             packaging: &self.packaging,
@@ -673,9 +745,23 @@ impl<P: Plugin> Transport<P> {
     /// Writes carry no resourceVersion precondition: OCM's agents write every ManifestWork's
     /// status, and with one 24 of 43 reconciles at 10,000 objects failed with a conflict. A write
     /// planned from a cache that was behind, or one that lands late, shows in the watch of
-    /// ManifestWorks, which brings the Binding back to write what it should hold.
+    /// ManifestWorks, which brings the Binding back to write what it should hold. Writes and
+    /// deletes of existing ones carry the UID the cache shows instead: they reach no object
+    /// created under the name since.
     async fn apply_works(&self, binding: &str, desired: BTreeMap<WorkKey, P::Wrapped>) -> Result<Applied, Error> {
-        let current = self.current_works(binding);
+        self.apply_works_leaving(binding, desired, &BTreeSet::new()).await
+    }
+
+    /// [`Transport::apply_works`], leaving the ManifestWorks in the `frozen` mailboxes (see
+    /// [`Desired::frozen`]) as they are.
+    async fn apply_works_leaving(
+        &self,
+        binding: &str,
+        desired: BTreeMap<WorkKey, P::Wrapped>,
+        frozen: &BTreeSet<String>,
+    ) -> Result<Applied, Error> {
+        let mut current = self.current_works(binding);
+        current.retain(|w| w.namespace().is_none_or(|mailbox| !frozen.contains(&mailbox)));
         let mut now: BTreeMap<WorkKey, moves::Current> =
             current.iter().map(|w| (work_key(&**w), self.as_is(w))).collect();
         let mut wanted: BTreeMap<WorkKey, BTreeSet<wrap::Identity>> = desired
@@ -709,10 +795,12 @@ impl<P: Plugin> Transport<P> {
                 .iter()
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
             if !existing.is_some_and(|existing| self.plugin.same_content(existing, &work)) {
-                let exists = existing.is_some();
+                let ours = existing.and_then(|existing| existing.uid());
                 changes.push(
-                    self.permitted(async move { self.write_work(binding, mailbox, name, &work, exists).await })
-                        .boxed(),
+                    self.permitted(
+                        async move { self.write_work(binding, mailbox, name, &work, ours.as_deref()).await },
+                    )
+                    .boxed(),
                 );
             }
         }
@@ -827,16 +915,16 @@ impl<P: Plugin> Transport<P> {
                 plan::entries(other).any(|e| names.contains(&(e.object.namespace_or_empty(), e.object.name.as_str())))
             })
             .filter_map(|other| {
-                // Its objects whose cache is not filled are left out: it takes over the others.
-                let Desired { works, errors, .. } = self.desired(other, &BTreeSet::new()).ok()?;
-                // A Binding in error writes nothing, so it takes nothing over.
-                errors.is_empty().then(|| {
-                    for (key, work) in works {
-                        wanted.insert(key.clone(), self.plugin.gloss(&work).into_iter().collect());
-                        taken.insert(key, work);
-                    }
-                    other.name_any()
-                })
+                // Its objects whose cache is not filled are left out: it takes over the others. A
+                // mailbox holding its objects in error is left out of this plan (which reads no
+                // last good content): it takes nothing over there.
+                let empty = plan::LastGood::new();
+                let Desired { works, .. } = self.desired(other, &BTreeSet::new(), &empty).ok()?;
+                for (key, work) in works {
+                    wanted.insert(key.clone(), self.plugin.gloss(&work).into_iter().collect());
+                    taken.insert(key, work);
+                }
+                Some(other.name_any())
             })
             .collect();
         let taking = |w: &P::Cached| w.labels().get(ORIGIN_BINDING_LABEL).is_some_and(|b| takers.contains(b));
@@ -846,37 +934,49 @@ impl<P: Plugin> Transport<P> {
         taken
     }
 
-    /// Writes one wrapped object of `binding`, created if the cache shows none (`exists`);
-    /// `Some(why)` when the ITS rejects it or the mailbox is missing (retrying cannot help).
+    /// Writes one wrapped object of `binding`: applied over the one the cache shows (`ours`, its
+    /// UID), else created. `Some(why)` when it cannot be written and retrying cannot help: the
+    /// ITS rejects it, the mailbox is missing, or another's wrapped object has the name.
     async fn write_work(
         &self,
         binding: &str,
         mailbox: &str,
         name: &str,
         work: &P::Wrapped,
-        exists: bool,
+        ours: Option<&str>,
     ) -> Result<Option<String>, Error> {
         let answer = self
             .expecting(binding, (mailbox.to_string(), name.to_string()), async {
-                let answer = match self.send_work(mailbox, name, work, exists).await {
-                    // The cache was behind: created meanwhile.
-                    Err(kube::Error::Api(status)) if !exists && status.code == 409 => {
-                        self.send_work(mailbox, name, work, true).await
-                    }
-                    answer => answer,
+                let answer = match ours {
+                    Some(uid) => self.send_work(mailbox, name, work, Some(uid)).await.map(Sent::Written),
+                    None => self.create_work(binding, mailbox, name, work).await,
                 };
-                let version = answer.as_ref().ok().and_then(|w| w.metadata.resource_version.clone());
-                let outcome = version.map(|version| Outcome::Written(version, Arc::new(P::cached(work))));
+                let outcome = match &answer {
+                    Ok(Sent::Written(reply)) => reply.outcome::<P>(work),
+                    _ => None,
+                };
                 (outcome, answer)
             })
             .await;
-        let Err(err) = answer else {
-            return Ok(None);
+        let err = match answer {
+            Ok(Sent::Written(_)) => return Ok(None),
+            Ok(Sent::Foreign) => {
+                return Ok(Some(format!(
+                    "name conflict: {} {mailbox}/{name} exists without this Binding's labels \
+                     {ORIGIN_BINDING_LABEL}={binding} and {ORIGIN_WDS_LABEL}={}: it is left alone, and what \
+                     it would hold does not reach {mailbox}",
+                    P::Wrapped::kind(&()),
+                    self.settings.wds_name
+                )));
+            }
+            Err(err) => err,
         };
         let kube::Error::Api(status) = &err else {
             return Err(err.into());
         };
         match failure(&err) {
+            // Replaced since the cache showed it: planned again from a cache that shows it.
+            Failure::Refused if uid_refused(status) => Err(err.into()),
             Failure::Refused => Ok(Some(format!(
                 "the ITS rejected {} {mailbox}/{name}: {}",
                 P::Wrapped::kind(&()),
@@ -892,59 +992,111 @@ impl<P: Plugin> Transport<P> {
         }
     }
 
-    /// The ITS's answer to a write of one wrapped object: created (POST) if it does not exist,
-    /// else server-side applied. See `ks-bench write-cost`: for 100 ManifestWorks of 213 kB the
+    /// Creates a wrapped object of `binding`. One found under its name (the cache was behind, or
+    /// it is another's) is written over only if its labels say it is `binding`'s of this WDS, and
+    /// then only that object (its UID); otherwise it is [`Sent::Foreign`], and nothing is sent.
+    async fn create_work(
+        &self,
+        binding: &str,
+        mailbox: &str,
+        name: &str,
+        work: &P::Wrapped,
+    ) -> Result<Sent, kube::Error> {
+        let taken = match self.send_work(mailbox, name, work, None).await {
+            Err(kube::Error::Api(status)) if status.code == 409 => status,
+            answer => return answer.map(Sent::Written),
+        };
+        let request = kube::core::Request::new(P::Wrapped::url_path(&(), Some(mailbox)))
+            .get(name, &GetParams::default())
+            .map_err(kube::Error::BuildRequest)?;
+        let found = match self.answered_in_metadata("get", request).await {
+            Ok(found) => found.metadata,
+            // Gone meanwhile: created on the next try.
+            Err(kube::Error::Api(status)) if status.code == 404 => return Err(kube::Error::Api(taken)),
+            Err(err) => return Err(err),
+        };
+        if !of_origin(&found.labels, binding, &self.settings.wds_name) {
+            return Ok(Sent::Foreign);
+        }
+        let Some(uid) = found.uid else {
+            return Err(kube::Error::Api(taken));
+        };
+        self.send_work(mailbox, name, work, Some(&uid)).await.map(Sent::Written)
+    }
+
+    /// The ITS's answer to a write of one wrapped object: server-side applied over the object of
+    /// the UID `ours` (the ITS refuses one deleted or replaced meanwhile, with 409), else created
+    /// (POST). See `ks-bench write-cost`: for 100 ManifestWorks of 213 kB the
     /// ITS used 5 to 6 CPU-s to create them against 8 to 9 to apply them, as it parses an apply's
     /// body as YAML. Once OCM's per-manifest status is in them, a JSON patch cost it more than an
     /// apply in each of 6 paired runs (26 to 34 against 24 to 28 CPU-s): the ITS turns the whole
-    /// object, status and all, into JSON and back to patch it.
+    /// object, status and all, into JSON and back to patch it. Written as this WDS's own field
+    /// manager.
     async fn send_work(
         &self,
         mailbox: &str,
         name: &str,
         work: &P::Wrapped,
-        exists: bool,
-    ) -> Result<Written, kube::Error> {
+        ours: Option<&str>,
+    ) -> Result<Reply, kube::Error> {
         self.settings.metrics.common.writes.inc();
         // Serialized straight into the request: as a JSON value tree, 8 large ones in flight
-        // took a quarter of the hub's peak heap. The reply is read for its version only: the
-        // watch brings what the hub keeps of the ManifestWork.
+        // took a quarter of the hub's peak heap. The reply is read for its version and UID
+        // only: the watch brings what the hub keeps of the ManifestWork.
         let request = kube::core::Request::new(P::Wrapped::url_path(&(), Some(mailbox)));
-        let (verb, request) = if exists {
-            let params = PatchParams::apply(field_manager::TRANSPORT).force();
-            ("patch", request.patch(name, &params, &Patch::Apply(work)))
-        } else {
-            let params = PostParams {
-                field_manager: Some(field_manager::TRANSPORT.into()),
-                ..Default::default()
-            };
-            let body = serde_json::to_vec(work).map_err(kube::Error::SerdeError)?;
-            ("create", request.create(&params, body))
+        let manager = field_manager::transport_of(&self.settings.wds_name);
+        let (verb, request) = match ours {
+            Some(uid) => {
+                // Shares its manifests: no copy of the objects.
+                let mut work = work.clone();
+                work.meta_mut().uid = Some(uid.to_string());
+                let params = PatchParams::apply(&manager).force();
+                ("patch", request.patch(name, &params, &Patch::Apply(&work)))
+            }
+            None => {
+                let params = PostParams {
+                    field_manager: Some(manager),
+                    ..Default::default()
+                };
+                let body = serde_json::to_vec(work).map_err(kube::Error::SerdeError)?;
+                ("create", request.create(&params, body))
+            }
         };
         let request = request.map_err(kube::Error::BuildRequest)?;
         self.settings.metrics.written_bytes.inc_by(request.body().len() as u64);
         self.answered_in_metadata(verb, request).await
     }
 
-    /// The ITS's answer to a write, asked for as metadata only (`as=PartialObjectMetadata`). The
-    /// whole ManifestWork, status and all, is up to a few MB once OCM's per-manifest status is in
-    /// it: the ITS would encode it and the hub hold all of it, only for its version.
+    /// The ITS's answer to a request about a ManifestWork, asked for as metadata only
+    /// (`as=PartialObjectMetadata`). The whole ManifestWork, status and all, is up to a few MB
+    /// once OCM's per-manifest status is in it: the ITS would encode it and the hub hold all of
+    /// it, only for its version.
     async fn answered_in_metadata(
         &self,
         verb: &'static str,
         mut request: http::Request<Vec<u8>>,
-    ) -> Result<Written, kube::Error> {
+    ) -> Result<Reply, kube::Error> {
         request.extensions_mut().insert(verb);
         request
             .headers_mut()
             .insert(http::header::ACCEPT, http::HeaderValue::from_static(METADATA_ONLY));
-        self.its.request::<Written>(request).await
+        self.its.request::<Reply>(request).await
     }
 
+    /// Deletes a wrapped object of `binding` no longer wanted: only the object the cache shows
+    /// (its UID, which every cached one has), so one created under its name meanwhile stays (the
+    /// ITS answers 409, retried from a cache that shows what happened).
     async fn delete_work(&self, binding: &str, stale: &P::Cached) -> Result<(), Error> {
         self.settings.metrics.common.writes.inc();
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: stale.uid(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
         let request = kube::core::Request::new(P::Cached::url_path(&(), stale.namespace().as_deref()))
-            .delete(&stale.name_any(), &DeleteParams::default())
+            .delete(&stale.name_any(), &params)
             .map_err(kube::Error::BuildRequest)?;
         self.expecting(binding, work_key(stale), async {
             let deleted = match self.answered_in_metadata("delete", request).await {

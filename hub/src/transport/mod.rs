@@ -134,6 +134,9 @@ pub trait Plugin: Send + Sync + 'static {
     ) -> Self::Wrapped;
     /// What a wrapped object holds: each object's identity (group, kind, namespace, name).
     fn gloss(&self, wrapped: &Self::Wrapped) -> Vec<wrap::Identity>;
+    /// The objects a wrapped object read from the ITS delivers, as the transport wrote them:
+    /// the last good content of those in error.
+    fn delivered(&self, wrapped: &Self::Wrapped) -> Vec<std::sync::Arc<serde_json::Value>>;
     /// What a cached wrapped object holds, object by object.
     fn held<'a>(&self, cached: &'a Self::Cached) -> &'a [std::sync::Arc<cached::Held>];
     /// `work` also holding `objects` as the first of `sources` that holds each holds it (with its

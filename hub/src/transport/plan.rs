@@ -1,9 +1,11 @@
 //! The transport's decisions for one Binding, as a plain function of what the caches hold: the
 //! wrapped objects (ManifestWorks) it calls for in each WEC's mailbox, and the errors (for its
-//! status) that keep objects or WECs out. Each object goes through the built-in transforms, the
-//! CustomTransforms' removals and, per WEC, template expansion; it keeps the trace annotations
-//! and the shard the existing wrapped objects show. The controller gathers the inputs and writes
-//! the differences.
+//! status) of the objects that cannot be delivered as they are. Each object goes through the
+//! built-in transforms, the CustomTransforms' removals and, per WEC, template expansion; it keeps
+//! the trace annotations and the shard the existing wrapped objects show. An object in error
+//! (unreadable, too deep, too large, or its templates failing on a WEC) keeps its last good
+//! content where a WEC has it, and everything else goes on: one object never holds back the
+//! others, nor one WEC the others. The controller gathers the inputs and writes the differences.
 
 use std::borrow::Cow;
 use std::cmp::Reverse;
@@ -15,12 +17,12 @@ use ks_shared::api::{Binding, BindingPolicy, CustomTransform, CustomTransformSta
 use ks_shared::names::{EXPAND_TEMPLATES_ANNOTATION, WDS_GENERATION_ANNOTATION};
 use kube::ResourceExt;
 use kube::discovery::ApiResource;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::moves::WorkKey;
 use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
-use super::wrap::{self, Delivery, Origin, work_name};
+use super::wrap::{self, Delivery, Origin};
 use super::{Error, Plugin, jsonpath, propagation, template, trace};
 use crate::informers::{CachedObject, FirstSeen, GroupResource, WorkloadRef};
 
@@ -126,6 +128,11 @@ pub(super) fn transform_status(transform: &CustomTransform, all: &[Arc<CustomTra
     }
 }
 
+/// The manifests the Binding's wrapped objects hold, by mailbox and object identity: read from
+/// the ITS, for those that hold an object in error (the cache keeps no manifests), whose last
+/// good content they are.
+pub(super) type LastGood = BTreeMap<(String, wrap::Identity), Arc<Value>>;
+
 /// Everything a Binding's wrapped objects depend on.
 pub(super) struct Inputs<'a, P: Plugin> {
     pub plugin: &'a P,
@@ -136,8 +143,10 @@ pub(super) struct Inputs<'a, P: Plugin> {
     /// A WEC's template properties; asked only when an object has templates to expand.
     pub properties: &'a dyn Fn(&str) -> BTreeMap<String, String>,
     /// The Binding's wrapped objects now, in every mailbox: their shards and trace annotations
-    /// are kept.
+    /// are kept, and the objects in error that they hold.
     pub current: &'a [Arc<P::Cached>],
+    /// What some of `current` hold, read for the objects in error (see [`Desired::unread`]).
+    pub last_good: &'a LastGood,
     /// Goes into the wrapped objects' names and labels.
     pub wds_name: &'a str,
     pub limits: Limits,
@@ -146,12 +155,18 @@ pub(super) struct Inputs<'a, P: Plugin> {
 }
 
 /// The wrapped objects a Binding calls for, by (mailbox, name), and the errors (for its status)
-/// that kept some out; the controller writes nothing while there are errors.
+/// of the objects that keep their last good content, or stay off the WECs that never had them.
 pub(super) struct Desired<W> {
     pub works: BTreeMap<WorkKey, W>,
     pub errors: Vec<String>,
     /// Some objects are expanded with their WECs' properties.
     pub templated: bool,
+    /// Mailboxes whose wrapped objects are to stay as they are, neither written nor deleted: one
+    /// holds an object in error whose last good content is not in [`Inputs::last_good`], or
+    /// that content no longer fits in a wrapped object (the limits shrank).
+    pub frozen: BTreeSet<String>,
+    /// The wrapped objects to read for that content (then to plan again).
+    pub unread: BTreeSet<WorkKey>,
 }
 
 /// How far the Binding's objects got on each of its WECs: delivered by what its wrapped objects
@@ -201,6 +216,57 @@ struct Item {
     place: Place,
 }
 
+impl Item {
+    fn new(delivery: Delivery, uid: String, templated: bool, label: String, created: Option<&Time>) -> Item {
+        Item {
+            size: delivery.manifest().to_string().len(),
+            identity: wrap::identity(delivery.manifest()),
+            place: Place::of(&delivery, created),
+            delivery,
+            uid,
+            templated,
+            label,
+        }
+    }
+
+    fn failed(&self) -> Failed {
+        Failed {
+            identity: self.identity.clone(),
+            resource: self.delivery.resource.clone(),
+            create_only: self.delivery.create_only,
+            uid: self.uid.clone(),
+            label: self.label.clone(),
+            created: self.place.newest_first.0.clone(),
+        }
+    }
+}
+
+/// An object that cannot be delivered as it is now (to any WEC, or to one): what it is, to
+/// deliver its last good content instead where a WEC has it.
+#[derive(Clone)]
+struct Failed {
+    identity: wrap::Identity,
+    resource: String,
+    create_only: bool,
+    uid: String,
+    label: String,
+    created: Option<Time>,
+}
+
+impl Failed {
+    /// The object as a wrapped object holds it: `manifest`.
+    fn kept(&self, manifest: &Value) -> Item {
+        let delivery = Delivery::new(manifest.clone(), &self.resource, self.create_only);
+        Item::new(
+            delivery,
+            self.uid.clone(),
+            false,
+            self.label.clone(),
+            self.created.as_ref(),
+        )
+    }
+}
+
 /// Where an object goes in its wrapped object, which OCM's work agent applies one after another
 /// (a read of each object on the WEC, and a write where it differs): containers first
 /// ([`apply_order`]), then the newest object first, so that a new object among many already
@@ -223,13 +289,16 @@ impl Place {
 
 /// The wrapped objects `inputs.binding` calls for in each of its WECs' mailboxes. An object
 /// whose cache is not filled is not known: the error says so, and the WECs keep what they have.
+/// An object in error is reported, and keeps on each WEC what the WEC's wrapped objects hold of
+/// it (nothing, if they hold nothing of it); the other objects are planned as ever.
 pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapped>, Error> {
     if let Some((entry, _)) = inputs.objects.iter().find(|(_, c)| matches!(c, Cached::Unfilled)) {
         return Err(Error::Unfilled(entry.object.resource.clone()));
     }
     let binding = inputs.binding;
     let binding_name = binding.name_any();
-    let (items, mut errors) = items(inputs, &binding_name);
+    let (items, failed, mut errors) = items(inputs, &binding_name);
+    let (mut frozen, mut unread) = (BTreeSet::new(), BTreeSet::new());
     let origin = Origin {
         binding: &binding_name,
         binding_uid: &binding.uid().unwrap_or_default(),
@@ -239,21 +308,27 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
     let mut works = BTreeMap::new();
     for destination in &binding.spec.destinations {
         let mailbox = &inputs.plugin.mailbox(&destination.cluster_id);
-        let items = match customized(&items, &destination.cluster_id, inputs.properties) {
-            Ok(items) => items,
-            Err(expansion_errors) => {
-                errors.extend(expansion_errors);
+        let (mut items, mut failing) = customized(&items, &destination.cluster_id, inputs.properties, &mut errors);
+        failing.extend(oversized(&items, inputs.limits, &mut errors));
+        failing.extend(failed.iter().map(|(key, failed)| (key.clone(), failed.clone())));
+        if !failing.is_empty() {
+            let to_read = keep_last_good(inputs, mailbox, &failing, items.to_mut());
+            if !to_read.is_empty() {
+                frozen.insert(mailbox.clone());
+                unread.extend(to_read);
                 continue;
             }
-        };
+        }
         // By position in key order from here (see `sharding::assign`).
         let listed: Vec<(&WorkloadRef, &Item)> = items.iter().collect();
         let sizes: Vec<(&WorkloadRef, usize)> = listed.iter().map(|(k, item)| (*k, item.size)).collect();
         let previous = previous_shards(inputs.plugin, inputs.current, &origin, mailbox, &listed);
         let assigned = match sharding::assign(&sizes, &previous, inputs.limits) {
             Ok(assigned) => assigned,
+            // Only last good content can be too large now: the limits shrank below it.
             Err(err) => {
-                errors.push(err.to_string());
+                errors.push(format!("{mailbox}: {err}; its wrapped objects stay as they are"));
+                frozen.insert(mailbox.clone());
                 continue;
             }
         };
@@ -261,10 +336,11 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
         for ((_, item), shard) in listed.iter().zip(assigned) {
             shards.entry(shard).or_default().push(item);
         }
+        let existing = names_in(inputs.current, mailbox);
         for (shard, mut members) in shards {
             members.sort_by(|a, b| a.place.cmp(&b.place));
             let only_uid = (inputs.limits.max_count == 1).then(|| members[0].uid.as_str());
-            let name = work_name(&origin, shard, only_uid);
+            let name = wrap::shard_work_name(&origin, shard, only_uid, &existing);
             let deliveries: Vec<&Delivery> = members.iter().map(|item| &item.delivery).collect();
             works.insert(
                 (mailbox.clone(), name.clone()),
@@ -278,14 +354,23 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
         works,
         errors,
         templated: items.values().any(|item| item.templated),
+        frozen,
+        unread,
     })
 }
 
+/// The objects of a Binding found in the caches, by a key that orders them for sharding.
+type Items = BTreeMap<WorkloadRef, Item>;
+/// Objects in error, by the same key.
+type Failing = Vec<(WorkloadRef, Failed)>;
+
 /// The objects found in the caches as every WEC gets them before templates are expanded, by a
-/// key that orders them for sharding; and the errors of those that cannot be delivered.
-fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<WorkloadRef, Item>, Vec<String>) {
+/// key that orders them for sharding; those that cannot be delivered to any WEC as they are
+/// now; and the errors that say why.
+fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (Items, Failing, Vec<String>) {
     let mut errors = Vec::new();
     let mut items = BTreeMap::new();
+    let mut failing = Vec::new();
     let delivered = trace::delivered(inputs.current.iter().flat_map(|w| inputs.plugin.held(w)).map(|h| &**h));
     let wecs: Vec<&str> = inputs
         .binding
@@ -305,7 +390,36 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<Workload
             create_only,
         } = entry;
         let gr = &key.resource;
-        let mut manifest = object.as_served(served_as);
+        let kind = match gr.group.as_str() {
+            "" => served_as.kind.clone(),
+            group => format!("{}.{group}", served_as.kind),
+        };
+        let name = &key.name;
+        let label = match key.namespace() {
+            Some(namespace) => format!("{kind}({namespace}/{name})"),
+            None => format!("{kind}({name})"),
+        };
+        let failed = || Failed {
+            identity: (
+                served_as.group.clone(),
+                served_as.kind.clone(),
+                key.namespace_or_empty().to_string(),
+                name.clone(),
+            ),
+            resource: gr.resource.clone(),
+            create_only: *create_only,
+            uid: object.uid().unwrap_or_default(),
+            label: label.clone(),
+            created: object.metadata.creation_timestamp.clone(),
+        };
+        let mut manifest = match object.as_delivered(served_as) {
+            Ok(manifest) => manifest,
+            Err(err) => {
+                errors.push(format!("{label}: {err}"));
+                failing.push((key.clone(), failed()));
+                continue;
+            }
+        };
         prepare_for_wec(&mut manifest);
         // Tells the status agent which WDS generation the WEC object is (statusDetails), and
         // carries the rollout's trace.
@@ -336,48 +450,37 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (BTreeMap<Workload
             .map(String::as_str)
             == Some("true")
             && template::contains_template(&manifest);
-        let kind = match gr.group.as_str() {
-            "" => served_as.kind.clone(),
-            group => format!("{}.{group}", served_as.kind),
-        };
-        let name = &key.name;
-        let label = match key.namespace() {
-            Some(namespace) => format!("{kind}({namespace}/{name})"),
-            None => format!("{kind}({name})"),
-        };
         if let Some(error) = wrap::too_deep(&label, &manifest) {
             errors.push(error);
+            failing.push((key.clone(), failed()));
             continue;
         }
         let delivery = Delivery::new(manifest, &gr.resource, *create_only);
-        let item = Item {
-            size: delivery.manifest().to_string().len(),
-            identity: wrap::identity(delivery.manifest()),
-            place: Place::of(&delivery, object.metadata.creation_timestamp.as_ref()),
-            delivery,
-            uid: object.uid().unwrap_or_default(),
-            templated,
-            label,
-        };
+        let created = object.metadata.creation_timestamp.as_ref();
+        let item = Item::new(delivery, object.uid().unwrap_or_default(), templated, label, created);
         items.insert(key.clone(), item);
     }
-    (items, errors)
+    (items, failing, errors)
 }
 
-/// The objects as `wec` gets them: templates expanded with its properties, or the errors that
-/// prevent it (each naming the WEC, the object and the string's path).
+/// The objects as `wec` gets them: templates expanded with its properties; and those whose
+/// expansion fails, left out, with `errors` naming the WEC, the object and the string's path.
 fn customized<'a>(
-    items: &'a BTreeMap<WorkloadRef, Item>,
+    items: &'a Items,
     wec: &str,
     properties: &dyn Fn(&str) -> BTreeMap<String, String>,
-) -> Result<Cow<'a, BTreeMap<WorkloadRef, Item>>, Vec<String>> {
+    errors: &mut Vec<String>,
+) -> (Cow<'a, Items>, Failing) {
     if !items.values().any(|item| item.templated) {
-        return Ok(Cow::Borrowed(items));
+        return (Cow::Borrowed(items), Failing::new());
     }
     let properties = properties(wec);
-    let mut errors = Vec::new();
+    let mut failing = Failing::new();
     let mut customized = items.clone();
-    for item in customized.values_mut().filter(|item| item.templated) {
+    customized.retain(|key, item| {
+        if !item.templated {
+            return true;
+        }
         match item
             .delivery
             .update(|manifest| template::expand_object(manifest, &properties))
@@ -386,15 +489,79 @@ fn customized<'a>(
                 item.size = item.delivery.manifest().to_string().len();
                 item.identity = wrap::identity(item.delivery.manifest());
                 item.place.container = apply_order(&item.delivery);
+                true
             }
-            Err(err) => errors.push(format!("{wec}/{}.{err}", item.label)),
+            Err(err) => {
+                errors.push(format!("{wec}/{}.{err}", item.label));
+                failing.push((key.clone(), item.failed()));
+                false
+            }
+        }
+    });
+    (Cow::Owned(customized), failing)
+}
+
+/// The objects of `items` too large for any wrapped object, with `errors` saying so.
+fn oversized(items: &Items, limits: Limits, errors: &mut Vec<String>) -> Failing {
+    items
+        .iter()
+        .filter(|(_, item)| item.size >= limits.max_size)
+        .map(|(key, item)| {
+            let error = sharding::ShardError::TooLarge {
+                key: key.to_string(),
+                size: item.size,
+                max_size: limits.max_size,
+            };
+            errors.push(error.to_string());
+            (key.clone(), item.failed())
+        })
+        .collect()
+}
+
+/// `items` for `mailbox` with each of `failing` as the mailbox's wrapped objects hold it (its
+/// last good content), or without it where they hold nothing of it (it never got there). The
+/// wrapped objects that hold some of them when [`Inputs::last_good`] does not have their
+/// content: to read before `items` can be delivered.
+fn keep_last_good<P: Plugin>(
+    inputs: &Inputs<'_, P>,
+    mailbox: &str,
+    failing: &Failing,
+    items: &mut Items,
+) -> BTreeSet<WorkKey> {
+    let holders: HashMap<&wrap::Identity, WorkKey> = inputs
+        .current
+        .iter()
+        .filter(|work| work.namespace().as_deref() == Some(mailbox))
+        .flat_map(|work| {
+            let key = (mailbox.to_string(), work.name_any());
+            inputs.plugin.held(work).iter().map(move |h| (&h.identity, key.clone()))
+        })
+        .collect();
+    let mut unread = BTreeSet::new();
+    for (key, failed) in failing {
+        items.remove(key);
+        let Some(holder) = holders.get(&failed.identity) else {
+            continue;
+        };
+        match inputs.last_good.get(&(mailbox.to_string(), failed.identity.clone())) {
+            Some(manifest) => {
+                items.insert(key.clone(), failed.kept(manifest));
+            }
+            None => {
+                unread.insert(holder.clone());
+            }
         }
     }
-    if errors.is_empty() {
-        Ok(Cow::Owned(customized))
-    } else {
-        Err(errors)
-    }
+    unread
+}
+
+/// The names of the wrapped objects in `mailbox` among `current`: a shard keeps the name it has.
+fn names_in<W: kube::Resource>(current: &[Arc<W>], mailbox: &str) -> BTreeSet<String> {
+    current
+        .iter()
+        .filter(|w| w.namespace().as_deref() == Some(mailbox))
+        .map(|w| w.name_any())
+        .collect()
 }
 
 /// Where each of `listed` is now, by the existing wrapped objects' contents (one pass over

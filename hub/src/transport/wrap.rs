@@ -62,20 +62,64 @@ pub struct Origin<'a> {
     pub wds: &'a str,
 }
 
-/// The ManifestWork name: one object per work is named after the object's UID (as upstream with
-/// `--max-num-wrapped=1`), otherwise after the shard index.
+/// The longest ManifestWork name: OCM's work agent names the AppliedManifestWork on the WEC
+/// `<hub hash>-<name>` (64 hex digits and a dash), a DNS subdomain of at most 253 characters.
+pub const MAX_WORK_NAME: usize = 253 - 65;
+
+/// How many hex digits of a hash end a binding name cut to fit [`MAX_WORK_NAME`].
+const NAME_HASH_DIGITS: usize = 10;
+
+/// The name of a new ManifestWork. One object per work: `<bindingUID>-<wds>-<objectUID>`, as
+/// upstream with `--max-num-wrapped=1` (UIDs have one length, so no two origins share a name).
+/// Otherwise `<binding>.<wds>.<shard>`: a WDS name is a DNS label, without dots, so the last two
+/// dots tell binding, WDS and shard apart, where upstream's `<binding>-<wds>-<shard>` gave policy
+/// `x-a` of WDS `b` and policy `x` of WDS `a-b` the same name; and as no name of upstream's form
+/// ends in `.<shard>`, neither meets one of those. A binding name too long for
+/// [`MAX_WORK_NAME`] is cut, and ends in a hash of the whole.
 pub fn work_name(origin: &Origin<'_>, shard: usize, only_object_uid: Option<&str>) -> String {
-    match only_object_uid {
-        Some(uid) => format!("{}-{}-{uid}", origin.binding_uid, origin.wds),
-        None => format!("{}-{}-{shard}", origin.binding, origin.wds),
+    if let Some(uid) = only_object_uid {
+        return format!("{}-{}-{uid}", origin.binding_uid, origin.wds);
     }
+    let suffix = format!(".{}.{shard}", origin.wds);
+    if origin.binding.len() + suffix.len() <= MAX_WORK_NAME {
+        return format!("{}{suffix}", origin.binding);
+    }
+    let digest = ring::digest::digest(&ring::digest::SHA256, origin.binding.as_bytes());
+    let hash: String = digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+    let kept = MAX_WORK_NAME.saturating_sub(suffix.len() + 1 + NAME_HASH_DIGITS);
+    // A DNS subdomain's labels end in a letter or digit; a binding name is ASCII.
+    let cut = origin.binding[..kept].trim_end_matches(['.', '-']);
+    format!("{cut}-{}{suffix}", &hash[..NAME_HASH_DIGITS])
 }
 
-/// The shard a ManifestWork named by [`work_name`] holds; `None` for one named after its object's
-/// UID (whose last segment may be all digits, and is no shard).
+/// Upstream's name of a shard's ManifestWork, `<binding>-<wds>-<shard>`, which earlier versions
+/// gave theirs.
+fn upstream_work_name(origin: &Origin<'_>, shard: usize) -> String {
+    format!("{}-{}-{shard}", origin.binding, origin.wds)
+}
+
+/// The name of `origin`'s ManifestWork of `shard` in a mailbox where its ManifestWorks are named
+/// `existing`: upstream's name if one is (written so by an earlier version: an upgrade renames
+/// nothing), else [`work_name`].
+pub fn shard_work_name(
+    origin: &Origin<'_>,
+    shard: usize,
+    only_object_uid: Option<&str>,
+    existing: &BTreeSet<String>,
+) -> String {
+    let upstream = upstream_work_name(origin, shard);
+    if only_object_uid.is_none() && existing.contains(&upstream) {
+        return upstream;
+    }
+    work_name(origin, shard, only_object_uid)
+}
+
+/// The shard a ManifestWork of `origin` holds, by its name ([`work_name`]'s or upstream's);
+/// `None` for one named after its object's UID (whose last segment may be all digits, and is no
+/// shard).
 pub fn shard_of(origin: &Origin<'_>, name: &str) -> Option<usize> {
-    let prefix = format!("{}-{}-", origin.binding, origin.wds);
-    name.strip_prefix(&prefix)?.parse().ok()
+    let shard = name.rsplit(['.', '-']).next()?.parse().ok()?;
+    (work_name(origin, shard, None) == name || upstream_work_name(origin, shard) == name).then_some(shard)
 }
 
 /// The labels that find a Binding's ManifestWorks in every mailbox namespace.
@@ -225,6 +269,10 @@ impl super::Plugin for Ocm {
         gloss(wrapped)
     }
 
+    fn delivered(&self, work: &ManifestWork) -> Vec<Arc<Value>> {
+        delivered(work)
+    }
+
     fn held<'a>(&self, cached: &'a CachedWork) -> &'a [Arc<Held>] {
         &cached.held
     }
@@ -285,6 +333,21 @@ fn without_trace_annotations(manifest: &Value) -> Value {
     manifest
 }
 
+/// The manifests of a ManifestWork read from the ITS, as they were written: the apiserver adds
+/// `creationTimestamp: null` to each one's metadata, which would make the same content a change
+/// (a new digest) to write.
+pub fn delivered(work: &ManifestWork) -> Vec<Arc<Value>> {
+    let mut manifests = work.spec.workload.manifests.clone();
+    for manifest in &mut manifests {
+        if manifest["metadata"].get("creationTimestamp") == Some(&Value::Null)
+            && let Some(metadata) = Arc::make_mut(manifest)["metadata"].as_object_mut()
+        {
+            metadata.remove("creationTimestamp");
+        }
+    }
+    manifests
+}
+
 /// What a ManifestWork holds: the identity of each manifest.
 pub fn gloss(work: &ManifestWork) -> Vec<Identity> {
     work.spec.workload.manifests.iter().map(|m| identity(m)).collect()
@@ -343,17 +406,76 @@ mod tests {
         }
     }
 
-    #[test]
-    fn names_as_upstream() {
-        assert_eq!(work_name(&origin(), 2, None), "nginx-wds1-2");
-        assert_eq!(work_name(&origin(), 0, Some("o-uid")), "b-uid-wds1-o-uid");
+    fn of<'a>(binding: &'a str, wds: &'a str) -> Origin<'a> {
+        Origin {
+            binding,
+            wds,
+            ..origin()
+        }
     }
 
     #[test]
-    fn only_shard_names_have_a_shard() {
+    fn names_tell_binding_wds_and_shard_apart() {
+        assert_eq!(work_name(&origin(), 2, None), "nginx.wds1.2");
+        assert_eq!(work_name(&origin(), 0, Some("o-uid")), "b-uid-wds1-o-uid");
+        // Upstream named both `x-a-b-0`.
+        assert_eq!(work_name(&of("x-a", "b"), 0, None), "x-a.b.0");
+        assert_eq!(work_name(&of("x", "a-b"), 0, None), "x.a-b.0");
+        // A policy name may hold dots and dashes, a WDS name dashes only: no two pairs meet.
+        let pairs = [
+            ("x.a", "b"),
+            ("x", "a-b"),
+            ("x-a", "b"),
+            ("x.a-b", "c"),
+            ("x", "a-b-c"),
+            ("x.a", "b-c"),
+        ];
+        let names: BTreeSet<String> = pairs.iter().map(|(b, w)| work_name(&of(b, w), 0, None)).collect();
+        assert_eq!(names.len(), pairs.len(), "{names:?}");
+    }
+
+    #[test]
+    fn a_long_binding_name_is_cut_to_a_name_the_wec_can_hold() {
+        let long = "p".repeat(MAX_WORK_NAME);
+        // Cut right after its dot, which is dropped: `a.-` is no DNS name.
+        let dotted = format!("{}.{}", "a".repeat(168), "b".repeat(60));
+        for binding in [long.as_str(), dotted.as_str()] {
+            let name = work_name(&of(binding, "wds1"), 12, None);
+            assert!(name.len() <= MAX_WORK_NAME, "{name}");
+            assert!(name.ends_with(".wds1.12"), "{name}");
+            assert!(!name.contains("-.") && !name.contains(".-"), "{name}");
+            assert_eq!(shard_of(&of(binding, "wds1"), &name), Some(12));
+        }
+        let other = format!("{long}q");
+        assert_ne!(
+            work_name(&of(&long, "wds1"), 0, None),
+            work_name(&of(&other, "wds1"), 0, None),
+            "the hash of the whole tells them apart"
+        );
+    }
+
+    #[test]
+    fn shards_are_read_from_both_names_and_uid_names_have_none() {
         assert_eq!(shard_of(&origin(), &work_name(&origin(), 2, None)), Some(2));
+        assert_eq!(shard_of(&origin(), "nginx-wds1-3"), Some(3), "an earlier version's");
+        assert_eq!(shard_of(&origin(), "nginx.wds2.3"), None, "another WDS's");
+        assert_eq!(shard_of(&of("x", "a-b"), "x-a.b.0"), None);
         let by_uid = work_name(&origin(), 0, Some("0c5e3b1a-4d2f-4e6a-9b7c-123456789012"));
         assert_eq!(shard_of(&origin(), &by_uid), None);
+    }
+
+    #[test]
+    fn a_shard_keeps_the_name_an_earlier_version_gave_it() {
+        let existing = BTreeSet::from(["nginx-wds1-0".to_string(), "nginx.wds1.1".to_string()]);
+        let name = |shard| shard_work_name(&origin(), shard, None, &existing);
+        assert_eq!(
+            [name(0), name(1), name(2)],
+            ["nginx-wds1-0", "nginx.wds1.1", "nginx.wds1.2"]
+        );
+        assert_eq!(
+            shard_work_name(&origin(), 0, Some("o-uid"), &existing),
+            "b-uid-wds1-o-uid"
+        );
     }
 
     #[test]
@@ -364,7 +486,7 @@ mod tests {
             true,
         );
         let namespace = namespace_delivery();
-        let work = wrap(&origin(), "cluster1", "nginx-wds1-0", &[&namespace, &deployment]);
+        let work = wrap(&origin(), "cluster1", "nginx.wds1.0", &[&namespace, &deployment]);
         let as_json = serde_json::to_value(&work).unwrap();
         assert_eq!(
             as_json["metadata"]["labels"],
@@ -430,10 +552,26 @@ mod tests {
     #[test]
     fn what_the_apiserver_stores_of_a_work_is_the_same_content() {
         // A kubectl-applied object loses its last-applied annotation, leaving `annotations: {}`.
-        let desired = wrap(&origin(), "cluster1", "nginx-wds1-0", &[&configmap(json!({}))]);
+        let desired = wrap(&origin(), "cluster1", "nginx.wds1.0", &[&configmap(json!({}))]);
         let stored = as_stored(&desired);
         assert_ne!(stored.spec, desired.spec, "the apiserver changed it");
         assert!(same_content(&watched(&stored), &desired));
+    }
+
+    /// The last good content of an object in error is read back from its ManifestWork: wrapped
+    /// again, it is the same content, so nothing is written for it.
+    #[test]
+    fn a_work_read_back_delivers_what_was_written() {
+        let written = [configmap(json!({"a": "1"})), namespace_delivery()];
+        let desired = wrap(&origin(), "c", "w", &written.iter().collect::<Vec<_>>());
+        let read: Vec<Delivery> = delivered(&as_stored(&desired))
+            .iter()
+            .zip(&written)
+            .map(|(manifest, d)| Delivery::new((**manifest).clone(), d.resource.clone(), d.create_only))
+            .collect();
+        assert_eq!(read, written);
+        let again = wrap(&origin(), "c", "w", &read.iter().collect::<Vec<_>>());
+        assert!(same_content(&watched(&desired), &again));
     }
 
     #[test]

@@ -1,8 +1,16 @@
 //! Integrity on the stack: what a user deletes stays deleted, what others own is left alone,
 //! nothing is silently emptied. One module per kind of damage; each test failed before its fix.
 
+mod content;
+mod ownership;
 mod status_labels;
 
 use ks_tests::harness::run;
 
-ks_tests::stack_main!(run, [status_labels::tests()].into_iter().flatten().collect());
+ks_tests::stack_main!(
+    run,
+    [content::tests(), ownership::tests(), status_labels::tests()]
+        .into_iter()
+        .flatten()
+        .collect()
+);

@@ -376,8 +376,13 @@ impl StatusController {
         let collecting = selecting
             .iter()
             .any(|(_, _, e)| !e.modulation.status_collectors.is_empty());
+        // One whose content cannot be read is no `obj` (its collectors' expressions reading it
+        // fail, and say so), not one without its spec.
         let whole = if collecting {
-            object.as_served(&resource)
+            object.as_served(&resource).unwrap_or_else(|err| {
+                tracing::warn!(object = %key, error = %err, "status collectors see no obj");
+                Json::Null
+            })
         } else {
             Json::Null
         };

@@ -5,6 +5,8 @@ use ks_shared::ocm::ManifestWork;
 use super::*;
 use kube::runtime::reflector;
 
+use serde_json::Value;
+
 use crate::mock::{self, ApiServer};
 use crate::transport::cached::CachedWork;
 use crate::transport::sharding::DEFAULT_LIMITS;
@@ -15,7 +17,9 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
     let (events, _) = mpsc::unbounded_channel();
     let (cached, mut writer) = reflector::store();
     for work in works {
-        writer.apply_watcher_event(&watcher::Event::Apply(CachedWork::of(work)));
+        let mut cached = CachedWork::of(work);
+        cached.metadata.uid.get_or_insert_with(|| uid_of(&work.name_any()));
+        writer.apply_watcher_event(&watcher::Event::Apply(cached));
     }
     let filter = Default::default();
     let informers = WorkloadInformers::new(
@@ -75,9 +79,18 @@ fn desired(works: &[ManifestWork]) -> BTreeMap<WorkKey, ManifestWork> {
 
 const WORKS: &str = "/apis/work.open-cluster-management.io/v1/namespaces/c1/manifestworks";
 
-/// Answers one request with `code` (the object itself when it succeeds), then refuses any other.
+/// The UID of the ManifestWork `name` in the mocked ITS.
+fn uid_of(name: &str) -> String {
+    format!("uid-{name}")
+}
+
+/// Answers one request with `code` (the object itself, with its UID, when it succeeds), then
+/// refuses any other.
 async fn answer_once(mut server: ApiServer, code: u16, object: &ManifestWork) -> mock::Asked {
     let body = if code < 300 {
+        let mut object = object.clone();
+        let uid = uid_of(&object.name_any());
+        object.metadata.uid.get_or_insert(uid);
         serde_json::to_value(object).unwrap()
     } else {
         mock::failure(code)
@@ -89,7 +102,7 @@ async fn answer_once(mut server: ApiServer, code: u16, object: &ManifestWork) ->
 async fn write_answered(code: u16) -> Result<Applied, Error> {
     let (client, server) = mock::client();
     let transport = with_works(&client, &[]);
-    let written = work("b-wds1-0", &["a"]);
+    let written = work("b.wds1.0", &["a"]);
     let (applied, _) = tokio::join!(
         transport.apply_works("b", desired(std::slice::from_ref(&written))),
         answer_once(server, code, &written)
@@ -101,7 +114,7 @@ async fn write_answered(code: u16) -> Result<Applied, Error> {
 async fn an_unchanged_work_is_not_written() {
     let (client, server) = mock::client();
     drop(server);
-    let current = work("b-wds1-0", &["a"]);
+    let current = work("b.wds1.0", &["a"]);
     let transport = with_works(&client, std::slice::from_ref(&current));
     let applied = transport.apply_works("b", desired(&[current])).await.unwrap();
     assert!(applied.rejections.is_empty() && !applied.holding);
@@ -130,14 +143,14 @@ fn written(asked: &mock::Asked) -> (String, Vec<String>) {
 async fn a_new_work_is_created_as_the_transport() {
     let (client, server) = mock::client();
     let transport = with_works(&client, &[]);
-    let new = work("b-wds1-0", &["a"]);
+    let new = work("b.wds1.0", &["a"]);
     let (applied, asked) = tokio::join!(
         transport.apply_works("b", desired(std::slice::from_ref(&new))),
         answer_once(server, 201, &new)
     );
     assert!(applied.unwrap().rejections.is_empty());
     assert_eq!(asked.method, "POST");
-    assert_eq!(asked.uri, format!("{WORKS}?&fieldManager=transport-controller"));
+    assert_eq!(asked.uri, format!("{WORKS}?&fieldManager=transport-controller-wds1"));
     assert_eq!(asked.content_type, "application/json");
     assert_eq!(asked.body, serde_json::to_value(&new).unwrap());
     assert_eq!(asked.accept, METADATA_ONLY, "the whole ManifestWork is not wanted back");
@@ -146,8 +159,8 @@ async fn a_new_work_is_created_as_the_transport() {
 #[tokio::test]
 async fn a_changed_work_is_applied_server_side_as_the_transport() {
     let (client, server) = mock::client();
-    let transport = with_works(&client, &[work("b-wds1-0", &["a"])]);
-    let changed = work("b-wds1-0", &["a", "b"]);
+    let transport = with_works(&client, &[work("b.wds1.0", &["a"])]);
+    let changed = work("b.wds1.0", &["a", "b"]);
     let (applied, asked) = tokio::join!(
         transport.apply_works("b", desired(std::slice::from_ref(&changed))),
         answer_once(server, 200, &changed)
@@ -156,10 +169,13 @@ async fn a_changed_work_is_applied_server_side_as_the_transport() {
     assert_eq!(asked.method, "PATCH");
     assert_eq!(
         asked.uri,
-        format!("{WORKS}/b-wds1-0?&force=true&fieldManager=transport-controller")
+        format!("{WORKS}/b.wds1.0?&force=true&fieldManager=transport-controller-wds1")
     );
     assert_eq!(asked.content_type, "application/apply-patch+yaml");
-    assert_eq!(asked.body, serde_json::to_value(&changed).unwrap());
+    // Over the object the cache shows: the ITS refuses the apply if it is gone or replaced.
+    let mut over_its_uid = changed.clone();
+    over_its_uid.metadata.uid = Some(uid_of("b.wds1.0"));
+    assert_eq!(asked.body, serde_json::to_value(&over_its_uid).unwrap());
     assert_eq!(asked.accept, METADATA_ONLY);
     assert_eq!(written(&asked).1, ["a", "b"]);
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
@@ -167,14 +183,24 @@ async fn a_changed_work_is_applied_server_side_as_the_transport() {
     assert_eq!(transport.settings.metrics.written_bytes.get(), sent);
 }
 
+/// What the ITS answers a metadata GET of the ManifestWork `b.wds1.0` labelled `labels`.
+fn found(labels: Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+           "metadata": {"name": "b.wds1.0", "namespace": "c1", "uid": "found", "labels": labels}})
+}
+
 #[tokio::test]
-async fn a_work_created_behind_the_caches_back_is_applied() {
+async fn a_work_of_ours_created_behind_the_caches_back_is_applied_over_its_uid() {
     let (client, mut server) = mock::client();
     let transport = with_works(&client, &[]);
-    let wanted = work("b-wds1-0", &["a"]);
+    let wanted = work("b.wds1.0", &["a"]);
     let answers = async {
         let asked = server.answer(409, mock::failure(409)).await;
         assert_eq!(asked.method, "POST");
+        let ours = json!({ORIGIN_BINDING_LABEL: "b", ORIGIN_WDS_LABEL: "wds1", "theirs": "x"});
+        let asked = server.answer(200, found(ours)).await;
+        assert_eq!((asked.method.as_str(), asked.accept.as_str()), ("GET", METADATA_ONLY));
+        assert_eq!(asked.uri, format!("{WORKS}/b.wds1.0"));
         server.answer(200, serde_json::to_value(&wanted).unwrap()).await
     };
     let (applied, asked) = tokio::join!(
@@ -184,13 +210,67 @@ async fn a_work_created_behind_the_caches_back_is_applied() {
     assert!(applied.unwrap().rejections.is_empty());
     assert_eq!(asked.method, "PATCH");
     assert_eq!(asked.content_type, "application/apply-patch+yaml");
-    assert_eq!(written(&asked), ("b-wds1-0".to_string(), vec!["a".to_string()]));
+    assert_eq!(written(&asked), ("b.wds1.0".to_string(), vec!["a".to_string()]));
+    assert_eq!(asked.body["metadata"]["uid"], "found");
+}
+
+/// Defect: the hub force-applied over any ManifestWork its create met under its name, and OCM
+/// deleted what that one had delivered.
+#[tokio::test]
+async fn another_work_under_our_name_is_left_alone_and_reported() {
+    let others = [
+        json!({}),
+        json!({ORIGIN_BINDING_LABEL: "b", ORIGIN_WDS_LABEL: "a-wds1"}),
+        json!({ORIGIN_BINDING_LABEL: "other", ORIGIN_WDS_LABEL: "wds1"}),
+    ];
+    for labels in others {
+        let (client, mut server) = mock::client();
+        let transport = with_works(&client, &[]);
+        let wanted = work("b.wds1.0", &["a"]);
+        let answers = async move {
+            server.answer(409, mock::failure(409)).await;
+            server.answer(200, found(labels)).await;
+            // Anything more would fail.
+        };
+        let (applied, ()) = tokio::join!(
+            transport.apply_works("b", desired(std::slice::from_ref(&wanted))),
+            answers
+        );
+        assert_eq!(
+            applied.unwrap().rejections,
+            [
+                "name conflict: ManifestWork c1/b.wds1.0 exists without this Binding's labels \
+              transport.kubestellar.io/originOwnerReferenceBindingKey=b and transport.kubestellar.io/originWdsName=wds1: \
+              it is left alone, and what it would hold does not reach c1"
+            ]
+        );
+        assert_eq!(transport.expectations().unseen(Instant::now()).count(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_work_gone_between_the_create_and_the_look_is_created_on_the_next_try() {
+    let (client, mut server) = mock::client();
+    let transport = with_works(&client, &[]);
+    let wanted = work("b.wds1.0", &["a"]);
+    let answers = async {
+        server.answer(409, mock::failure(409)).await;
+        server.answer(404, mock::failure(404)).await;
+    };
+    let (applied, ()) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&wanted))),
+        answers
+    );
+    let Err(Error::Api(kube::Error::Api(status))) = applied else {
+        panic!("not retried: {:?}", applied.map(|a| a.rejections));
+    };
+    assert_eq!(status.code, 409);
 }
 
 #[tokio::test]
 async fn a_stale_work_is_deleted_and_one_already_gone_is_no_error() {
-    let kept = work("b-wds1-0", &["a"]);
-    let stale = work("b-wds1-1", &["b"]);
+    let kept = work("b.wds1.0", &["a"]);
+    let stale = work("b.wds1.1", &["b"]);
     for code in [200, 404] {
         let (client, server) = mock::client();
         let transport = with_works(&client, &[kept.clone(), stale.clone()]);
@@ -201,9 +281,11 @@ async fn a_stale_work_is_deleted_and_one_already_gone_is_no_error() {
         assert!(applied.unwrap().rejections.is_empty(), "{code}");
         assert_eq!(asked.method, "DELETE");
         assert_eq!(asked.accept, METADATA_ONLY);
+        // Only the object the cache shows: not one created under its name since.
+        assert_eq!(asked.body["preconditions"]["uid"], "uid-b.wds1.1");
         assert_eq!(
             asked.uri.split_once('?').map_or(asked.uri.as_str(), |(p, _)| p),
-            format!("{WORKS}/b-wds1-1")
+            format!("{WORKS}/b.wds1.1")
         );
     }
 }
@@ -215,7 +297,7 @@ async fn a_stale_work_is_deleted_and_one_already_gone_is_no_error() {
 async fn a_work_being_deleted_is_not_deleted_again() {
     let (client, server) = mock::client();
     drop(server);
-    let mut deleting = work("b-wds1-0", &["a"]);
+    let mut deleting = work("b.wds1.0", &["a"]);
     deleting.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
         k8s_openapi::jiff::Timestamp::now(),
     ));
@@ -248,9 +330,9 @@ fn planned_from(transport: &Transport<Ocm>) -> Vec<(String, Vec<String>)> {
 #[tokio::test]
 async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write_it_again() {
     let (client, server) = mock::client();
-    let before = at(work("b-wds1-0", &["a"]), "5");
+    let before = at(work("b.wds1.0", &["a"]), "5");
     let transport = with_works(&client, std::slice::from_ref(&before));
-    let written = work("b-wds1-0", &["a", "b"]);
+    let written = work("b.wds1.0", &["a", "b"]);
     let reply = at(written.clone(), "7");
     let (applied, _) = tokio::join!(
         transport.apply_works("b", desired(std::slice::from_ref(&written))),
@@ -259,8 +341,11 @@ async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write
     assert!(applied.unwrap().rejections.is_empty());
     assert_eq!(
         planned_from(&transport),
-        [("b-wds1-0".into(), vec!["a".into(), "b".into()])]
+        [("b.wds1.0".into(), vec!["a".into(), "b".into()])]
     );
+    // Its UID from the reply: a delete of it before the watch shows it names that object.
+    let written_uid = transport.current_works("b")[0].uid();
+    assert_eq!(written_uid.as_deref(), Some("uid-b.wds1.0"));
     // The ITS answers nothing more: another write would fail.
     let again = transport
         .apply_works("b", desired(std::slice::from_ref(&written)))
@@ -271,7 +356,7 @@ async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write
     let older = seen_work(
         &transport.expectations,
         &mut revisions,
-        Seen::Changed(&CachedWork::of(&at(work("b-wds1-0", &["a"]), "6"))),
+        Seen::Changed(&CachedWork::of(&at(work("b.wds1.0", &["a"]), "6"))),
     );
     assert!(matches!(older, Some(Input::Binding(b)) if b == "b"));
     assert_eq!(
@@ -302,8 +387,8 @@ async fn a_binding_planned_again_before_the_watch_shows_its_write_does_not_write
 
 #[tokio::test]
 async fn a_binding_planned_again_before_the_watch_shows_its_deletion_does_not_delete_again() {
-    let kept = work("b-wds1-0", &["a"]);
-    let stale = at(work("b-wds1-1", &["b"]), "5");
+    let kept = work("b.wds1.0", &["a"]);
+    let stale = at(work("b.wds1.1", &["b"]), "5");
     let (client, server) = mock::client();
     let transport = with_works(&client, &[kept.clone(), stale.clone()]);
     let (applied, _) = tokio::join!(
@@ -311,7 +396,7 @@ async fn a_binding_planned_again_before_the_watch_shows_its_deletion_does_not_de
         answer_once(server, 200, &stale)
     );
     assert!(applied.unwrap().rejections.is_empty());
-    assert_eq!(planned_from(&transport), [("b-wds1-0".into(), vec!["a".into()])]);
+    assert_eq!(planned_from(&transport), [("b.wds1.0".into(), vec!["a".into()])]);
     let again = transport.apply_works("b", desired(std::slice::from_ref(&kept))).await;
     assert!(again.unwrap().rejections.is_empty());
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
@@ -329,7 +414,7 @@ async fn failed_writes_and_deletes_are_errors_to_retry() {
         panic!("a write answered 500 is not retried");
     };
     assert_eq!(status.code, 500);
-    let stale = work("b-wds1-1", &["b"]);
+    let stale = work("b.wds1.1", &["b"]);
     for code in [409, 500] {
         let (client, server) = mock::client();
         let transport = with_works(&client, std::slice::from_ref(&stale));
@@ -346,10 +431,31 @@ async fn failed_writes_and_deletes_are_errors_to_retry() {
     }
 }
 
+/// The ITS refuses a write naming the UID of an object that was replaced meanwhile: the cache
+/// was behind, and the next pass plans from one that shows the new object.
+#[tokio::test]
+async fn a_work_replaced_since_the_cache_showed_it_is_planned_again() {
+    let (client, mut server) = mock::client();
+    let transport = with_works(&client, &[work("b.wds1.0", &["a"])]);
+    let changed = work("b.wds1.0", &["a", "b"]);
+    let mut refused = mock::failure(422);
+    refused["details"] = json!({"causes": [{"reason": "FieldValueInvalid", "field": "metadata.uid",
+                                            "message": "field is immutable"}]});
+    let (applied, asked) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&changed))),
+        server.answer(422, refused)
+    );
+    assert_eq!(asked.method, "PATCH");
+    let Err(Error::Api(kube::Error::Api(status))) = applied else {
+        panic!("not retried: {:?}", applied.map(|a| a.rejections));
+    };
+    assert_eq!(status.code, 422);
+}
+
 #[tokio::test]
 async fn a_refused_write_or_a_missing_mailbox_is_reported_not_retried() {
     let expected = [
-        (422, "the ITS rejected ManifestWork c1/b-wds1-0: mocked 422"),
+        (422, "the ITS rejected ManifestWork c1/b.wds1.0: mocked 422"),
         (
             404,
             "the mailbox namespace c1 does not exist (is the WEC accepted into the ITS?): mocked 404",
@@ -363,20 +469,20 @@ async fn a_refused_write_or_a_missing_mailbox_is_reported_not_retried() {
 #[tokio::test]
 async fn a_work_losing_an_object_to_a_new_one_waits_until_that_one_is_applied() {
     let (client, server) = mock::client();
-    let transport = with_works(&client, &[work("b-wds1-0", &["a", "b"])]);
-    let new = work("b-wds1-1", &["b"]);
-    let wanted = desired(&[work("b-wds1-0", &["a"]), new.clone()]);
+    let transport = with_works(&client, &[work("b.wds1.0", &["a", "b"])]);
+    let new = work("b.wds1.1", &["b"]);
+    let wanted = desired(&[work("b.wds1.0", &["a"]), new.clone()]);
     let (applied, asked) = tokio::join!(transport.apply_works("b", wanted), answer_once(server, 201, &new));
     // Only the new one is written; the server is gone, so any other request would fail.
     assert!(applied.unwrap().holding);
-    assert_eq!(written(&asked).0, "b-wds1-1");
+    assert_eq!(written(&asked).0, "b.wds1.1");
     assert!(transport.holding.names().contains("b"));
 }
 
 #[tokio::test]
 async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_loses() {
     let (client, mut server) = mock::client();
-    let mut applied_before = work("b-wds1-0", &["a", "b"]);
+    let mut applied_before = work("b.wds1.0", &["a", "b"]);
     applied_before.metadata.generation = Some(1);
     applied_before.status = serde_json::from_value(json!({"conditions": [
         {"type": "Applied", "status": "True", "observedGeneration": 1, "reason": "r", "message": "",
@@ -384,7 +490,7 @@ async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_l
     .unwrap();
     let transport = with_works(&client, &[applied_before]);
     // d is new in w-0; b moves to the new w-1, which no agent has applied.
-    let wanted = desired(&[work("b-wds1-0", &["a", "d"]), work("b-wds1-1", &["b"])]);
+    let wanted = desired(&[work("b.wds1.0", &["a", "d"]), work("b.wds1.1", &["b"])]);
     let answers = async {
         let mut all = BTreeMap::new();
         let some_work = serde_json::to_value(work("any", &[])).unwrap();
@@ -397,8 +503,8 @@ async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_l
     let (applied, written) = tokio::join!(transport.apply_works("b", wanted), answers);
     assert!(applied.unwrap().holding);
     // w-0 gets d now and keeps b until w-1 is applied; w-1 is written as it should be.
-    assert_eq!(written["b-wds1-0"], ["a", "d", "b"]);
-    assert_eq!(written["b-wds1-1"], ["b"]);
+    assert_eq!(written["b.wds1.0"], ["a", "d", "b"]);
+    assert_eq!(written["b.wds1.1"], ["b"]);
 }
 
 #[tokio::test]
@@ -476,7 +582,7 @@ fn a_status_change_of_a_work_only_reports_and_any_other_change_plans_again() {
             _ => "nothing".to_string(),
         }
     };
-    let mut work = at(work("b-wds1-0", &["a"]), "5");
+    let mut work = at(work("b.wds1.0", &["a"]), "5");
     work.metadata.generation = Some(1);
     assert_eq!(seen(&work, false), "plan b", "first sight");
     // OCM's agent writes its status: a new resourceVersion, the same generation.
@@ -525,4 +631,17 @@ fn a_policy_seen_new_replaced_or_leaving_plans_its_binding_and_its_status_only_r
     ));
     assert_eq!(seen(&policy, false), "plan b", "leaving");
     assert_eq!(seen(&policy, true), "plan b", "gone");
+}
+
+#[test]
+fn only_both_origin_labels_make_a_work_ours() {
+    let labels = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    };
+    let ours = labels(&[(ORIGIN_BINDING_LABEL, "x-a"), (ORIGIN_WDS_LABEL, "b"), ("theirs", "y")]);
+    assert!(of_origin(&ours, "x-a", "b"));
+    assert!(!of_origin(&ours, "x", "a-b"), "names that nest");
+    assert!(!of_origin(&labels(&[(ORIGIN_BINDING_LABEL, "x-a")]), "x-a", "b"));
+    assert!(!of_origin(&labels(&[(ORIGIN_WDS_LABEL, "b")]), "x-a", "b"));
+    assert!(!of_origin(&BTreeMap::new(), "x-a", "b"));
 }

@@ -76,6 +76,7 @@ struct Case {
     removals: Removals,
     properties: BTreeMap<String, BTreeMap<String, String>>,
     current: Vec<Arc<CachedWork>>,
+    last_good: LastGood,
     limits: Limits,
 }
 
@@ -88,6 +89,7 @@ impl Case {
             removals: Removals::new(),
             properties: BTreeMap::new(),
             current: Vec::new(),
+            last_good: LastGood::new(),
             limits: DEFAULT_LIMITS,
         }
     }
@@ -114,6 +116,7 @@ impl Case {
             removals: &self.removals,
             properties: &|wec| self.properties.get(wec).cloned().unwrap_or_default(),
             current: &self.current,
+            last_good: &self.last_good,
             wds_name: "wds1",
             limits: self.limits,
             packaging: &trace::Packaging::default(),
@@ -160,9 +163,9 @@ fn every_wec_gets_the_objects_transformed_in_its_mailbox() {
     let works = case.works();
     assert_eq!(
         works.keys().cloned().collect::<Vec<_>>(),
-        [key("c1", "b-wds1-0"), key("c2", "b-wds1-0")]
+        [key("c1", "b.wds1.0"), key("c2", "b.wds1.0")]
     );
-    let work = &works[&key("c2", "b-wds1-0")];
+    let work = &works[&key("c2", "b.wds1.0")];
     assert_eq!(names(work), ["a", "b"], "in key order");
     assert_eq!(work.metadata.labels.as_ref().unwrap()[ORIGIN_BINDING_LABEL], "b");
     // The built-in transforms dropped the server-set metadata.
@@ -190,14 +193,14 @@ fn a_custom_transform_removes_fields_of_its_resource_only() {
         transform("t2", "apps", "statefulsets", &["$.spec.replicas"]),
     ]);
     let works = case.works();
-    let manifests = &works[&key("c1", "b-wds1-0")].spec.workload.manifests;
+    let manifests = &works[&key("c1", "b.wds1.0")].spec.workload.manifests;
     let of = |kind: &str| manifests.iter().find(|m| m["kind"] == kind).unwrap();
     assert_eq!(of("ConfigMap")["data"], json!({"keep": "k"}));
     assert_eq!(of("Deployment")["spec"], json!({"replicas": 1}));
 }
 
 #[test]
-fn templates_are_expanded_per_wec_and_a_failing_one_keeps_its_wec_out() {
+fn templates_are_expanded_per_wec_and_one_failing_on_a_wec_stays_off_it() {
     let listed = [("", "configmaps", "a", false), ("", "configmaps", "plain", false)];
     let expand = json!({EXPAND_TEMPLATES_ANNOTATION: "true"});
     let mut case = Case::new(
@@ -211,12 +214,12 @@ fn templates_are_expanded_per_wec_and_a_failing_one_keeps_its_wec_out() {
     case.properties = BTreeMap::from([("c1".into(), zone("east")), ("c2".into(), zone("west"))]);
     let desired = case.plan().unwrap();
     let zones = |wec: &str| {
-        let manifests = &desired.works[&key(wec, "b-wds1-0")].spec.workload.manifests;
+        let manifests = &desired.works[&key(wec, "b.wds1.0")].spec.workload.manifests;
         manifests.iter().map(|m| m["data"]["zone"].clone()).collect::<Vec<_>>()
     };
     assert_eq!(zones("c1"), ["east", "{{.zone}}"]);
     assert_eq!(zones("c2"), ["west", "{{.zone}}"]);
-    assert!(!desired.works.contains_key(&key("c3", "b-wds1-0")));
+    assert_eq!(zones("c3"), ["{{.zone}}"], "a never got to c3; plain does");
     assert_eq!(desired.errors.len(), 1);
     let error = &desired.errors[0];
     assert!(error.starts_with("c3/ConfigMap(ns/a).data.zone: "), "{error}");
@@ -228,7 +231,7 @@ fn create_only_objects_are_marked_so_in_their_work() {
     let listed = [("", "configmaps", "a", true), ("", "configmaps", "b", false)];
     let case = Case::new(binding(&["c1"], &listed), vec![plain("a"), plain("b")]);
     let works = case.works();
-    let configs = serde_json::to_value(&works[&key("c1", "b-wds1-0")].spec.manifest_configs).unwrap();
+    let configs = serde_json::to_value(&works[&key("c1", "b.wds1.0")].spec.manifest_configs).unwrap();
     assert_eq!(
         configs,
         json!([{"resourceIdentifier": {"group": "", "resource": "configmaps", "name": "a", "namespace": "ns"},
@@ -239,7 +242,7 @@ fn create_only_objects_are_marked_so_in_their_work() {
 #[test]
 fn an_object_gone_from_its_cache_is_dropped_but_an_unknown_one_keeps_the_works() {
     let mut case = Case::new(config_maps(&["a", "b"]), vec![plain("a")]);
-    assert_eq!(names(&case.works()[&key("c1", "b-wds1-0")]), ["a"]);
+    assert_eq!(names(&case.works()[&key("c1", "b.wds1.0")]), ["a"]);
     case.unfilled.insert(GroupResource {
         group: String::new(),
         resource: "configmaps".into(),
@@ -258,14 +261,45 @@ fn objects_keep_their_shard_when_one_sorting_first_comes() {
     let mut case = Case::new(config_maps(&["b", "c", "d"]), ["a", "b", "c", "d"].map(plain).into());
     case.limits.max_count = 2;
     let before = case.works();
-    assert_eq!(names(&before[&key("c1", "b-wds1-0")]), ["b", "c"]);
-    assert_eq!(names(&before[&key("c1", "b-wds1-1")]), ["d"]);
+    assert_eq!(names(&before[&key("c1", "b.wds1.0")]), ["b", "c"]);
+    assert_eq!(names(&before[&key("c1", "b.wds1.1")]), ["d"]);
     case.current = cached(before.into_values());
     case.binding = config_maps(&["a", "b", "c", "d"]);
     let after = case.works();
     // Packing by position would put a and b together and move c and d.
-    assert_eq!(names(&after[&key("c1", "b-wds1-0")]), ["b", "c"]);
-    assert_eq!(names(&after[&key("c1", "b-wds1-1")]), ["a", "d"]);
+    assert_eq!(names(&after[&key("c1", "b.wds1.0")]), ["b", "c"]);
+    assert_eq!(names(&after[&key("c1", "b.wds1.1")]), ["a", "d"]);
+}
+
+#[test]
+fn works_keep_the_names_an_earlier_version_gave_them_and_new_ones_get_new_names() {
+    let mut case = Case::new(
+        config_maps(&["b", "c", "d"]),
+        ["a", "b", "c", "d", "e"].map(plain).into(),
+    );
+    case.limits.max_count = 2;
+    let named = |work: &ManifestWork, name: &str| {
+        let mut work = work.clone();
+        work.metadata.name = Some(name.into());
+        work
+    };
+    let before = case.works();
+    let earlier = [
+        named(&before[&key("c1", "b.wds1.0")], "b-wds1-0"),
+        named(&before[&key("c1", "b.wds1.1")], "b-wds1-1"),
+    ];
+    case.current = cached(earlier);
+    case.binding = config_maps(&["a", "b", "c", "d", "e"]);
+    let after = case.works();
+    assert_eq!(
+        after.keys().collect::<Vec<_>>(),
+        [&key("c1", "b-wds1-0"), &key("c1", "b-wds1-1"), &key("c1", "b.wds1.2")]
+    );
+    assert_eq!(
+        names(&after[&key("c1", "b-wds1-0")]),
+        ["b", "c"],
+        "its shard read from its name"
+    );
 }
 
 #[test]
@@ -274,8 +308,8 @@ fn an_object_held_twice_stays_in_the_lower_shard_whatever_order_the_cache_lists(
     case.limits.max_count = 2;
     let mut works = case.works();
     // b moved to shard 1 and is still kept in shard 0 until it lands there.
-    let b = works[&key("c1", "b-wds1-0")].spec.workload.manifests[1].clone();
-    let shard_1 = works.get_mut(&key("c1", "b-wds1-1")).unwrap();
+    let b = works[&key("c1", "b.wds1.0")].spec.workload.manifests[1].clone();
+    let shard_1 = works.get_mut(&key("c1", "b.wds1.1")).unwrap();
     shard_1.spec.workload.manifests.insert(0, b);
     assert_eq!(names(shard_1), ["b", "c"]);
     case.limits.max_count = 3;
@@ -283,8 +317,8 @@ fn an_object_held_twice_stays_in_the_lower_shard_whatever_order_the_cache_lists(
         let current = cached(works.values().cloned());
         case.current = listed.iter().map(|i| current[*i].clone()).collect();
         let after = case.works();
-        assert_eq!(names(&after[&key("c1", "b-wds1-0")]), ["a", "b"], "listed {listed:?}");
-        assert_eq!(names(&after[&key("c1", "b-wds1-1")]), ["c"], "listed {listed:?}");
+        assert_eq!(names(&after[&key("c1", "b.wds1.0")]), ["a", "b"], "listed {listed:?}");
+        assert_eq!(names(&after[&key("c1", "b.wds1.1")]), ["c"], "listed {listed:?}");
     }
 }
 
@@ -300,34 +334,177 @@ fn one_object_per_work_names_the_work_after_the_object() {
 fn a_delivered_trace_is_kept_for_the_same_generation_only() {
     let listed = [("apps", "deployments", "web", false)];
     let mut case = Case::new(binding(&["c1"], &listed), vec![deployment(2)]);
-    let mut delivered = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
+    let mut delivered = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
     let annotations = |work: &ManifestWork| work.spec.workload.manifests[0]["metadata"]["annotations"].clone();
     assert_eq!(annotations(&delivered), json!({WDS_GENERATION_ANNOTATION: "2"}));
     std::sync::Arc::make_mut(&mut delivered.spec.workload.manifests[0])["metadata"]["annotations"]
         [TRACEPARENT_ANNOTATION] = json!("00-a-b-01");
     case.current = cached([delivered]);
-    let again = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
+    let again = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
     assert_eq!(
         annotations(&again),
         json!({WDS_GENERATION_ANNOTATION: "2", TRACEPARENT_ANNOTATION: "00-a-b-01"})
     );
     case.cached = vec![deployment(3)];
-    let next = case.works().remove(&key("c1", "b-wds1-0")).unwrap();
+    let next = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
     assert_eq!(annotations(&next), json!({WDS_GENERATION_ANNOTATION: "3"}));
 }
 
 #[test]
-fn an_object_too_large_for_a_work_keeps_its_wec_out() {
-    let mut case = Case::new(config_maps(&["a"]), vec![plain("a")]);
-    case.limits.max_size = 50;
+fn an_object_too_large_for_a_work_stays_out_and_the_others_go() {
+    let big = config_map("big", json!({}), json!({"k": "v".repeat(100)}));
+    let mut case = Case::new(config_maps(&["a", "big"]), vec![plain("a"), big]);
+    case.limits.max_size = 200;
     let desired = case.plan().unwrap();
-    assert!(desired.works.is_empty());
+    assert_eq!(names(&desired.works[&key("c1", "b.wds1.0")]), ["a"]);
     let [error] = desired.errors.as_slice() else {
         panic!("{:?}", desired.errors);
     };
     assert!(
-        error.starts_with("failed to wrap object that is larger than max size: /configmaps ns/a is "),
+        error.starts_with("failed to wrap object that is larger than max size: /configmaps ns/big is "),
         "{error}"
+    );
+}
+
+/// What the controller reads of `works` for the objects in error.
+fn last_good(works: &BTreeMap<WorkKey, ManifestWork>) -> LastGood {
+    works
+        .iter()
+        .flat_map(|((mailbox, _), work)| {
+            Ocm.delivered(work)
+                .into_iter()
+                .map(move |m| ((mailbox.clone(), wrap::identity(&m)), m))
+        })
+        .collect()
+}
+
+/// The value of `data.k` of each object a work holds, by name.
+fn data(work: &ManifestWork) -> BTreeMap<&str, &Value> {
+    let manifests = &work.spec.workload.manifests;
+    manifests
+        .iter()
+        .map(|m| (m["metadata"]["name"].as_str().unwrap(), &m["data"]["k"]))
+        .collect()
+}
+
+/// The defect: one object's template error on one WEC kept every object of the Binding from
+/// every WEC. Now that object keeps its last good content there (read from the ManifestWork
+/// holding it, which the cache does not keep), and everything else is planned as ever.
+#[test]
+fn an_object_failing_on_a_wec_keeps_what_its_work_holds_and_the_rest_goes_on() {
+    let expand = json!({EXPAND_TEMPLATES_ANNOTATION: "true"});
+    let listed = [("", "configmaps", "a", false), ("", "configmaps", "b", false)];
+    let mut case = Case::new(
+        binding(&["c1", "c2"], &listed),
+        vec![config_map("a", expand.clone(), json!({"k": "{{.zone}}"})), plain("b")],
+    );
+    let zone = |z: &str| BTreeMap::from([("zone".to_string(), z.to_string())]);
+    case.properties = BTreeMap::from([("c1".into(), zone("east")), ("c2".into(), zone("west"))]);
+    let before = case.works();
+    case.current = cached(before.values().cloned());
+    // c2 loses its zone; b changes and c comes.
+    case.properties.remove("c2");
+    let listed = [listed[0], listed[1], ("", "configmaps", "c", false)];
+    case.binding = binding(&["c1", "c2"], &listed);
+    case.cached = vec![
+        config_map("a", expand, json!({"k": "{{.zone}}-2"})),
+        config_map("b", json!({}), json!({"k": "v2"})),
+        plain("c"),
+    ];
+    let unread = case.plan().unwrap();
+    assert_eq!(unread.unread, BTreeSet::from([key("c2", "b.wds1.0")]));
+    assert_eq!(unread.frozen, BTreeSet::from(["c2".to_string()]));
+    assert!(
+        !unread.works.contains_key(&key("c2", "b.wds1.0")),
+        "nothing written there yet"
+    );
+    let c1 = &unread.works[&key("c1", "b.wds1.0")];
+    assert_eq!(
+        data(c1),
+        BTreeMap::from([("a", &json!("east-2")), ("b", &json!("v2")), ("c", &json!("v"))])
+    );
+
+    case.last_good = last_good(&before);
+    let desired = case.plan().unwrap();
+    assert!(desired.unread.is_empty() && desired.frozen.is_empty());
+    assert_eq!(desired.works[&key("c1", "b.wds1.0")].spec, c1.spec);
+    let c2 = &desired.works[&key("c2", "b.wds1.0")];
+    assert_eq!(
+        data(c2),
+        BTreeMap::from([("a", &json!("west")), ("b", &json!("v2")), ("c", &json!("v"))]),
+        "a as before on c2"
+    );
+    let [error] = desired.errors.as_slice() else {
+        panic!("{:?}", desired.errors);
+    };
+    assert!(error.starts_with("c2/ConfigMap(ns/a).data.k: "), "{error}");
+    // Written so, it is planned again the same (so not written again), once read again.
+    case.current = cached(desired.works.values().cloned());
+    case.last_good = LastGood::new();
+    let again = case.plan().unwrap();
+    assert_eq!(again.unread, BTreeSet::from([key("c2", "b.wds1.0")]), "still to read");
+    case.last_good = last_good(&desired.works);
+    let again = case.plan().unwrap();
+    for (key, work) in &desired.works {
+        assert!(Ocm.same_content(&CachedWork::of(work), &again.works[key]), "{key:?}");
+    }
+}
+
+/// The defect: a spec deeper than the cache reads was delivered as no spec at all.
+#[test]
+fn an_object_that_cannot_be_read_keeps_what_each_wec_has_or_stays_off() {
+    let deep = (0..130).fold(json!("v"), |inner, _| json!([inner]));
+    let mut case = Case::new(config_maps(&["a", "b"]), vec![plain("a"), plain("b")]);
+    let before = case.works();
+    case.current = cached(before.values().cloned());
+    case.binding = config_maps(&["a", "b", "new"]);
+    case.cached = vec![
+        config_map("a", json!({}), json!({"k": deep.clone()})),
+        config_map("b", json!({}), json!({"k": "v2"})),
+        config_map("new", json!({}), json!({"k": deep})),
+    ];
+    case.last_good = last_good(&before);
+    let desired = case.plan().unwrap();
+    let work = &desired.works[&key("c1", "b.wds1.0")];
+    assert_eq!(data(work), BTreeMap::from([("a", &json!("v")), ("b", &json!("v2"))]));
+    assert_eq!(desired.errors.len(), 2, "{:?}", desired.errors);
+    for (error, name) in desired.errors.iter().zip(["a", "new"]) {
+        let expected = format!("ConfigMap(ns/{name}): its content cannot be read: recursion limit exceeded");
+        assert!(error.starts_with(&expected), "{error}");
+    }
+}
+
+/// Limits lowered below an object in error's last good content: its WEC's works stay as they
+/// are (none is deleted), the others' are planned.
+#[test]
+fn last_good_content_too_large_for_new_limits_leaves_its_wec_as_it_is() {
+    let listed = [("", "configmaps", "a", false), ("", "configmaps", "b", false)];
+    let big = || config_map("a", json!({}), json!({"k": "v".repeat(100)}));
+    let mut case = Case::new(binding(&["c1", "c2"], &listed), vec![big(), plain("b")]);
+    let before = case.works();
+    case.current = cached(
+        before
+            .values()
+            .filter(|w| w.namespace().as_deref() == Some("c1"))
+            .cloned(),
+    );
+    case.last_good = last_good(&before);
+    case.limits.max_size = 200;
+    let desired = case.plan().unwrap();
+    assert_eq!(desired.frozen, BTreeSet::from(["c1".to_string()]));
+    assert!(!desired.works.contains_key(&key("c1", "b.wds1.0")));
+    assert_eq!(
+        names(&desired.works[&key("c2", "b.wds1.0")]),
+        ["b"],
+        "a never got to c2"
+    );
+    assert!(
+        desired
+            .errors
+            .iter()
+            .any(|e| e.starts_with("c1: failed to wrap object")),
+        "{:?}",
+        desired.errors
     );
 }
 
@@ -380,7 +557,7 @@ fn the_newest_object_is_applied_first_and_ties_keep_key_order() {
             plain("e"),
         ],
     );
-    let order = |works: &BTreeMap<WorkKey, ManifestWork>| names(&works[&key("c1", "b-wds1-0")]).join(",");
+    let order = |works: &BTreeMap<WorkKey, ManifestWork>| names(&works[&key("c1", "b.wds1.0")]).join(",");
     let works = case.works();
     assert_eq!(order(&works), "b,d,c,a,e");
     case.current = cached(works.into_values());
@@ -426,7 +603,7 @@ fn propagation_counts_what_each_wec_reports_landed() {
             .collect(),
         ..Default::default()
     };
-    works.get_mut(&key("c1", "b-wds1-0")).unwrap().status = Some(ManifestWorkStatus {
+    works.get_mut(&key("c1", "b.wds1.0")).unwrap().status = Some(ManifestWorkStatus {
         resource_status: ManifestResourceStatus {
             manifests: vec![reported(&["Applied", "Available"]), reported(&["Applied"])],
         },
@@ -499,6 +676,7 @@ fn bench_plan_at_scale() {
             removals: &removals,
             properties: &|_| BTreeMap::new(),
             current,
+            last_good: &LastGood::new(),
             wds_name: "wds1",
             limits,
             packaging: &packaging,
