@@ -280,6 +280,9 @@ type Reconciled = (String, Option<i64>, Pass, Result<Duration, Error>);
 struct Applied {
     /// The ITS's rejections.
     rejections: Vec<String>,
+    /// Some rejection may pass with nothing changed here (a mailbox namespace not there yet,
+    /// or being deleted to be made again): the Binding is tried again after a back-off.
+    passing: bool,
     /// Some wait for objects to land in another.
     holding: bool,
     /// How long the writes took (zero when nothing was written).
@@ -583,6 +586,7 @@ impl<P: Plugin> Transport<P> {
         // An object in error keeps its last good content on the WECs (see `plan::plan`); it
         // holds back nothing else.
         let applied = self.apply_works_leaving(name, works, &frozen).await?;
+        let passing = applied.passing;
         errors.extend(applied.rejections);
         errors.sort();
         self.reading_wecs.set(name, templated || !errors.is_empty());
@@ -594,6 +598,9 @@ impl<P: Plugin> Transport<P> {
             apply_status(&api, name, &patch).await?;
         }
         self.report_propagation(&binding).await?;
+        if passing {
+            return Err(Error::MailboxMissing);
+        }
         Ok(applied.writing)
     }
 
@@ -784,7 +791,7 @@ impl<P: Plugin> Transport<P> {
             );
         }
         self.holding.set(binding, holding);
-        let mut changes: Vec<BoxFuture<'_, Result<Option<String>, Error>>> = Vec::new();
+        let mut changes: Vec<BoxFuture<'_, Result<Option<Rejection>, Error>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
             let work_key = (mailbox.clone(), name.clone());
             let work = match kept.get(&work_key) {
@@ -819,7 +826,7 @@ impl<P: Plugin> Transport<P> {
         let writes = changes.len();
         // Waiting for permits that other Bindings hold counts as writing: a busy ITS lengthens
         // the rest after.
-        let results: Vec<Result<Option<String>, Error>> = futures::stream::iter(changes)
+        let results: Vec<Result<Option<Rejection>, Error>> = futures::stream::iter(changes)
             .buffer_unordered(WRITE_CONCURRENCY)
             .collect()
             .await;
@@ -827,13 +834,16 @@ impl<P: Plugin> Transport<P> {
         if writes > 0 {
             tracing::debug!(binding, writes, ?writing, "ManifestWorks written");
         }
-        let mut rejections = results
+        let rejected = results
             .into_iter()
             .filter_map(Result::transpose)
             .collect::<Result<Vec<_>, Error>>()?;
+        let passing = rejected.iter().any(|r| r.passing);
+        let mut rejections: Vec<String> = rejected.into_iter().map(|r| r.message).collect();
         rejections.sort();
         Ok(Applied {
             rejections,
+            passing,
             holding,
             writing,
         })
@@ -935,8 +945,9 @@ impl<P: Plugin> Transport<P> {
     }
 
     /// Writes one wrapped object of `binding`: applied over the one the cache shows (`ours`, its
-    /// UID), else created. `Some(why)` when it cannot be written and retrying cannot help: the
-    /// ITS rejects it, the mailbox is missing, or another's wrapped object has the name.
+    /// UID), else created. A [`Rejection`] when it cannot be written as things are: the ITS
+    /// rejects it, another's wrapped object has the name, or the mailbox is missing or being
+    /// deleted.
     async fn write_work(
         &self,
         binding: &str,
@@ -944,7 +955,7 @@ impl<P: Plugin> Transport<P> {
         name: &str,
         work: &P::Wrapped,
         ours: Option<&str>,
-    ) -> Result<Option<String>, Error> {
+    ) -> Result<Option<Rejection>, Error> {
         let answer = self
             .expecting(binding, (mailbox.to_string(), name.to_string()), async {
                 let answer = match ours {
@@ -961,13 +972,13 @@ impl<P: Plugin> Transport<P> {
         let err = match answer {
             Ok(Sent::Written(_)) => return Ok(None),
             Ok(Sent::Foreign) => {
-                return Ok(Some(format!(
+                return Ok(Some(Rejection::lasting(format!(
                     "name conflict: {} {mailbox}/{name} exists without this Binding's labels \
                      {ORIGIN_BINDING_LABEL}={binding} and {ORIGIN_WDS_LABEL}={}: it is left alone, and what \
                      it would hold does not reach {mailbox}",
                     P::Wrapped::kind(&()),
                     self.settings.wds_name
-                )));
+                ))));
             }
             Err(err) => err,
         };
@@ -977,17 +988,24 @@ impl<P: Plugin> Transport<P> {
         match failure(&err) {
             // Replaced since the cache showed it: planned again from a cache that shows it.
             Failure::Refused if uid_refused(status) => Err(err.into()),
-            Failure::Refused => Ok(Some(format!(
+            // Deleted, to be made again by OCM (an admin deleted it, or the WEC was accepted
+            // again): nothing in what the hub watches changes when it is back.
+            Failure::Refused if namespace_terminating(status) => Ok(Some(Rejection::passing(format!(
+                "the mailbox namespace {mailbox} is being deleted; trying again: {}",
+                status.message
+            )))),
+            Failure::Refused => Ok(Some(Rejection::lasting(format!(
                 "the ITS rejected {} {mailbox}/{name}: {}",
                 P::Wrapped::kind(&()),
                 status.message
-            ))),
-            // A WEC not accepted yet has no mailbox. Retrying cannot help until it is accepted,
-            // and that changes its inventory object, which brings this Binding back.
-            Failure::Moot => Ok(Some(format!(
+            )))),
+            // A WEC not accepted yet, or a mailbox deleted and not made again yet. Accepting a
+            // WEC changes its inventory object, which brings the Binding back, but a mailbox
+            // made again changes nothing the hub watches.
+            Failure::Moot => Ok(Some(Rejection::passing(format!(
                 "the mailbox namespace {mailbox} does not exist (is the WEC accepted into the ITS?): {}",
                 status.message
-            ))),
+            )))),
             Failure::Transient => Err(err.into()),
         }
     }
@@ -1108,6 +1126,38 @@ impl<P: Plugin> Transport<P> {
         })
         .await
     }
+}
+
+/// What the ITS refused of one wrapped object's write, for the Binding's status.
+#[derive(Debug)]
+struct Rejection {
+    message: String,
+    /// It may pass with nothing changed here: the Binding is tried again after a back-off.
+    passing: bool,
+}
+
+impl Rejection {
+    /// One that only a change (of the Binding, its objects, or the ITS's object) can end.
+    fn lasting(message: String) -> Rejection {
+        Rejection {
+            message,
+            passing: false,
+        }
+    }
+
+    fn passing(message: String) -> Rejection {
+        Rejection { message, passing: true }
+    }
+}
+
+/// Whether the apiserver refused a write into a namespace because that namespace is being
+/// deleted (its NamespaceLifecycle admission's answer, with the cause `NamespaceTerminating`).
+fn namespace_terminating(status: &kube::core::Status) -> bool {
+    status.code == 403
+        && status
+            .details
+            .as_ref()
+            .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating"))
 }
 
 /// Applies our part of the status of `name` (forced: the fields are ours). One deleted meanwhile

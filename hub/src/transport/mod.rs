@@ -88,6 +88,10 @@ pub enum Error {
     /// status instead).
     #[error(transparent)]
     Api(#[from] kube::Error),
+    /// A mailbox namespace is missing or being deleted (reported on the Binding): tried again
+    /// after a back-off, since it being made (again) changes nothing the transport watches.
+    #[error("a mailbox namespace is missing or being deleted; trying again after a back-off")]
+    MailboxMissing,
     /// A wrapped object did not serialise.
     #[error(transparent)]
     Encode(#[from] serde_json::Error),

@@ -453,17 +453,48 @@ async fn a_work_replaced_since_the_cache_showed_it_is_planned_again() {
 }
 
 #[tokio::test]
-async fn a_refused_write_or_a_missing_mailbox_is_reported_not_retried() {
-    let expected = [
-        (422, "the ITS rejected ManifestWork c1/b.wds1.0: mocked 422"),
-        (
-            404,
-            "the mailbox namespace c1 does not exist (is the WEC accepted into the ITS?): mocked 404",
-        ),
-    ];
-    for (code, rejection) in expected {
-        assert_eq!(write_answered(code).await.unwrap().rejections, [rejection]);
-    }
+async fn a_refused_write_is_reported_and_a_missing_mailbox_also_retried() {
+    let refused = write_answered(422).await.unwrap();
+    assert_eq!(
+        refused.rejections,
+        ["the ITS rejected ManifestWork c1/b.wds1.0: mocked 422"]
+    );
+    assert!(!refused.passing, "only a change can help");
+    let missing = write_answered(404).await.unwrap();
+    assert_eq!(
+        missing.rejections,
+        ["the mailbox namespace c1 does not exist (is the WEC accepted into the ITS?): mocked 404"]
+    );
+    assert!(
+        missing.passing,
+        "OCM makes a deleted mailbox again, and nothing the hub watches changes"
+    );
+}
+
+#[tokio::test]
+async fn a_mailbox_being_deleted_is_reported_and_retried() {
+    let (client, mut server) = mock::client();
+    let transport = with_works(&client, &[]);
+    let written = work("b.wds1.0", &["a"]);
+    // The NamespaceLifecycle admission's answer.
+    let terminating = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "manifestworks.work.open-cluster-management.io \"b.wds1.0\" is forbidden: unable to create new content in namespace c1 because it is being terminated",
+        "reason": "Forbidden", "code": 403,
+        "details": {"name": "b.wds1.0", "kind": "manifestworks",
+                    "causes": [{"reason": "NamespaceTerminating", "message": "namespace c1 is being terminated", "field": "metadata.namespace"}]}});
+    let (applied, _) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&written))),
+        server.answer(403, terminating)
+    );
+    let applied = applied.unwrap();
+    assert!(applied.passing);
+    let [rejection] = &applied.rejections[..] else {
+        panic!("{:?}", applied.rejections);
+    };
+    assert!(
+        rejection.starts_with("the mailbox namespace c1 is being deleted; trying again: "),
+        "{rejection}"
+    );
 }
 
 #[tokio::test]
