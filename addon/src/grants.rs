@@ -1,14 +1,15 @@
 //! Which API groups each WEC's agent may read: those of the objects KubeStellar delivers there,
-//! from the transport's API groups annotation on the ManifestWorks in the WEC's mailbox. Only
-//! the ManifestWorks' metadata is watched; a ManifestWork without the annotation (written by
-//! upstream's transport) is read once per generation.
+//! from the ManifestWorks in the WEC's mailbox that carry a KubeStellar label (the ones the agent
+//! reports on): our transport's API groups annotation, or, on a ManifestWork without it (written
+//! by upstream's transport, or by hand as ocm-status-addon's tests do), the apiVersions of its
+//! manifests, read once per generation. Only the ManifestWorks' metadata is watched.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
-use ks_shared::names::{API_GROUPS_ANNOTATION, ORIGIN_WDS_LABEL};
+use ks_shared::names::{API_GROUPS_ANNOTATION, is_kubestellar_label};
 use ks_shared::ocm::{ManifestWork, manifest_group};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
@@ -17,8 +18,7 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-/// The delivered API groups per mailbox, kept from a metadata watch of KubeStellar's
-/// ManifestWorks.
+/// The delivered API groups per mailbox, kept from a metadata watch of the ManifestWorks.
 #[derive(Clone)]
 pub struct Grants {
     works: Store<PartialObjectMeta<ManifestWork>>,
@@ -37,11 +37,14 @@ impl Grants {
     /// `None` when a (re-)list changed some (after the first complete list, every mailbox counts
     /// as changed).
     pub fn start(client: Client, changed: UnboundedSender<Option<String>>, shutdown: CancellationToken) -> Grants {
-        // Metadata-only requests: the manifests are not read (but see `read_unannotated`).
+        // Metadata-only requests: the manifests are not read (but see `read_unannotated`). Of
+        // every ManifestWork: no label selector says "any KubeStellar label".
         let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client.clone());
-        let kubestellar = watcher::Config::default().labels(ORIGIN_WDS_LABEL);
         let (works, writer) = reflector::store();
-        let events = watcher(api, kubestellar).default_backoff().reflect(writer);
+        let events = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(keep_what_grants)
+            .reflect(writer);
         let grants = Grants {
             works,
             read: Arc::default(),
@@ -99,7 +102,7 @@ impl Grants {
         self.works
             .state()
             .iter()
-            .filter(|w| w.namespace().as_deref() == Some(mailbox))
+            .filter(|w| w.namespace().as_deref() == Some(mailbox) && is_kubestellar(w))
             .flat_map(|w| match w.annotations().get(API_GROUPS_ANNOTATION) {
                 Some(annotation) => groups_of(Some(annotation)),
                 None => read
@@ -124,7 +127,7 @@ impl Grants {
             works
                 .iter()
                 .filter(|w| namespace.is_none() || w.namespace().as_deref() == namespace)
-                .filter(|w| !w.annotations().contains_key(API_GROUPS_ANNOTATION))
+                .filter(|w| is_kubestellar(w) && !w.annotations().contains_key(API_GROUPS_ANNOTATION))
                 .map(|w| {
                     (
                         w.namespace().unwrap_or_default(),
@@ -172,6 +175,26 @@ impl Grants {
     }
 }
 
+/// Whether a ManifestWork is KubeStellar's: one the agent reports on, whose objects it reads.
+fn is_kubestellar(work: &PartialObjectMeta<ManifestWork>) -> bool {
+    work.labels().keys().any(|k| is_kubestellar_label(k))
+}
+
+/// Keeps of a ManifestWork's metadata what the grants read: identity, generation, KubeStellar
+/// labels and the API groups annotation (most ManifestWorks on an ITS are not KubeStellar's).
+fn keep_what_grants(work: &mut PartialObjectMeta<ManifestWork>) {
+    let meta = &mut work.metadata;
+    meta.managed_fields = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    if let Some(labels) = meta.labels.as_mut() {
+        labels.retain(|k, _| is_kubestellar_label(k));
+    }
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|k, _| k == API_GROUPS_ANNOTATION);
+    }
+}
+
 /// The API groups an annotation value lists. Anything that is not an API group name (a DNS
 /// subdomain) is dropped: a `*` would grant every group, Secrets included.
 pub fn groups_of(annotation: Option<&str>) -> BTreeSet<String> {
@@ -200,7 +223,71 @@ fn is_group_name(group: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use ks_shared::names::{OCM_ADDON_NAME_LABEL, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL};
+    use kube::api::ObjectMeta;
+    use kube::core::PartialObjectMetaExt;
+
     use super::*;
+
+    fn work(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> PartialObjectMeta<ManifestWork> {
+        let map = |pairs: &[(&str, &str)]| Some(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect());
+        ObjectMeta {
+            name: Some("w".into()),
+            namespace: Some("cluster1".into()),
+            labels: map(labels),
+            annotations: map(annotations),
+            ..Default::default()
+        }
+        .into_response_partial()
+    }
+
+    #[test]
+    fn every_kubestellar_label_makes_a_manifest_work_kubestellars() {
+        // As our transport and upstream's write them, and as ocm-status-addon's e2e test does.
+        assert!(is_kubestellar(&work(
+            &[(ORIGIN_WDS_LABEL, "wds1"), (ORIGIN_BINDING_LABEL, "b")],
+            &[]
+        )));
+        assert!(is_kubestellar(&work(&[(ORIGIN_BINDING_LABEL, "b")], &[])));
+        assert!(is_kubestellar(&work(
+            &[("managed-by.kubestellar.io/something", "true")],
+            &[]
+        )));
+        // The add-on's own, and anyone else's.
+        assert!(!is_kubestellar(&work(&[(OCM_ADDON_NAME_LABEL, "addon-status")], &[])));
+        assert!(!is_kubestellar(&work(&[], &[])));
+    }
+
+    #[test]
+    fn the_cache_keeps_kubestellar_labels_and_the_api_groups_annotation() {
+        let mut kept = work(
+            &[("managed-by.kubestellar.io/something", "true"), ("app", "web")],
+            &[
+                (API_GROUPS_ANNOTATION, "example.io"),
+                ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
+            ],
+        );
+        kept.metadata.generation = Some(3);
+        keep_what_grants(&mut kept);
+        assert_eq!(
+            kept.metadata.labels,
+            Some(BTreeMap::from([(
+                "managed-by.kubestellar.io/something".to_string(),
+                "true".to_string()
+            )]))
+        );
+        assert_eq!(
+            kept.metadata.annotations,
+            Some(BTreeMap::from([(
+                API_GROUPS_ANNOTATION.to_string(),
+                "example.io".to_string()
+            )]))
+        );
+        assert_eq!((kept.metadata.generation, kept.name_any()), (Some(3), "w".to_string()));
+        assert!(is_kubestellar(&kept));
+    }
 
     #[test]
     fn only_group_names_are_granted() {

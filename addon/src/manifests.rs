@@ -163,7 +163,8 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings, delivered: &BTre
 
 /// The ManifestWork delivering the agent to `cluster`, owned by its ManagedClusterAddOn so that
 /// the garbage collector removes it with the add-on. It carries no KubeStellar label, so the
-/// agent never reports on itself, and asks the work agent for the Deployment's status.
+/// agent never reports on itself, and asks the work agent for the Deployment's status. The
+/// install Namespace is created if missing but never deleted (see [`orphan_namespace`]).
 pub fn manifest_work(
     cluster: &str,
     settings: &AgentSettings,
@@ -177,7 +178,7 @@ pub fn manifest_work(
                 .map(Arc::new)
                 .collect(),
         },
-        delete_option: None,
+        delete_option: Some(orphan_namespace(&settings.install_namespace)),
         manifest_configs: vec![ManifestConfigOption {
             resource_identifier: ResourceIdentifier {
                 group: "apps".into(),
@@ -208,6 +209,15 @@ pub fn manifest_work(
         spec,
         status: None,
     }
+}
+
+/// The ManifestWork's delete option leaving the install Namespace on the WEC when the add-on is
+/// disabled or moves to another namespace: it is shared (by default OCM's
+/// `open-cluster-management-agent-addon`, where every add-on's agent runs), and the work agent
+/// deletes what a ManifestWork owns, the Namespace with everything in it.
+fn orphan_namespace(namespace: &str) -> Value {
+    json!({"propagationPolicy": "SelectivelyOrphan",
+           "selectivelyOrphans": {"orphaningRules": [{"group": "", "resource": "namespaces", "name": namespace}]}})
 }
 
 /// A short hex SHA-256 of a value's JSON form (serde_json keeps map keys sorted).
@@ -326,6 +336,23 @@ mod tests {
         let none = manifest_work("cluster1", &settings(), &BTreeSet::new(), Default::default());
         let some = manifest_work("cluster1", &settings(), &delivered, Default::default());
         assert_ne!(recorded_digest(&none.metadata), recorded_digest(&some.metadata));
+    }
+
+    #[test]
+    fn the_install_namespace_outlives_the_addon() {
+        let work = manifest_work("cluster1", &settings(), &BTreeSet::new(), Default::default());
+        let namespace = settings().install_namespace;
+        assert!(
+            work.spec.workload.manifests.iter().any(|m| m["kind"] == "Namespace"),
+            "created if missing"
+        );
+        let option = work.spec.delete_option.unwrap();
+        assert_eq!(option["propagationPolicy"], "SelectivelyOrphan");
+        assert_eq!(
+            option["selectivelyOrphans"]["orphaningRules"],
+            json!([{"group": "", "resource": "namespaces", "name": namespace}]),
+            "only the Namespace: the agent's own objects go with the add-on"
+        );
     }
 
     #[test]

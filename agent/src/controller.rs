@@ -1,7 +1,8 @@
 //! The agent's controllers, thin on purpose: watches feed coalescing queues, and workers look
 //! things up in caches, call the pure logic (`tracker`, `report`) and write the difference.
 //!
-//! - AppliedManifestWorks on the WEC → the `works` queue → the tracker, which says which
+//! - AppliedManifestWorks on the WEC, and the ManifestWorks on the hub saying which of their
+//!   manifests were applied (see `delivered`) → the `works` queue → the tracker, which says which
 //!   informers to start or stop and which objects to report on.
 //! - Delivered objects (one informer per GVR), the ManifestWorks and our WorkStatuses in the
 //!   mailbox namespace on the hub → the `objects` queue → one WorkStatus per object, however
@@ -10,7 +11,7 @@
 //! - WorkStatuses no followed object owns (objects removed while the agent was down) → the
 //!   `leftovers` queue → deleted.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, SystemTime};
@@ -30,11 +31,12 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::delivered;
 use crate::existing::Existing;
 use crate::informers::{InformerEvent, Informers, Lookup, OnEvent};
 use crate::kinds::Kinds;
 use crate::metrics::{Metrics, Verb};
-use crate::objects::{AppliedObject, Gvr, ObjectKey};
+use crate::objects::{AppliedObject, ObjectKey};
 use crate::own_writes::OwnWrites;
 use crate::report::{self, FIELD_MANAGER, Plan};
 use crate::rollouts::Rollouts;
@@ -138,14 +140,14 @@ pub async fn run(
     let manifest_works = watcher(Api::<ManifestWork>::namespaced(hub.clone(), &mailbox), config.clone())
         .default_backoff()
         .modify(|mw: &mut ManifestWork| {
-            // Only the labels, name and UID are read, and the Secrets (reported as delivered,
-            // never read on the WEC): the other manifests can be large.
+            // Only the labels, name and UID are read, the Secrets (reported as delivered, never
+            // read on the WEC) and which manifests were applied: the other manifests can be large.
             mw.metadata.managed_fields = None;
             let mut manifests = std::mem::take(&mut mw.spec.workload.manifests);
             manifests.retain(|m| report::is_secret(m));
             mw.spec = Default::default();
             mw.spec.workload.manifests = manifests;
-            mw.status = None;
+            delivered::keep_applied(&mut mw.status);
         })
         .reflect(manifest_works_writer);
     let listed = agent.manifest_works_listed.clone();
@@ -227,13 +229,27 @@ impl Agent {
         }
     }
 
+    /// A ManifestWork's labels say what its objects' WorkStatuses carry, and its status which
+    /// of its objects were applied (see [`delivered`]).
     fn on_manifest_work(&self, seen: Seen<'_, ManifestWork>) {
         match seen {
             Seen::Changed(mw) | Seen::Deleted(mw) => {
-                let keys = lock(&self.tracker).keys_of_manifest_work(&mw.name_any());
+                let tracker = lock(&self.tracker);
+                let keys = tracker.keys_of_manifest_work(&mw.name_any());
+                tracker
+                    .works_of_manifest_work(&mw.name_any())
+                    .for_each(|w| self.works.add(w));
+                drop(tracker);
                 self.enqueue(keys);
             }
-            Seen::Listed => self.enqueue(lock(&self.tracker).all_keys()),
+            Seen::Listed => {
+                let tracker = lock(&self.tracker);
+                let keys = tracker.all_keys();
+                tracker.work_names().into_iter().for_each(|w| self.works.add(w));
+                drop(tracker);
+                self.enqueue(keys);
+                self.settle_once();
+            }
         }
     }
 
@@ -271,14 +287,17 @@ impl Agent {
             && owner.is_some_and(|o| lock(&self.tracker).is_stale_work_status(&ws.name_any(), &o.name))
     }
 
-    /// Once, after start-up, when every AppliedManifestWork has been through the tracker: takes
-    /// back from the hub which delivery reports each object (the AppliedManifestWorks were read
-    /// back in any order, so a restart rewrites nothing), lets reports start, and queues the
-    /// WorkStatuses left over from objects removed while the agent was not running. (Later
-    /// removals delete their WorkStatus directly.)
+    /// Once, after start-up, when every AppliedManifestWork (with its ManifestWork) has been
+    /// through the tracker: takes back from the hub which delivery reports each object (the
+    /// AppliedManifestWorks were read back in any order, so a restart rewrites nothing), lets
+    /// reports start, and queues the WorkStatuses left over from objects removed while the agent
+    /// was not running. (Later removals delete their WorkStatus directly.)
     fn settle_once(&self) {
+        // The ManifestWorks too: they say which objects of a partly applied one are delivered,
+        // and its objects' WorkStatuses are no leftovers.
         let ready = self.applied_listed.load(Ordering::Acquire)
             && self.work_statuses_listed.load(Ordering::Acquire)
+            && self.manifest_works_listed.load(Ordering::Acquire)
             && self.works.is_empty();
         if !ready || self.settled.load(Ordering::Acquire) {
             return;
@@ -368,41 +387,32 @@ impl Agent {
         queue.done(key, result.is_ok());
     }
 
-    /// Brings the tracker up to date with one AppliedManifestWork.
+    /// Brings the tracker up to date with one AppliedManifestWork and its ManifestWork.
     async fn reconcile_work(&self, name: &str) -> Result<(), ReconcileError> {
         let Some(amw) = self.applied.get(&ObjectRef::new(name)) else {
             let changes = lock(&self.tracker).remove_work(name);
             self.apply_changes(changes);
             return Ok(());
         };
+        let work = self
+            .manifest_works
+            .get(&ObjectRef::new(&amw.spec.manifest_work_name).within(&self.mailbox));
+        let lists = amw.status.as_ref().map_or(&[][..], |s| &s.applied_resources);
+        let applied = work
+            .iter()
+            .flat_map(|w| w.status.iter())
+            .flat_map(|s| s.resource_status.manifests.iter().map(|m| &m.resource_meta));
         let mut objects = Vec::new();
-        let mut unknown = Vec::new();
-        for resource in amw.status.iter().flat_map(|s| s.applied_resources.iter()) {
-            if resource.version.is_empty() || resource.resource.is_empty() || resource.name.is_empty() {
-                tracing::warn!(
-                    amw = name,
-                    ?resource,
-                    "skipping an applied resource without version, resource or name"
-                );
-                continue;
-            }
-            let gvr = Gvr {
-                group: resource.group.clone(),
-                version: resource.version.clone(),
-                resource: resource.resource.clone(),
-            };
-            match self.kinds.resolve(&gvr).await? {
+        let mut unknown = BTreeSet::new();
+        for id in delivered::delivered(lists, applied) {
+            match self.kinds.resolve(&id.gvr).await? {
                 Some(kind) => objects.push(AppliedObject {
-                    gvr,
+                    namespace: if kind.namespaced { id.namespace } else { String::new() },
+                    gvr: id.gvr,
                     kind: kind.resource.kind,
-                    namespace: if kind.namespaced {
-                        resource.namespace.clone()
-                    } else {
-                        String::new()
-                    },
-                    name: resource.name.clone(),
+                    name: id.name,
                 }),
-                None => unknown.push(gvr.to_string()),
+                None => _ = unknown.insert(id.gvr.to_string()),
             }
         }
         let uid = amw.metadata.uid.clone().unwrap_or_default();
@@ -411,9 +421,8 @@ impl Agent {
         if unknown.is_empty() {
             Ok(())
         } else {
-            Err(ReconcileError::UnknownResources {
-                gvrs: unknown.join(", "),
-            })
+            let gvrs: Vec<String> = unknown.into_iter().collect();
+            Err(ReconcileError::UnknownResources { gvrs: gvrs.join(", ") })
         }
     }
 

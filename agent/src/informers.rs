@@ -1,15 +1,20 @@
 //! One dynamic informer per delivered GVR on the WEC, started and stopped as the tracker's
 //! reference counts say. Each keeps a cache (of metadata and status only, all that is read)
-//! and reports which objects changed, and when it has listed everything.
+//! and reports which objects changed, and when it has listed everything. One that cannot list
+//! (forbidden while the agent's ClusterRole lacks the group) says why and tries again after a
+//! growing pause.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use futures::{Stream, StreamExt};
 use ks_shared::runtime::{Seen, drive};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
+use kube::runtime::watcher::DefaultBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -72,9 +77,10 @@ impl Informers {
         let stop = shutdown.child_token();
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let stream = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(GrowingBackoff::default())
             .modify(keep_what_is_reported)
             .reflect(writer);
+        let stream = explain_failures(gvr.clone(), stream);
         let id = gvr.clone();
         let has_listed = listed.clone();
         tokio::spawn(drive(gvr.to_string(), stream, stop.clone(), move |seen| {
@@ -135,6 +141,58 @@ impl Informers {
     }
 }
 
+/// kube's default pauses between a failing watch's attempts (0.8 s doubling up to 30 s, each
+/// lengthened by up to as much again at random, back to the shortest 2 minutes after the last
+/// failure), without starting over after each event: kube's
+/// watch yields one (`Init`) at the start of every attempt to list, so with its own backoff a list
+/// that keeps failing (forbidden) was tried again every 0.8 s for ever.
+#[derive(Default)]
+struct GrowingBackoff(DefaultBackoff);
+
+impl Iterator for GrowingBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        self.0.next()
+    }
+}
+
+impl kube::runtime::utils::Backoff for GrowingBackoff {
+    fn reset(&mut self) {}
+}
+
+/// Logs why the watch of `gvr` failed, saying what a forbidden one means for the user, and
+/// takes the failures out of `stream` (it retries by itself).
+fn explain_failures<S, K>(gvr: Gvr, stream: S) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>
+where
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+{
+    stream.filter(move |event| {
+        if let Err(err) = event {
+            if is_forbidden(err) {
+                tracing::warn!(gvr = %gvr, error = %err,
+                    "the agent may not read {gvr} on this WEC: its ClusterRole lacks the group \"{}\" (the status \
+                     add-on grants the groups of the KubeStellar ManifestWorks in this WEC's mailbox); no WorkStatus \
+                     for these objects until it may; trying again after a growing pause", gvr.group);
+            } else {
+                tracing::warn!(gvr = %gvr, error = %err, "watching {gvr} failed; trying again after a growing pause");
+            }
+        }
+        std::future::ready(event.is_ok())
+    })
+}
+
+/// Whether a watch failed because the agent may not list or watch the resource.
+fn is_forbidden(err: &watcher::Error) -> bool {
+    match err {
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.is_forbidden(),
+        watcher::Error::WatchError(status) => status.is_forbidden(),
+        _ => false,
+    }
+}
+
 /// Keeps of a WEC object what a WorkStatus reports (see `report::desired`): its metadata without
 /// managedFields, and its `.status`. The rest, a Pod's or Deployment's spec above all, was most
 /// of the cache.
@@ -146,9 +204,36 @@ fn keep_what_is_reported(object: &mut DynamicObject) {
 
 #[cfg(test)]
 mod tests {
+    use kube::runtime::utils::Backoff;
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn a_watch_that_keeps_failing_waits_longer_each_time() {
+        let mut backoff = GrowingBackoff::default();
+        let mut pauses = Vec::new();
+        for _ in 0..8 {
+            pauses.push(backoff.next().unwrap());
+            // What kube's stream does after each event, an attempt's `Init` included.
+            backoff.reset();
+        }
+        assert!(pauses[0] < Duration::from_secs(2), "{pauses:?}");
+        assert!(pauses[7] >= Duration::from_secs(25), "{pauses:?}");
+        assert!(pauses.iter().all(|p| *p <= Duration::from_secs(60)), "{pauses:?}");
+    }
+
+    #[test]
+    fn forbidden_is_told_apart() {
+        let status = |code: u16| {
+            kube::core::Status::failure("no", if code == 403 { "Forbidden" } else { "NotFound" }).with_code(code)
+        };
+        let api = |code| kube::Error::Api(Box::new(status(code)));
+        assert!(is_forbidden(&watcher::Error::InitialListFailed(api(403))));
+        assert!(is_forbidden(&watcher::Error::WatchError(Box::new(status(403)))));
+        assert!(!is_forbidden(&watcher::Error::InitialListFailed(api(404))));
+        assert!(!is_forbidden(&watcher::Error::NoResourceVersion));
+    }
 
     #[test]
     fn the_cache_keeps_metadata_and_status() {

@@ -1,6 +1,7 @@
 //! ks-agent: KubeStellar status add-on agent: reports the status of delivered objects from a WEC.
 
 mod controller;
+mod delivered;
 mod existing;
 mod informers;
 mod kinds;

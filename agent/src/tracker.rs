@@ -197,6 +197,11 @@ impl Tracker {
             .collect()
     }
 
+    /// The AppliedManifestWorks recorded for a ManifestWork (normally one).
+    pub fn works_of_manifest_work(&self, manifest_work: &str) -> impl Iterator<Item = String> + '_ {
+        self.by_manifest_work.get(manifest_work).into_iter().flatten().cloned()
+    }
+
     /// The AppliedManifestWorks recorded.
     pub fn work_names(&self) -> Vec<String> {
         self.works.keys().cloned().collect()
@@ -275,6 +280,8 @@ mod tests {
         let key = changes.added.iter().find(|k| k.kind == "Deployment").unwrap();
         assert_eq!(tracker.key_of_object(&key.object()).as_ref(), Some(key));
         assert_eq!(tracker.keys_of_manifest_work("mw").len(), 2);
+        assert_eq!(tracker.works_of_manifest_work("mw").collect::<Vec<_>>(), ["h-mw"]);
+        assert_eq!(tracker.works_of_manifest_work("other").count(), 0);
         assert_eq!(tracker.by_work_status(&key.work_status), Some(key));
         assert_eq!(tracker.keys_of_gvr(&gvr("", "namespaces")).len(), 1);
         assert_eq!(tracker.all_keys().len(), 2);

@@ -1,6 +1,7 @@
 //! Integrity on the stack: what a user deletes stays deleted, what others own is left alone,
 //! nothing is silently emptied. One module per kind of damage; each test failed before its fix.
 
+mod agent;
 mod content;
 mod ownership;
 mod status_labels;
@@ -9,8 +10,13 @@ use ks_tests::harness::run;
 
 ks_tests::stack_main!(
     run,
-    [content::tests(), ownership::tests(), status_labels::tests()]
-        .into_iter()
-        .flatten()
-        .collect()
+    [
+        agent::tests(),
+        content::tests(),
+        ownership::tests(),
+        status_labels::tests()
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
 );
