@@ -18,7 +18,9 @@ use crate::registration::{self, ClusterState, Verdict};
 pub async fn run(client: Client, metrics: Metrics, shutdown: CancellationToken) {
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
     let ours = watcher::Config::default().labels(&format!("{OCM_ADDON_NAME_LABEL}={STATUS_ADDON_NAME}"));
-    let requests = watcher(csrs.clone(), ours).default_backoff().applied_objects();
+    let requests = watcher(csrs.clone(), ours)
+        .backoff(ks_shared::runtime::WatchBackoff::default())
+        .applied_objects();
     tokio::pin!(requests);
     loop {
         let next = tokio::select! {

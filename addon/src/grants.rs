@@ -42,7 +42,7 @@ impl Grants {
         let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client.clone());
         let (works, writer) = reflector::store();
         let events = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(ks_shared::runtime::WatchBackoff::default())
             .modify(keep_what_grants)
             .reflect(writer);
         let grants = Grants {

@@ -58,7 +58,7 @@ pub async fn register_addon(client: &Client, metrics: &Metrics) -> Result<(), ku
 pub async fn install_on_every_cluster(client: Client, metrics: Metrics, shutdown: CancellationToken) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
     let events = watcher(clusters, watcher::Config::default())
-        .default_backoff()
+        .backoff(ks_shared::runtime::WatchBackoff::default())
         .applied_objects();
     tokio::pin!(events);
     let mut enabled: HashSet<String> = HashSet::new();

@@ -130,7 +130,7 @@ pub async fn run(
 
     let config = watcher::Config::default();
     let applied = watcher(Api::<AppliedManifestWork>::all(wec.clone()), config.clone())
-        .default_backoff()
+        .backoff(ks_shared::runtime::WatchBackoff::default())
         .modify(|amw: &mut AppliedManifestWork| amw.metadata.managed_fields = None)
         .reflect(applied_writer);
     let listed = agent.applied_listed.clone();
@@ -138,7 +138,7 @@ pub async fn run(
         a.on_applied(seen, &ready)
     });
     let manifest_works = watcher(Api::<ManifestWork>::namespaced(hub.clone(), &mailbox), config.clone())
-        .default_backoff()
+        .backoff(ks_shared::runtime::WatchBackoff::default())
         .modify(|mw: &mut ManifestWork| {
             // Only the labels, name and UID are read, the Secrets (reported as delivered, never
             // read on the WEC) and which manifests were applied: the other manifests can be large.
@@ -153,7 +153,7 @@ pub async fn run(
     let listed = agent.manifest_works_listed.clone();
     spawn_watch(&agent, "manifestworks", manifest_works, listed, Agent::on_manifest_work);
     let work_statuses = watcher(Api::<Existing>::namespaced(hub.clone(), &mailbox), config)
-        .default_backoff()
+        .backoff(ks_shared::runtime::WatchBackoff::default())
         .reflect(work_statuses_writer);
     let listed = agent.work_statuses_listed.clone();
     spawn_watch(&agent, "workstatuses", work_statuses, listed, Agent::on_work_status);

@@ -7,14 +7,12 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use ks_shared::runtime::{Seen, drive};
+use ks_shared::runtime::{Seen, WatchBackoff, drive};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
 use kube::runtime::reflector::{ObjectRef, Store, store::Writer};
-use kube::runtime::watcher::DefaultBackoff;
 use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
@@ -77,7 +75,7 @@ impl Informers {
         let stop = shutdown.child_token();
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
         let stream = watcher(api, watcher::Config::default())
-            .backoff(GrowingBackoff::default())
+            .backoff(WatchBackoff::default())
             .modify(keep_what_is_reported)
             .reflect(writer);
         let stream = explain_failures(gvr.clone(), stream);
@@ -141,26 +139,6 @@ impl Informers {
     }
 }
 
-/// kube's default pauses between a failing watch's attempts (0.8 s doubling up to 30 s, each
-/// lengthened by up to as much again at random, back to the shortest 2 minutes after the last
-/// failure), without starting over after each event: kube's
-/// watch yields one (`Init`) at the start of every attempt to list, so with its own backoff a list
-/// that keeps failing (forbidden) was tried again every 0.8 s for ever.
-#[derive(Default)]
-struct GrowingBackoff(DefaultBackoff);
-
-impl Iterator for GrowingBackoff {
-    type Item = Duration;
-
-    fn next(&mut self) -> Option<Duration> {
-        self.0.next()
-    }
-}
-
-impl kube::runtime::utils::Backoff for GrowingBackoff {
-    fn reset(&mut self) {}
-}
-
 /// Logs why the watch of `gvr` failed, saying what a forbidden one means for the user, and
 /// takes the failures out of `stream` (it retries by itself).
 fn explain_failures<S, K>(gvr: Gvr, stream: S) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>
@@ -204,24 +182,9 @@ fn keep_what_is_reported(object: &mut DynamicObject) {
 
 #[cfg(test)]
 mod tests {
-    use kube::runtime::utils::Backoff;
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn a_watch_that_keeps_failing_waits_longer_each_time() {
-        let mut backoff = GrowingBackoff::default();
-        let mut pauses = Vec::new();
-        for _ in 0..8 {
-            pauses.push(backoff.next().unwrap());
-            // What kube's stream does after each event, an attempt's `Init` included.
-            backoff.reset();
-        }
-        assert!(pauses[0] < Duration::from_secs(2), "{pauses:?}");
-        assert!(pauses[7] >= Duration::from_secs(25), "{pauses:?}");
-        assert!(pauses.iter().all(|p| *p <= Duration::from_secs(60)), "{pauses:?}");
-    }
 
     #[test]
     fn forbidden_is_told_apart() {

@@ -82,7 +82,7 @@ fn watch_crds(
     let (changes, changed) = mpsc::unbounded_channel();
     let api: Api<CustomResourceDefinition> = Api::all(wds);
     let events = watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(ks_shared::runtime::WatchBackoff::default())
         .reflect(writer)
         .take_until(shutdown.cancelled_owned());
     tokio::spawn(async move {

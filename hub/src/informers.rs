@@ -445,7 +445,9 @@ impl WorkloadInformers {
         let stop = self.shutdown.child_token();
         let (events, token, first_seen) = (self.events.clone(), stop.clone(), self.first_seen.clone());
         let this = self.clone();
-        let stream = watcher(api, watcher::Config::default()).default_backoff().modify(trim);
+        let stream = watcher(api, watcher::Config::default())
+            .backoff(ks_shared::runtime::WatchBackoff::default())
+            .modify(trim);
         let resource_label = ResourceLabel {
             resource: format!("{}/{}", gr.group, gr.resource),
         };

@@ -18,6 +18,6 @@ pub use metrics::{ControllerMetrics, Help, assert_exports};
 pub use pacing::Pacing;
 pub use queue::WorkQueue;
 pub use watch::{
-    Seen, drive, watch_into_inputs, watch_into_store, watch_seen_into_inputs, watch_trimmed_into_inputs,
+    Seen, WatchBackoff, drive, watch_into_inputs, watch_into_store, watch_seen_into_inputs, watch_trimmed_into_inputs,
     without_managed_fields,
 };

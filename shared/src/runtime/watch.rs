@@ -3,6 +3,7 @@
 //! down show only as absences in the new list.
 
 use std::fmt::Debug;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::Resource;
@@ -21,6 +22,46 @@ pub enum Seen<'a, K> {
     Deleted(&'a K),
     /// The cache holds a complete list (after the first list and after every re-list).
     Listed,
+}
+
+/// The pauses between a failing watch's attempts: 0.8 s doubling up to 8 s, back to the
+/// shortest 2 minutes after the last failure, and not started over by the watch's events. kube's
+/// own back-off starts over at every event, and its watch yields one (`Init`) at the start of
+/// each attempt to list, so a LIST that keeps failing (forbidden, say) was tried again every
+/// 0.8 s for ever. Use with `WatchStreamExt::backoff` in place of `default_backoff`.
+#[derive(Default)]
+pub struct WatchBackoff {
+    /// The last pause, and when it was asked for.
+    last: Option<(Duration, Instant)>,
+}
+
+impl WatchBackoff {
+    const FIRST: Duration = Duration::from_millis(800);
+    const LONGEST: Duration = Duration::from_secs(8);
+    const FORGOTTEN_AFTER: Duration = Duration::from_secs(120);
+
+    /// The pause after a failure at `now`.
+    fn pause_at(&mut self, now: Instant) -> Duration {
+        let pause = match self.last {
+            Some((last, at)) if now.duration_since(at) < Self::FORGOTTEN_AFTER => (last * 2).min(Self::LONGEST),
+            _ => Self::FIRST,
+        };
+        self.last = Some((pause, now));
+        pause
+    }
+}
+
+impl Iterator for WatchBackoff {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(self.pause_at(Instant::now()))
+    }
+}
+
+impl kube::runtime::utils::Backoff for WatchBackoff {
+    /// Only time starts it over (see above).
+    fn reset(&mut self) {}
 }
 
 /// Consumes `stream` (already feeding a reflector) until `stop`, telling `on` what it saw.
@@ -71,7 +112,10 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(api, config).default_backoff().modify(trim).reflect(writer);
+    let stream = watcher(api, config)
+        .backoff(WatchBackoff::default())
+        .modify(trim)
+        .reflect(writer);
     tokio::spawn(drive(K::kind(&()).into_owned(), stream, stop, on));
     store
 }
@@ -180,4 +224,26 @@ macro_rules! watched_as {
             }
         }
     };
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use kube::runtime::utils::Backoff;
+
+    use super::*;
+
+    #[test]
+    fn a_watch_that_keeps_failing_waits_longer_each_time_and_forgets_after_a_while() {
+        let mut backoff = WatchBackoff::default();
+        let start = Instant::now();
+        let mut pauses = Vec::new();
+        for i in 0..6 {
+            pauses.push(backoff.pause_at(start + Duration::from_secs(i)));
+            // What kube's stream does after each event, an attempt's `Init` included.
+            backoff.reset();
+        }
+        let secs: Vec<f64> = pauses.iter().map(Duration::as_secs_f64).collect();
+        assert_eq!(secs, [0.8, 1.6, 3.2, 6.4, 8.0, 8.0]);
+        assert_eq!(backoff.pause_at(start + Duration::from_secs(200)), WatchBackoff::FIRST);
+    }
 }
