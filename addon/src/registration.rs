@@ -178,7 +178,7 @@ fn requested_subject(pem: &[u8]) -> Result<(String, BTreeSet<String>), String> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use k8s_openapi::ByteString;
     use k8s_openapi::api::certificates::v1::{
@@ -229,7 +229,8 @@ mod tests {
         }
     }
 
-    fn good() -> CertificateSigningRequest {
+    /// cluster1's registration agent's request for its agent certificate, as OCM makes it.
+    pub(crate) fn good() -> CertificateSigningRequest {
         csr("cluster1", REQUESTER, AGENT_CLUSTER1.to_vec())
     }
 

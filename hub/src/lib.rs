@@ -8,8 +8,6 @@ mod discovery;
 pub mod finalizer;
 pub mod informers;
 pub mod kubeflex;
-#[cfg(test)]
-mod mock;
 mod run;
 pub mod status;
 pub mod transport;

@@ -8,6 +8,7 @@ pub mod gauge;
 pub mod harness;
 pub mod invariants;
 pub mod metrics;
+pub mod mock;
 pub mod process;
 pub mod stack;
 pub mod tools;

@@ -136,7 +136,7 @@ mod tests {
     use ks_shared::api::BindingStatus;
 
     use super::*;
-    use crate::mock;
+    use ks_tests::mock;
 
     fn condition(type_: &str, status: &str) -> Condition {
         Condition {

@@ -7,8 +7,8 @@ use serde_json::{Value as Json, json};
 use super::*;
 use crate::binding::state;
 use crate::informers::{GroupResource, ResourceFilter};
-use crate::mock::{self, ApiServer};
 use ks_shared::runtime::RETRY_MAX;
+use ks_tests::mock::{self, ApiServer};
 use kube::runtime::reflector;
 
 fn store<K>(objects: Vec<K>) -> Store<K>

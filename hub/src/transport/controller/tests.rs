@@ -7,10 +7,10 @@ use kube::runtime::reflector;
 
 use serde_json::Value;
 
-use crate::mock::{self, ApiServer};
 use crate::transport::cached::CachedWork;
 use crate::transport::sharding::DEFAULT_LIMITS;
 use crate::transport::wrap::{Delivery, Ocm, Origin};
+use ks_tests::mock::{self, ApiServer};
 
 /// A transport of the WDS `wds1` whose caches hold `works` and nothing else.
 fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
