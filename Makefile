@@ -51,6 +51,13 @@ up: deps build ## Start the local stack in .stack/ (WECS=n for n WECs; idempoten
 down: ## Stop every process of the local stack
 	$(STACK) down
 
+# Seconds `make soak` generates operations for (the test's own default is 150).
+SECONDS ?= 1800
+
+.PHONY: soak
+soak: up ## The generated convergence test against the stack for SECONDS (default 1800), after make up
+	KS_KEEP_STACK=1 KS_CONVERGENCE_SECONDS=$(SECONDS) $(CARGO) test -p ks-tests --test convergence
+
 bench-binding: build ## Time BindingPolicy change -> Binding write on the running stack (make up first)
 	$(CARGO) run -q -p ks-tests --bin ks-bench -- binding-latency --changes 20
 

@@ -2,6 +2,7 @@
 //! project's binaries.
 
 pub mod binaries;
+pub mod convergence;
 pub mod crd_fields;
 pub mod faults;
 pub mod gauge;

@@ -1,0 +1,384 @@
+//! Comparing what the stack shows ([`Observed`]) with what the oracle expects ([`Expected`]),
+//! and what must carry over from one converged state to the next ([`History`]): the UIDs of WEC
+//! objects that stay selected, and the content of create-only copies.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::Value;
+
+use super::names::{Key, Kind};
+use super::observe::Observed;
+use super::oracle::{Expected, Projection, Side, StatusReturn};
+
+/// One way the stack differs from the oracle: `what` names the kind of difference and `about`
+/// the kind of object (a failure shrinks to operations showing the same), `detail` says where
+/// and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Difference {
+    pub what: &'static str,
+    pub about: Option<Kind>,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Difference {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{}] {}", self.what, self.detail)
+    }
+}
+
+fn difference(what: &'static str, about: Option<Kind>, detail: String) -> Difference {
+    Difference { what, about, detail }
+}
+
+type OnWecKey = (String, Key);
+
+/// What the previous converged state fixes for the next.
+#[derive(Clone, Debug, Default)]
+pub struct History {
+    /// The UID of each WEC object at the last convergence.
+    uids: BTreeMap<OnWecKey, String>,
+    /// The content of each create-only copy at the last convergence, while it stays frozen.
+    pinned: BTreeMap<OnWecKey, Projection>,
+    /// The policies that have sent the object to the WEC throughout since then.
+    carried: BTreeMap<OnWecKey, BTreeSet<String>>,
+    /// Every content the object was to have on the WEC since then (status labels aside).
+    seen: BTreeMap<OnWecKey, Vec<Projection>>,
+    incarnations: BTreeMap<Key, u64>,
+    /// WDS objects deleted and created again since then.
+    reincarnated: BTreeSet<Key>,
+}
+
+fn uid(object: &Value) -> &str {
+    object["metadata"]["uid"].as_str().unwrap_or_default()
+}
+
+impl History {
+    /// Follows what the WECs are to hold after each operation.
+    pub fn note(&mut self, expected: &Expected) {
+        let on_wec = |wec: &str, key: &Key| expected.wecs.get(wec).and_then(|objects| objects.get(key));
+        for ((wec, key), carried) in &mut self.carried {
+            let holders = on_wec(wec, key).map(|o| &o.holders);
+            carried.retain(|h| holders.is_some_and(|now| now.contains(h)));
+        }
+        for (key, incarnation) in &expected.incarnations {
+            if self.incarnations.get(key).is_some_and(|before| before != incarnation) {
+                self.reincarnated.insert(key.clone());
+            }
+        }
+        let reincarnated = &self.reincarnated;
+        self.pinned
+            .retain(|(wec, key), _| on_wec(wec, key).is_some_and(|o| o.frozen) && !reincarnated.contains(key));
+        for (wec, objects) in &expected.wecs {
+            for (key, object) in objects {
+                let seen = self.seen.entry((wec.clone(), key.clone())).or_default();
+                let projection = object.projection.without_status_labels();
+                if !seen.contains(&projection) {
+                    seen.push(projection);
+                }
+            }
+        }
+    }
+
+    /// Records the converged state as what the next must carry over.
+    pub fn converged(&mut self, expected: &Expected, observed: &Observed) {
+        *self = History::default();
+        for (wec, objects) in &expected.wecs {
+            for (key, object) in objects {
+                let at = (wec.clone(), key.clone());
+                let Some(found) = observed.wecs.get(wec).and_then(|o| o.get(key)) else {
+                    continue;
+                };
+                self.uids.insert(at.clone(), uid(found).to_string());
+                let projection = Projection::of(key.kind, found, Side::Wec).without_status_labels();
+                if object.frozen {
+                    self.pinned.insert(at.clone(), projection.clone());
+                }
+                self.carried.insert(at.clone(), object.holders.clone());
+                self.seen.insert(at, vec![object.projection.without_status_labels()]);
+            }
+        }
+        self.incarnations = expected.incarnations.clone();
+    }
+
+    /// The contents a create-only copy may have: the one it had if it stayed frozen, else any
+    /// it was to have since the last convergence.
+    fn allowed(&self, at: &OnWecKey) -> Vec<Projection> {
+        match self.pinned.get(at) {
+            Some(pinned) => vec![pinned.clone()],
+            None => self.seen.get(at).cloned().unwrap_or_default(),
+        }
+    }
+}
+
+/// What differs in two projections, briefly.
+fn describe(expected: &Projection, found: &Projection) -> String {
+    let mut parts = Vec::new();
+    for (what, e, f) in [
+        ("labels", &expected.labels, &found.labels),
+        ("annotations", &expected.annotations, &found.annotations),
+    ] {
+        let keys: BTreeSet<&String> = e.keys().chain(f.keys()).collect();
+        for key in keys.into_iter().filter(|k| e.get(*k) != f.get(*k)) {
+            parts.push(format!(
+                "{what}[{key}] expected {:?}, found {:?}",
+                e.get(key),
+                f.get(key)
+            ));
+        }
+    }
+    for (field, e) in &expected.fields {
+        let f = found.fields.get(field).unwrap_or(&Value::Null);
+        if e != f {
+            parts.push(format!("{field} expected {e}, found {f}"));
+        }
+    }
+    parts.join("; ")
+}
+
+fn managers(object: &Value) -> String {
+    let managers: Vec<&str> = object["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|m| m["manager"].as_str())
+        .collect();
+    format!("managers {managers:?}")
+}
+
+/// The WDS holds exactly the episode's objects, as the user left them.
+fn wds(expected: &Expected, observed: &Observed, out: &mut Vec<Difference>) {
+    for (key, object) in &observed.wds {
+        if !expected.wds.contains_key(key) {
+            out.push(difference(
+                "wds-extra",
+                Some(key.kind),
+                format!("WDS: {key} exists, {}", managers(object)),
+            ));
+        }
+    }
+    for (key, projection) in &expected.wds {
+        match observed.wds.get(key) {
+            None => out.push(difference("wds-missing", Some(key.kind), format!("WDS: {key} missing"))),
+            Some(found) => {
+                let found = Projection::of(key.kind, found, Side::Wds);
+                if found != *projection {
+                    out.push(difference(
+                        "wds-content",
+                        Some(key.kind),
+                        format!("WDS: {key}: {}", describe(projection, &found)),
+                    ));
+                }
+            }
+        }
+    }
+}
+
+/// Each WEC holds exactly what the oracle sends it, with that content, under the same UID for
+/// as long as one policy kept sending it. Unless `removals`, the status-request labels are not
+/// compared: the hub takes them off WDS objects when no policy asks for status any more, and
+/// a label the WDS object loses stays on the WEC copies (issue 72, defect 6).
+fn wecs(expected: &Expected, observed: &Observed, history: &History, removals: bool, out: &mut Vec<Difference>) {
+    let none = BTreeMap::new();
+    for (wec, objects) in &expected.wecs {
+        let found_here = observed.wecs.get(wec).unwrap_or(&none);
+        for (key, object) in found_here {
+            if !objects.contains_key(key) {
+                out.push(difference(
+                    "wec-extra",
+                    Some(key.kind),
+                    format!("{wec}: {key} exists, {}", managers(object)),
+                ));
+            }
+        }
+        for (key, object) in objects {
+            let at = (wec.clone(), key.clone());
+            let Some(found) = found_here.get(key) else {
+                out.push(difference(
+                    "wec-missing",
+                    Some(key.kind),
+                    format!("{wec}: {key} missing"),
+                ));
+                continue;
+            };
+            let projection = Projection::of(key.kind, found, Side::Wec);
+            if object.frozen {
+                let allowed = history.allowed(&at);
+                let found = projection.without_status_labels();
+                if !allowed.contains(&found) {
+                    let closest = allowed.last().unwrap_or(&object.projection);
+                    let detail = format!("{wec}: {key} (create-only): {}", describe(closest, &found));
+                    out.push(difference("wec-content", Some(key.kind), detail));
+                }
+            } else {
+                let (expected, found) = match removals {
+                    true => (object.projection.clone(), projection),
+                    false => (
+                        object.projection.without_status_labels(),
+                        projection.without_status_labels(),
+                    ),
+                };
+                if found != expected {
+                    let detail = format!("{wec}: {key}: {}", describe(&expected, &found));
+                    out.push(difference("wec-content", Some(key.kind), detail));
+                }
+            }
+            let kept = history.carried.get(&at).is_some_and(|c| !c.is_empty()) && !history.reincarnated.contains(key);
+            if let Some(before) = history.uids.get(&at).filter(|_| kept)
+                && before != uid(found)
+            {
+                let detail = format!(
+                    "{wec}: {key} recreated while sent throughout: UID {before} -> {}",
+                    uid(found)
+                );
+                out.push(difference("wec-recreated", Some(key.kind), detail));
+            }
+        }
+    }
+}
+
+/// One WorkStatus for each WEC object KubeStellar sent, none for anything else.
+fn work_statuses(expected: &Expected, observed: &Observed, widgets: &str, out: &mut Vec<Difference>) {
+    for (wec, objects) in &expected.wecs {
+        let mut counts: BTreeMap<(String, String, String, String), Vec<String>> = BTreeMap::new();
+        for reported in observed.work_statuses.get(wec).into_iter().flatten() {
+            counts
+                .entry(reported.object.clone())
+                .or_default()
+                .push(reported.name.clone());
+        }
+        for key in objects.iter().filter(|(_, o)| o.reported).map(|(key, _)| key) {
+            let id = (
+                key.kind.group(widgets).to_string(),
+                key.kind.resource().to_string(),
+                key.namespace.clone(),
+                key.name.clone(),
+            );
+            let names = counts.remove(&id).unwrap_or_default();
+            if names.len() != 1 {
+                let detail = format!("{wec}: {} WorkStatuses for {key}: {names:?}", names.len());
+                out.push(difference("work-status", Some(key.kind), detail));
+            }
+        }
+        for ((group, resource, namespace, name), names) in counts {
+            let detail =
+                format!("{wec}: WorkStatuses {names:?} for {group}/{resource} {namespace}/{name}, not on the WEC");
+            out.push(difference("work-status", Kind::of_resource(&resource), detail));
+        }
+    }
+}
+
+/// `value` without nulls, empty objects and empty lists, at any depth: what an apiserver drops
+/// or keeps of them depends on the type's Go struct, not on what the status says.
+fn without_empties(value: &Value) -> Option<Value> {
+    match value {
+        Value::Null => None,
+        Value::Object(map) => {
+            let map: serde_json::Map<String, Value> = map
+                .iter()
+                .filter_map(|(k, v)| without_empties(v).map(|v| (k.clone(), v)))
+                .collect();
+            (!map.is_empty()).then_some(Value::Object(map))
+        }
+        Value::Array(items) => {
+            let items: Vec<Value> = items.iter().filter_map(without_empties).collect();
+            (!items.is_empty()).then_some(Value::Array(items))
+        }
+        other => Some(other.clone()),
+    }
+}
+
+fn status_of(object: Option<&Value>) -> Value {
+    object
+        .and_then(|o| without_empties(&o["status"]))
+        .unwrap_or_else(|| Value::Object(Default::default()))
+}
+
+/// The counts a Deployment's combined status totals over its WECs (hub/src/status/AGGREGATION.md).
+const SUMMED: [&str; 4] = ["replicas", "updatedReplicas", "readyReplicas", "availableReplicas"];
+
+/// Each WDS object's status: a copy of its one WEC's, the total of several, or empty.
+fn statuses(expected: &Expected, observed: &Observed, out: &mut Vec<Difference>) {
+    let on = |wec: &str, key: &Key| observed.wecs.get(wec).and_then(|o| o.get(key));
+    for (key, rule) in &expected.statuses {
+        let Some(object) = observed.wds.get(key) else { continue };
+        let status = status_of(Some(object));
+        let wrong = match rule {
+            StatusReturn::Clear => status.as_object().is_none_or(|s| !s.is_empty()),
+            StatusReturn::Copy(wec) => status != status_of(on(wec, key)),
+            StatusReturn::Combine(wecs) => SUMMED.iter().any(|field| {
+                let total: i64 = wecs
+                    .iter()
+                    .map(|w| status_of(on(w, key))[field].as_i64().unwrap_or(0))
+                    .sum();
+                status[field].as_i64().unwrap_or(0) != total
+            }),
+        };
+        if wrong {
+            let from: Vec<String> = match rule {
+                StatusReturn::Clear => Vec::new(),
+                StatusReturn::Copy(wec) => vec![format!("{wec}: {}", status_of(on(wec, key)))],
+                StatusReturn::Combine(wecs) => wecs.iter().map(|w| format!("{w}: {}", status_of(on(w, key)))).collect(),
+            };
+            let detail = format!("WDS: {key}: status {status}, expected {rule:?} of {from:?}");
+            out.push(difference("status", Some(key.kind), detail));
+        }
+    }
+}
+
+/// Foreign ManifestWorks stay as their admin wrote them (the objects they hold are checked on
+/// the WECs with the rest).
+fn foreign_works(expected: &Expected, observed: &Observed, out: &mut Vec<Difference>) {
+    for ((mailbox, name), labels) in &expected.foreign_works {
+        let Some(work) = observed.foreign_works.get(&(mailbox.clone(), name.clone())) else {
+            out.push(difference(
+                "foreign",
+                None,
+                format!("ManifestWork {mailbox}/{name} (foreign) gone"),
+            ));
+            continue;
+        };
+        let found = Projection::of(Kind::Namespace, work, Side::Wds).labels;
+        let generation = work["metadata"]["generation"].as_i64();
+        if found != *labels || generation != Some(1) {
+            let detail = format!(
+                "ManifestWork {mailbox}/{name} (foreign) changed: generation {generation:?}, labels {found:?}, {}",
+                managers(work)
+            );
+            out.push(difference("foreign", None, detail));
+        }
+    }
+}
+
+/// Every way `observed` differs from `expected`, given what `history` carries over; with
+/// `removals`, labels the WDS objects lost must be gone from the WEC copies too.
+pub fn differences(
+    expected: &Expected,
+    observed: &Observed,
+    history: &History,
+    widgets: &str,
+    removals: bool,
+) -> Vec<Difference> {
+    let mut out = Vec::new();
+    wds(expected, observed, &mut out);
+    wecs(expected, observed, history, removals, &mut out);
+    work_statuses(expected, observed, widgets, &mut out);
+    statuses(expected, observed, &mut out);
+    foreign_works(expected, observed, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn statuses_compare_without_empty_parts() {
+        let wec = json!({"status": {"succeeded": 1, "uncountedTerminatedPods": {}, "conditions": [], "x": null}});
+        let wds = json!({"status": {"succeeded": 1}});
+        assert_eq!(status_of(Some(&wec)), status_of(Some(&wds)));
+        assert_eq!(status_of(Some(&json!({}))), json!({}));
+        assert_eq!(status_of(None), json!({}));
+    }
+}
