@@ -999,13 +999,25 @@ impl<P: Plugin> Transport<P> {
                 P::Wrapped::kind(&()),
                 status.message
             )))),
-            // A WEC not accepted yet, or a mailbox deleted and not made again yet. Accepting a
-            // WEC changes its inventory object, which brings the Binding back, but a mailbox
-            // made again changes nothing the hub watches.
-            Failure::Moot => Ok(Some(Rejection::passing(format!(
-                "the mailbox namespace {mailbox} does not exist (is the WEC accepted into the ITS?): {}",
-                status.message
-            )))),
+            // A WEC not accepted yet: accepting it changes its inventory object, which brings
+            // the Binding back. An accepted WEC's mailbox deleted and not made again yet: its
+            // coming back changes nothing the hub watches, so the Binding is tried again.
+            Failure::Moot => {
+                let message = format!(
+                    "the mailbox namespace {mailbox} does not exist (is the WEC accepted into the ITS?): {}",
+                    status.message
+                );
+                let accepted = self
+                    .clusters
+                    .state()
+                    .iter()
+                    .any(|c| self.plugin.mailbox(&c.name_any()) == mailbox && P::accepted(c));
+                Ok(Some(if accepted {
+                    Rejection::passing(message)
+                } else {
+                    Rejection::lasting(message)
+                }))
+            }
             Failure::Transient => Err(err.into()),
         }
     }

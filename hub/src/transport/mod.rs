@@ -161,6 +161,9 @@ pub trait Plugin: Send + Sync + 'static {
     /// How many of a wrapped object's objects it holds, and the destination reports applied and
     /// available.
     fn landed(&self, cached: &Self::Cached) -> propagation::Landed;
+    /// Whether the inventory object's destination is accepted, so that its mailbox exists or
+    /// will soon again (OCM makes an accepted ManagedCluster's namespace again when it is deleted).
+    fn accepted(inventory: &Self::Inventory) -> bool;
     /// The labels and annotations of an inventory object.
     fn properties_of(inventory: &Self::Inventory) -> (&BTreeMap<String, String>, &BTreeMap<String, String>) {
         use kube::ResourceExt;

@@ -261,6 +261,10 @@ impl super::Plugin for Ocm {
         destination.to_string()
     }
 
+    fn accepted(cluster: &ManagedCluster) -> bool {
+        cluster.spec.hub_accepts_client
+    }
+
     fn wrap(&self, origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Delivery]) -> ManifestWork {
         wrap(origin, mailbox, name, deliveries)
     }

@@ -1,6 +1,6 @@
 //! The controller's writes of a Binding's ManifestWorks, against a mocked ITS.
 
-use ks_shared::ocm::ManifestWork;
+use ks_shared::ocm::{ManagedCluster, ManifestWork};
 
 use super::*;
 use kube::runtime::reflector;
@@ -453,21 +453,41 @@ async fn a_work_replaced_since_the_cache_showed_it_is_planned_again() {
 }
 
 #[tokio::test]
-async fn a_refused_write_is_reported_and_a_missing_mailbox_also_retried() {
+async fn a_refused_write_or_an_unaccepted_wecs_missing_mailbox_is_reported_not_retried() {
     let refused = write_answered(422).await.unwrap();
     assert_eq!(
         refused.rejections,
         ["the ITS rejected ManifestWork c1/b.wds1.0: mocked 422"]
     );
     assert!(!refused.passing, "only a change can help");
+    // No accepted ManagedCluster c1: its acceptance will bring the Binding back.
     let missing = write_answered(404).await.unwrap();
     assert_eq!(
         missing.rejections,
         ["the mailbox namespace c1 does not exist (is the WEC accepted into the ITS?): mocked 404"]
     );
+    assert!(!missing.passing);
+}
+
+#[tokio::test]
+async fn an_accepted_wecs_missing_mailbox_is_reported_and_retried() {
+    let (client, server) = mock::client();
+    let mut transport = with_works(&client, &[]);
+    let (store, mut writer) = reflector::store();
+    let mut accepted = ManagedCluster::new("c1", Default::default());
+    accepted.spec.hub_accepts_client = true;
+    writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(accepted));
+    transport.clusters = store;
+    let written = work("b.wds1.0", &["a"]);
+    let (applied, _) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&written))),
+        answer_once(server, 404, &written)
+    );
+    let applied = applied.unwrap();
+    assert_eq!(applied.rejections.len(), 1);
     assert!(
-        missing.passing,
-        "OCM makes a deleted mailbox again, and nothing the hub watches changes"
+        applied.passing,
+        "OCM makes an accepted WEC's mailbox again, and nothing the hub watches changes"
     );
 }
 
