@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::names::{Key, Kind};
 use super::observe::Observed;
-use super::oracle::{Expected, Projection, Side, StatusReturn};
+use super::oracle::{Content, Expected, Projection, Side, StatusReturn};
 
 /// One way the stack differs from the oracle: `what` names the kind of difference and `about`
 /// the kind of object (a failure shrinks to operations showing the same), `detail` says where
@@ -37,11 +37,12 @@ type OnWecKey = (String, Key);
 pub struct History {
     /// The UID of each WEC object at the last convergence.
     uids: BTreeMap<OnWecKey, String>,
-    /// The content of each create-only copy at the last convergence, while it stays frozen.
+    /// The content of each create-only copy at the last convergence, while it stays so.
     pinned: BTreeMap<OnWecKey, Projection>,
     /// The policies that have sent the object to the WEC throughout since then.
     carried: BTreeMap<OnWecKey, BTreeSet<String>>,
-    /// Every content the object was to have on the WEC since then (status labels aside).
+    /// The content the copy had then, and every content it was to have since (status labels
+    /// aside; failed renderings left out).
     seen: BTreeMap<OnWecKey, Vec<Projection>>,
     incarnations: BTreeMap<Key, u64>,
     /// WDS objects deleted and created again since then.
@@ -66,10 +67,11 @@ impl History {
             }
         }
         let reincarnated = &self.reincarnated;
-        self.pinned
-            .retain(|(wec, key), _| on_wec(wec, key).is_some_and(|o| o.frozen) && !reincarnated.contains(key));
+        self.pinned.retain(|(wec, key), _| {
+            on_wec(wec, key).is_some_and(|o| o.content == Content::CreateOnly) && !reincarnated.contains(key)
+        });
         for (wec, objects) in &expected.wecs {
-            for (key, object) in objects {
+            for (key, object) in objects.iter().filter(|(_, o)| o.content != Content::LastGood) {
                 let seen = self.seen.entry((wec.clone(), key.clone())).or_default();
                 let projection = object.projection.without_status_labels();
                 if !seen.contains(&projection) {
@@ -90,23 +92,32 @@ impl History {
                 };
                 self.uids.insert(at.clone(), uid(found).to_string());
                 let projection = Projection::of(key.kind, found, Side::Wec).without_status_labels();
-                if object.frozen {
+                if object.content == Content::CreateOnly {
                     self.pinned.insert(at.clone(), projection.clone());
                 }
                 self.carried.insert(at.clone(), object.holders.clone());
-                self.seen.insert(at, vec![object.projection.without_status_labels()]);
+                self.seen.insert(at, vec![projection]);
             }
         }
         self.incarnations = expected.incarnations.clone();
     }
 
-    /// The contents a create-only copy may have: the one it had if it stayed frozen, else any
-    /// it was to have since the last convergence.
+    /// The contents a copy that is not kept current may have: a create-only one the one it had
+    /// if it stayed create-only, else (and one whose template fails) any it had or was to
+    /// have since the last convergence.
     fn allowed(&self, at: &OnWecKey) -> Vec<Projection> {
         match self.pinned.get(at) {
             Some(pinned) => vec![pinned.clone()],
             None => self.seen.get(at).cloned().unwrap_or_default(),
         }
+    }
+
+    /// Whether the copy was on its WEC at the last convergence and some policy has sent it
+    /// there throughout since (and the WDS object is the same): it may not go.
+    fn kept(&self, at: &OnWecKey) -> bool {
+        self.uids.contains_key(at)
+            && self.carried.get(at).is_some_and(|c| !c.is_empty())
+            && !self.reincarnated.contains(&at.1)
     }
 }
 
@@ -193,20 +204,20 @@ fn wecs(expected: &Expected, observed: &Observed, history: &History, removals: b
         for (key, object) in objects {
             let at = (wec.clone(), key.clone());
             let Some(found) = found_here.get(key) else {
-                out.push(difference(
-                    "wec-missing",
-                    Some(key.kind),
-                    format!("{wec}: {key} missing"),
-                ));
+                // One whose template fails is there only if it was before.
+                if object.content != Content::LastGood || history.kept(&at) {
+                    let detail = format!("{wec}: {key} missing");
+                    out.push(difference("wec-missing", Some(key.kind), detail));
+                }
                 continue;
             };
             let projection = Projection::of(key.kind, found, Side::Wec);
-            if object.frozen {
+            if object.content != Content::Current {
                 let allowed = history.allowed(&at);
                 let found = projection.without_status_labels();
                 if !allowed.contains(&found) {
                     let closest = allowed.last().unwrap_or(&object.projection);
-                    let detail = format!("{wec}: {key} (create-only): {}", describe(closest, &found));
+                    let detail = format!("{wec}: {key} ({:?}): {}", object.content, describe(closest, &found));
                     out.push(difference("wec-content", Some(key.kind), detail));
                 }
             } else {
@@ -222,8 +233,7 @@ fn wecs(expected: &Expected, observed: &Observed, history: &History, removals: b
                     out.push(difference("wec-content", Some(key.kind), detail));
                 }
             }
-            let kept = history.carried.get(&at).is_some_and(|c| !c.is_empty()) && !history.reincarnated.contains(key);
-            if let Some(before) = history.uids.get(&at).filter(|_| kept)
+            if let Some(before) = history.uids.get(&at).filter(|_| history.kept(&at))
                 && before != uid(found)
             {
                 let detail = format!(
@@ -246,7 +256,13 @@ fn work_statuses(expected: &Expected, observed: &Observed, widgets: &str, out: &
                 .or_default()
                 .push(reported.name.clone());
         }
-        for key in objects.iter().filter(|(_, o)| o.reported).map(|(key, _)| key) {
+        let on_wec = observed.wecs.get(wec);
+        for (key, object) in objects.iter().filter(|(_, o)| o.reported) {
+            // One whose template fails may not be there, nor then reported.
+            let there = on_wec.is_some_and(|o| o.contains_key(key));
+            if object.content == Content::LastGood && !there {
+                continue;
+            }
             let id = (
                 key.kind.group(widgets).to_string(),
                 key.kind.resource().to_string(),
@@ -372,6 +388,95 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::convergence::oracle::OnWec;
+
+    fn key() -> Key {
+        Key {
+            kind: Kind::ConfigMap,
+            namespace: "n".into(),
+            name: "o".into(),
+        }
+    }
+
+    fn config_map(uid: &str, data: &str) -> Value {
+        json!({"metadata": {"uid": uid, "labels": {"a": "b"}}, "data": {"k": data}})
+    }
+
+    /// What the oracle expects: the ConfigMap on `c1` with `data`, sent by `policy`.
+    fn expecting(data: Option<&str>, content: Content, policy: &str) -> Expected {
+        let mut expected = Expected::default();
+        let mut on_c1 = BTreeMap::new();
+        if let Some(data) = data {
+            let on_wec = OnWec {
+                projection: Projection::of(Kind::ConfigMap, &config_map("", data), Side::Wec),
+                content,
+                reported: false,
+                holders: BTreeSet::from([policy.to_string()]),
+            };
+            on_c1.insert(key(), on_wec);
+        }
+        expected.wecs.insert("c1".into(), on_c1);
+        expected
+    }
+
+    fn observing(uid: &str, data: &str) -> Observed {
+        let mut observed = Observed::default();
+        observed
+            .wecs
+            .insert("c1".into(), BTreeMap::from([(key(), config_map(uid, data))]));
+        observed
+    }
+
+    fn found(expected: &Expected, observed: &Observed, history: &History) -> Vec<&'static str> {
+        differences(expected, observed, history, "", true)
+            .iter()
+            .map(|d| d.what)
+            .collect()
+    }
+
+    #[test]
+    fn a_new_uid_is_a_recreation_only_while_one_policy_sent_the_object_throughout() {
+        let sent = expecting(Some("x"), Content::Current, "p");
+        let mut history = History::default();
+        history.converged(&sent, &observing("1", "x"));
+        history.note(&sent);
+        assert_eq!(found(&sent, &observing("2", "x"), &history), ["wec-recreated"]);
+        // Handed from one policy to another: OCM may delete and create it.
+        let mut handed = history.clone();
+        handed.note(&expecting(Some("x"), Content::Current, "q"));
+        assert!(found(&sent, &observing("2", "x"), &handed).is_empty());
+        // Gone a moment.
+        let mut gap = history.clone();
+        gap.note(&expecting(None, Content::Current, "p"));
+        gap.note(&sent);
+        assert!(found(&sent, &observing("2", "x"), &gap).is_empty());
+    }
+
+    #[test]
+    fn a_create_only_copy_keeps_its_content_and_a_failed_template_the_last_good_one() {
+        let mut history = History::default();
+        let first = expecting(Some("x"), Content::CreateOnly, "p");
+        history.converged(&first, &observing("1", "x"));
+        let changed = expecting(Some("y"), Content::CreateOnly, "p");
+        history.note(&changed);
+        assert!(found(&changed, &observing("1", "x"), &history).is_empty());
+        assert_eq!(found(&changed, &observing("1", "y"), &history), ["wec-content"]);
+
+        let failing = expecting(Some("{{.nosuch}}"), Content::LastGood, "p");
+        let mut history = History::default();
+        history.converged(&expecting(Some("x"), Content::Current, "p"), &observing("1", "x"));
+        history.note(&failing);
+        assert!(found(&failing, &observing("1", "x"), &history).is_empty());
+        assert_eq!(
+            found(&failing, &Observed::default(), &history),
+            ["wec-missing"],
+            "it was there"
+        );
+        // Never delivered good: it need not be there.
+        let mut fresh = History::default();
+        fresh.note(&failing);
+        assert!(found(&failing, &Observed::default(), &fresh).is_empty());
+    }
 
     #[test]
     fn statuses_compare_without_empty_parts() {

@@ -8,18 +8,27 @@ use super::ops::{Clause, ClusterSelector, Labels, PolicySpec, Removal, Scope, Se
 
 const POLICY_API: &str = "control.kubestellar.io/v1alpha1";
 
+/// How many contents `kind` has.
+pub fn variants(kind: Kind) -> u8 {
+    match kind {
+        Kind::ConfigMap => 5,
+        _ => 4,
+    }
+}
+
 /// The content of `kind` number `variant` (`spec`, `data`): what differs between variants is
 /// what [`compared_fields`] compares. Some ConfigMap values are templates, expanded per WEC
-/// when the object asks for it.
+/// when the object asks for it; one of them fails (no such property).
 pub fn content(kind: Kind, variant: u8) -> Value {
-    let v = variant;
+    let v = variant % variants(kind);
     match kind {
         Kind::Namespace => json!({}),
-        Kind::ConfigMap => match v % 4 {
+        Kind::ConfigMap => match v {
             0 => json!({"data": {"k": "a"}}),
             1 => json!({"data": {"k": "b", "extra": "e"}}),
             2 => json!({"data": {"k": "{{.clusterName}}", "r": "in {{.region}}"}}),
-            _ => json!({"data": {"k": "c"}}),
+            3 => json!({"data": {"k": "c"}}),
+            _ => json!({"data": {"k": "{{.nosuch}}"}}),
         },
         Kind::Secret => {
             let encode = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
@@ -297,8 +306,8 @@ mod tests {
     #[test]
     fn a_merge_patch_takes_one_content_to_another() {
         for kind in Kind::WORKLOADS {
-            for from in 0..4 {
-                for to in 0..4 {
+            for from in 0..variants(kind) {
+                for to in 0..variants(kind) {
                     let (from, to) = (content(kind, from), content(kind, to));
                     let mut patched = from.clone();
                     apply_merge_patch(&mut patched, &merge_patch(&from, &to));

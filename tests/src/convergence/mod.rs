@@ -372,19 +372,21 @@ impl Episode<'_, '_> {
     /// to match the oracle; the differences left at the deadline.
     async fn batch(&mut self, batch: &[Op]) -> anyhow::Result<Vec<Difference>> {
         for op in batch {
-            let before = self.model.clone();
-            if !self.model.apply(op) {
-                continue;
+            for write in self.model.writes(op) {
+                let before = self.model.clone();
+                if !self.model.apply(&write) {
+                    continue;
+                }
+                if let Err(err) = drive::run(&self.run.tools, &before, &write) {
+                    let detail = format!("{err:#}");
+                    return Ok(vec![Difference {
+                        what: "kubectl",
+                        about: None,
+                        detail,
+                    }]);
+                }
+                self.history.note(&self.model.expected());
             }
-            if let Err(err) = drive::run(&self.run.tools, &before, op) {
-                let detail = format!("{err:#}");
-                return Ok(vec![Difference {
-                    what: "kubectl",
-                    about: None,
-                    detail,
-                }]);
-            }
-            self.history.note(&self.model.expected());
         }
         self.converge().await
     }

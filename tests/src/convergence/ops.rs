@@ -213,8 +213,6 @@ pub const POLICIES: u8 = 4;
 pub const TRANSFORMS: u8 = 2;
 pub const WEC_LABELS: u8 = 2;
 pub const FOREIGN_WORKS: u8 = 2;
-/// Contents per kind ([`super::manifests::content`]).
-pub const VARIANTS: u8 = 4;
 /// Operations per batch, at most.
 pub const BATCH: usize = 8;
 
@@ -396,7 +394,7 @@ impl Generator {
         State {
             labels,
             annotations,
-            variant: self.rng.u8(0..VARIANTS),
+            variant: self.rng.u8(0..super::manifests::variants(kind)),
         }
     }
 

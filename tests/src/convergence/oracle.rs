@@ -130,12 +130,24 @@ impl Projection {
     }
 }
 
+/// How a WEC copy's content follows the WDS object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Content {
+    /// It is the object's rendering for the WEC (the projection).
+    Current,
+    /// Every policy sending it there is createOnly: it stays as first delivered.
+    CreateOnly,
+    /// Its template fails for the WEC: it keeps the content it last had there, if any (and the
+    /// rest of its policy goes on; issue 72 defect 7).
+    LastGood,
+}
+
 /// One object a WEC must hold.
 #[derive(Clone, Debug, PartialEq)]
 pub struct OnWec {
+    /// Its rendering for the WEC (a failed one for [`Content::LastGood`]).
     pub projection: Projection,
-    /// Every policy sending it there is createOnly: its content stays as first delivered.
-    pub frozen: bool,
+    pub content: Content,
     /// Its status is reported (one WorkStatus): sent by KubeStellar, not by a foreign work.
     pub reported: bool,
     /// What sends it there: the policies, or `foreign <name>`.
@@ -289,8 +301,9 @@ fn remove_path(object: &mut Value, path: &str) {
     }
 }
 
-/// Expands `{{.property}}` in every string of `value` (the only template form the test writes).
-fn expand(value: &mut Value, properties: &Labels) {
+/// Expands `{{.property}}` in every string of `value` (the only template form the test
+/// writes); false when a property is missing (an error: templates run with `missingkey=error`).
+fn expand(value: &mut Value, properties: &Labels) -> bool {
     match value {
         Value::String(s) if s.contains("{{") => {
             let mut out = String::new();
@@ -299,15 +312,19 @@ fn expand(value: &mut Value, properties: &Labels) {
                 out.push_str(&rest[..start]);
                 let after = &rest[start + 3..];
                 let end = after.find("}}").unwrap_or(after.len());
-                out.push_str(properties.get(&after[..end]).map_or("", String::as_str));
+                let Some(property) = properties.get(&after[..end]) else {
+                    return false;
+                };
+                out.push_str(property);
                 rest = after.get(end + 2..).unwrap_or_default();
             }
             out.push_str(rest);
             *s = out;
+            true
         }
-        Value::Array(items) => items.iter_mut().for_each(|v| expand(v, properties)),
-        Value::Object(map) => map.values_mut().for_each(|v| expand(v, properties)),
-        _ => {}
+        Value::Array(items) => items.iter_mut().all(|v| expand(v, properties)),
+        Value::Object(map) => map.values_mut().all(|v| expand(v, properties)),
+        _ => true,
     }
 }
 
@@ -389,6 +406,35 @@ impl Model {
 
     pub fn wec_has_label(&self, wec: u8, key: u8) -> bool {
         self.wecs[usize::from(wec) % 2].contains_key(&self.names.wec_label(key))
+    }
+
+    /// `op` as the writes the WDS sees, one kubectl command each: an imperative object's change
+    /// is a `kubectl label`, an `annotate` and a `patch`, and the hub may deliver what lies
+    /// between them.
+    pub fn writes(&self, op: &Op) -> Vec<Op> {
+        let Op::Update { kind, ns, name, state } = op else {
+            return vec![op.clone()];
+        };
+        let Some(old) = self.object(*kind, *ns, *name).filter(|o| o.style == Style::Imperative) else {
+            return vec![op.clone()];
+        };
+        let labelled = State {
+            labels: state.labels.clone(),
+            ..old.state.clone()
+        };
+        let annotated = State {
+            annotations: state.annotations.clone(),
+            ..labelled.clone()
+        };
+        [labelled, annotated, state.clone()]
+            .into_iter()
+            .map(|state| Op::Update {
+                kind: *kind,
+                ns: *ns,
+                name: *name,
+                state,
+            })
+            .collect()
     }
 
     /// Applies `op`; false (and nothing changed) when it cannot apply now (an object that is
@@ -573,7 +619,7 @@ impl Model {
             expected.incarnations.insert(key.clone(), incarnation);
 
             let delivered = self.delivered(&key, &manifest, &transforms);
-            let mut frozen_somewhere = false;
+            let mut kept_somewhere = false;
             for (wec, labels) in &wecs {
                 let sending: Vec<&(&String, Modulation, &BTreeSet<String>)> =
                     selecting.iter().filter(|(_, _, to)| to.contains(wec)).collect();
@@ -586,8 +632,6 @@ impl Model {
                 if sending.is_empty() || !namespace_there {
                     continue;
                 }
-                let frozen = sending.iter().all(|(_, m, _)| m.create_only);
-                frozen_somewhere |= frozen;
                 let mut properties: Labels = labels
                     .iter()
                     .filter(|(k, _)| is_identifier(k))
@@ -597,12 +641,18 @@ impl Model {
                     .entry("clusterName".to_string())
                     .or_insert_with(|| wec.clone());
                 let mut copy = delivered.clone();
-                if copy["metadata"]["annotations"][EXPAND_TEMPLATES] == "true" {
-                    expand(&mut copy, &properties);
-                }
+                let expands = copy["metadata"]["annotations"][EXPAND_TEMPLATES] == "true";
+                let content = if expands && !expand(&mut copy, &properties) {
+                    Content::LastGood
+                } else if sending.iter().all(|(_, m, _)| m.create_only) {
+                    Content::CreateOnly
+                } else {
+                    Content::Current
+                };
+                kept_somewhere |= content != Content::Current;
                 let on_wec = OnWec {
                     projection: Projection::of(key.kind, &copy, Side::Wec),
-                    frozen,
+                    content,
                     reported: true,
                     holders: sending.iter().map(|(name, _, _)| (*name).clone()).collect(),
                 };
@@ -612,7 +662,7 @@ impl Model {
                     .expect("every WEC")
                     .insert(key.clone(), on_wec);
             }
-            if matches!(key.kind, Kind::Deployment | Kind::Job) && !frozen_somewhere {
+            if matches!(key.kind, Kind::Deployment | Kind::Job) && !kept_somewhere {
                 // Policies asking for a kind of return, and the union of their WECs.
                 let asking = |flag: fn(&Modulation) -> bool| -> Option<BTreeSet<String>> {
                     let asking: Vec<_> = selecting.iter().filter(|(_, m, _)| flag(m)).collect();
@@ -640,7 +690,7 @@ impl Model {
                 };
                 let on_wec = OnWec {
                     projection: Projection::of(kind, &object, Side::Wec),
-                    frozen: false,
+                    content: Content::Current,
                     reported: false,
                     holders: BTreeSet::from([format!("foreign {name}")]),
                 };
@@ -833,8 +883,13 @@ mod tests {
             json!({"metadata": {"annotations": {}}, "spec": {"nested": {"keep": "k"}}})
         );
         let mut data = json!({"k": "{{.clusterName}}", "r": "in {{.region}}!", "plain": "x"});
-        expand(&mut data, &labels(&[("clusterName", "c1"), ("region", "east")]));
+        let properties = labels(&[("clusterName", "c1"), ("region", "east")]);
+        assert!(expand(&mut data, &properties));
         assert_eq!(data, json!({"k": "c1", "r": "in east!", "plain": "x"}));
+        assert!(
+            !expand(&mut json!({"k": "{{.nosuch}}"}), &properties),
+            "missingkey=error"
+        );
     }
 
     fn names() -> Names {
@@ -882,7 +937,7 @@ mod tests {
                 ns: 0,
                 name: 0,
                 style: Style::Imperative,
-                state,
+                state: state.clone(),
             },
             Op::ApplyPolicy {
                 policy: 0,
@@ -904,6 +959,20 @@ mod tests {
             assert!(model.apply(op), "{op:?}");
         }
         assert!(!model.apply(&ops[3]), "the label is there already");
+        let failing = Op::Update {
+            kind: Kind::ConfigMap,
+            ns: 0,
+            name: 0,
+            state: State { variant: 4, ..state },
+        };
+        let mut failed = model.clone();
+        assert!(failed.apply(&failing));
+        let cm = Key {
+            kind: Kind::ConfigMap,
+            namespace: "cv-1-0-n0".into(),
+            name: "o0".into(),
+        };
+        assert_eq!(failed.expected().wecs["cluster2"][&cm].content, Content::LastGood);
         let expected = model.expected();
         let cm = Key {
             kind: Kind::ConfigMap,
@@ -942,6 +1011,49 @@ mod tests {
             }),
             "never reused"
         );
+    }
+
+    #[test]
+    fn an_imperative_change_is_three_writes_and_an_apply_one() {
+        let mut model = Model::new(names(), wecs());
+        let state = |color: &str, note: &str, variant| State {
+            labels: labels(&[("color", color)]),
+            annotations: labels(&[("note", note)]),
+            variant,
+        };
+        assert!(model.apply(&Op::CreateNamespace {
+            ns: 0,
+            labels: Labels::new()
+        }));
+        for (name, style) in [(0, Style::Imperative), (1, Style::ClientSideApply)] {
+            let create = Op::Create {
+                kind: Kind::ConfigMap,
+                ns: 0,
+                name,
+                style,
+                state: state("red", "x", 0),
+            };
+            assert!(model.apply(&create));
+        }
+        let update = |name| Op::Update {
+            kind: Kind::ConfigMap,
+            ns: 0,
+            name,
+            state: state("blue", "y", 1),
+        };
+        let steps: Vec<State> = model
+            .writes(&update(0))
+            .into_iter()
+            .map(|op| match op {
+                Op::Update { state, .. } => state,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            steps,
+            [state("blue", "x", 0), state("blue", "y", 0), state("blue", "y", 1)]
+        );
+        assert_eq!(model.writes(&update(1)), [update(1)]);
     }
 
     #[test]
@@ -984,7 +1096,7 @@ mod tests {
             name: "o1".into(),
         };
         let expected = model.expected();
-        assert!(expected.wecs["cluster1"][&widget].frozen);
+        assert_eq!(expected.wecs["cluster1"][&widget].content, Content::CreateOnly);
         assert_eq!(
             expected.wecs["cluster1"][&widget].projection.fields["/spec"],
             json!({"size": 0, "nested": {"inner": "i0", "keep": "k"}})
@@ -999,7 +1111,7 @@ mod tests {
         };
         assert!(model.apply(&plain));
         let on_wec = &model.expected().wecs["cluster1"][&widget];
-        assert!(!on_wec.frozen);
+        assert_eq!(on_wec.content, Content::Current);
         assert_eq!(on_wec.holders.len(), 2);
     }
 }
