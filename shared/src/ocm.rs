@@ -93,13 +93,26 @@ pub struct ResourceIdentifier {
 
 /// `Update` (default), `CreateOnly`, `ServerSideApply` or `ReadOnly`.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
 pub struct UpdateStrategy {
     #[serde(rename = "type")]
     pub type_: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_side_apply: Option<ServerSideApplyConfig>,
+}
+
+/// How the work agent server-side applies (field manager `work-agent` unless named).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerSideApplyConfig {
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// The `CreateOnly` update strategy.
 pub const UPDATE_STRATEGY_CREATE_ONLY: &str = "CreateOnly";
+/// The `ServerSideApply` update strategy.
+pub const UPDATE_STRATEGY_SERVER_SIDE_APPLY: &str = "ServerSideApply";
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]

@@ -98,6 +98,22 @@ impl Ctx {
         Ok(name)
     }
 
+    /// [`Ctx::namespace`] labelled `app.kubernetes.io/part-of: <its name>`; its name and that
+    /// label, a selector for it and for the objects a test puts there labelled so too.
+    pub async fn selected_namespace(&self, context: &str) -> anyhow::Result<(String, serde_json::Value)> {
+        let ns = self.namespace(context).await?;
+        let selector = serde_json::json!({"app.kubernetes.io/part-of": ns});
+        let patch = serde_json::json!({"metadata": {"labels": selector}});
+        Api::<Namespace>::all(self.client(context).await?)
+            .patch(
+                &ns,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await?;
+        Ok((ns, selector))
+    }
+
     /// Deletes a namespace created by [`Ctx::namespace`].
     pub async fn delete_namespace(&self, context: &str, name: &str) -> anyhow::Result<()> {
         Api::<Namespace>::all(self.client(context).await?)

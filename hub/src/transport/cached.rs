@@ -71,6 +71,9 @@ pub struct CachedWork {
     pub held: Vec<Arc<Held>>,
     /// Whether OCM reports this generation applied.
     pub applied: bool,
+    /// The objects OCM reports applied while the whole is not (one it cannot apply holds the
+    /// whole back, not the others).
+    pub applied_objects: Box<[Identity]>,
     /// How many of its objects OCM reports applied and available.
     pub landed: Landed,
 }
@@ -95,10 +98,24 @@ impl CachedWork {
         let landed = landed(held.len(), status);
         let generation = metadata.generation;
         let applied = status.is_some_and(|s| s.applied(generation));
+        let applied_objects = match status {
+            Some(status) if !applied => status
+                .resource_status
+                .manifests
+                .iter()
+                .filter(|m| is_true(&m.conditions, "Applied"))
+                .map(|m| {
+                    let r = &m.resource_meta;
+                    (r.group.clone(), r.kind.clone(), r.namespace.clone(), r.name.clone())
+                })
+                .collect(),
+            _ => Box::default(),
+        };
         CachedWork {
             metadata,
             held,
             applied,
+            applied_objects,
             landed,
         }
     }

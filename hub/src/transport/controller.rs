@@ -815,10 +815,27 @@ impl<P: Plugin> Transport<P> {
         // what it applied, and each pass until then would delete it again.
         for stale in current.iter().filter(|w| w.meta().deletion_timestamp.is_none()) {
             let key = work_key(&**stale);
-            if !desired.contains_key(&key) && !kept.contains_key(&key) {
+            if desired.contains_key(&key) {
+                continue;
+            }
+            let Some(objects) = kept.get(&key) else {
                 changes.push(
                     self.permitted(self.delete_work(binding, stale).map(|r| r.map(|()| None)))
                         .boxed(),
+                );
+                continue;
+            };
+            // Going, but another takes objects it holds that have not landed there: meanwhile it
+            // holds those alone (the rest goes from the WEC now).
+            let work = self.keeping(&self.plugin.emptied(stale), objects, &desired, &taken);
+            if !self.plugin.same_content(stale, &work) {
+                let ours = stale.uid();
+                changes.push(
+                    self.permitted(async move {
+                        let (mailbox, name) = &key;
+                        self.write_work(binding, mailbox, name, &work, ours.as_deref()).await
+                    })
+                    .boxed(),
                 );
             }
         }
@@ -877,10 +894,14 @@ impl<P: Plugin> Transport<P> {
 
     /// A wrapped object as it is.
     fn as_is(&self, work: &P::Cached) -> moves::Current {
-        moves::Current {
-            objects: self.plugin.held(work).iter().map(|h| h.identity.clone()).collect(),
-            applied: self.plugin.applied(work),
-        }
+        let objects: BTreeSet<wrap::Identity> = self.plugin.held(work).iter().map(|h| h.identity.clone()).collect();
+        let landed = if self.plugin.applied(work) {
+            objects.clone()
+        } else {
+            let reported = self.plugin.applied_objects(work);
+            objects.iter().filter(|o| reported.contains(o)).cloned().collect()
+        };
+        moves::Current { objects, landed }
     }
 
     /// `work` also holding `objects`, as the desired wrapped objects of the same mailbox that

@@ -151,6 +151,8 @@ pub trait Plugin: Send + Sync + 'static {
         sources: &[&Self::Wrapped],
         objects: &std::collections::BTreeSet<wrap::Identity>,
     ) -> Self::Wrapped;
+    /// A wrapped object with the name, namespace and origin of a cached one, holding nothing.
+    fn emptied(&self, cached: &Self::Cached) -> Self::Wrapped;
     /// What the cache keeps of a wrapped object the transport wrote, until the watch shows it.
     fn cached(wrapped: &Self::Wrapped) -> Self::Cached;
     /// Whether an existing wrapped object already says what a desired one says (bookkeeping
@@ -158,6 +160,8 @@ pub trait Plugin: Send + Sync + 'static {
     fn same_content(&self, existing: &Self::Cached, desired: &Self::Wrapped) -> bool;
     /// Whether the destination has applied this version of a wrapped object.
     fn applied(&self, cached: &Self::Cached) -> bool;
+    /// The objects of a wrapped object the destination reports applied, while the whole is not.
+    fn applied_objects<'a>(&self, cached: &'a Self::Cached) -> &'a [wrap::Identity];
     /// How many of a wrapped object's objects it holds, and the destination reports applied and
     /// available.
     fn landed(&self, cached: &Self::Cached) -> propagation::Landed;

@@ -13,12 +13,12 @@ use super::wrap::Identity;
 /// A wrapped object by (mailbox, name).
 pub type WorkKey = (String, String);
 
-/// A wrapped object as it is: the objects it holds, and whether its destination has applied
-/// this version of it.
+/// A wrapped object as it is: the objects it holds, and those of them its destination has
+/// applied (all once it has applied this version; one it cannot apply holds back no other).
 #[derive(Clone, Debug, Default)]
 pub struct Current {
     pub objects: BTreeSet<Identity>,
-    pub applied: bool,
+    pub landed: BTreeSet<Identity>,
 }
 
 /// The objects each current wrapped object must keep for now, by wrapped object: `desired` takes
@@ -39,7 +39,7 @@ pub fn kept(
                         .any(|(other, holds)| elsewhere(key, other) && holds.contains(*object));
                     let landed = current
                         .iter()
-                        .any(|(other, c)| elsewhere(key, other) && c.applied && c.objects.contains(*object));
+                        .any(|(other, c)| elsewhere(key, other) && c.landed.contains(*object));
                     arriving && !landed
                 })
                 .cloned()
@@ -92,7 +92,7 @@ mod tests {
     fn current(names: &[&str], applied: bool) -> Current {
         Current {
             objects: holding(names),
-            applied,
+            landed: if applied { holding(names) } else { BTreeSet::new() },
         }
     }
 
@@ -159,6 +159,19 @@ mod tests {
         let mut landed = ours.clone();
         landed.insert(key("c1", "two-w"), current(&["a"], true));
         assert!(kept(&landed, &desired).is_empty());
+    }
+
+    #[test]
+    fn an_object_landed_where_it_goes_is_not_kept_though_a_neighbour_there_failed() {
+        let ours = BTreeMap::from([(key("c1", "one-w"), current(&["a", "b"], true))]);
+        let desired = BTreeMap::from([(key("c1", "two-w"), holding(&["a", "b"]))]);
+        let mut partly = ours.clone();
+        let two = Current {
+            objects: holding(&["a", "b"]),
+            landed: holding(&["a"]),
+        };
+        partly.insert(key("c1", "two-w"), two);
+        assert_eq!(kept(&partly, &desired), keeps(&[("one-w", &["b"])]));
     }
 
     #[test]

@@ -11,7 +11,8 @@ use ks_shared::names::{
 };
 use ks_shared::ocm::{
     ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
-    UPDATE_STRATEGY_CREATE_ONLY, UpdateStrategy, manifest_group,
+    ServerSideApplyConfig, UPDATE_STRATEGY_CREATE_ONLY, UPDATE_STRATEGY_SERVER_SIDE_APPLY, UpdateStrategy,
+    manifest_group,
 };
 use kube::api::ObjectMeta;
 use serde_json::Value;
@@ -130,25 +131,31 @@ pub fn origin_labels(origin: &Origin<'_>) -> BTreeMap<String, String> {
     ])
 }
 
+/// Our origin labels among `labels`.
+fn origin_labels_of(labels: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    let mut labels = labels.cloned().unwrap_or_default();
+    labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
+    labels
+}
+
 /// Wraps deliveries, in order, into the ManifestWork `name` in `mailbox`.
 pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Delivery]) -> ManifestWork {
     let create_only = deliveries.iter().filter(|d| d.create_only).map(|d| {
         let meta = &d.manifest["metadata"];
-        ManifestConfigOption {
-            resource_identifier: ResourceIdentifier {
-                group: manifest_group(&d.manifest).to_string(),
-                resource: d.resource.clone(),
-                name: meta["name"].as_str().unwrap_or_default().to_string(),
-                namespace: meta["namespace"].as_str().unwrap_or_default().to_string(),
-            },
-            update_strategy: Some(UpdateStrategy {
-                type_: UPDATE_STRATEGY_CREATE_ONLY.into(),
-            }),
-            feedback_rules: Vec::new(),
-        }
+        let identifier = ResourceIdentifier {
+            group: manifest_group(&d.manifest).to_string(),
+            resource: d.resource.clone(),
+            name: meta["name"].as_str().unwrap_or_default().to_string(),
+            namespace: meta["namespace"].as_str().unwrap_or_default().to_string(),
+        };
+        option(identifier, UPDATE_STRATEGY_CREATE_ONLY)
     });
+    let mut manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
+    let resources = deliveries
+        .iter()
+        .map(|d| (manifest_group(&d.manifest).to_string(), d.resource.clone()));
+    manifest_configs.extend(server_side_applied(resources.collect()));
     let labels = origin_labels(origin);
-    let manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
     let texts: Vec<&str> = deliveries.iter().map(|d| &*d.digest_text).collect();
     let digest = content_digest(&labels, &texts, &manifest_configs);
     let manifests: Vec<Arc<Value>> = deliveries.iter().map(|d| d.manifest.clone()).collect();
@@ -176,6 +183,44 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
     }
 }
 
+fn option(resource_identifier: ResourceIdentifier, strategy: &str) -> ManifestConfigOption {
+    ManifestConfigOption {
+        resource_identifier,
+        update_strategy: Some(UpdateStrategy {
+            type_: strategy.into(),
+            server_side_apply: (strategy == UPDATE_STRATEGY_SERVER_SIDE_APPLY)
+                .then_some(ServerSideApplyConfig { force: true }),
+        }),
+        feedback_rules: Vec::new(),
+    }
+}
+
+/// Every object of `resources` (group, resource) not named before is server-side applied,
+/// forced: what the WDS no longer has (a label, an annotation, a field) goes from the WEC copy,
+/// and what others write there (status, their own fields) stays. OCM's default `Update` keeps
+/// every label and annotation it once wrote, and replaces a Job's spec without the selector
+/// its cluster assigned (a PUT the apiserver refuses). One option per resource, by wildcard,
+/// after those naming objects: OCM takes the first that matches.
+fn server_side_applied(resources: BTreeSet<(String, String)>) -> impl Iterator<Item = ManifestConfigOption> {
+    resources.into_iter().map(|(group, resource)| {
+        let every = ResourceIdentifier {
+            group,
+            resource,
+            name: WILDCARD.into(),
+            namespace: WILDCARD.into(),
+        };
+        option(every, UPDATE_STRATEGY_SERVER_SIDE_APPLY)
+    })
+}
+
+/// OCM's wildcard in an option's name and namespace (a cluster-scoped object's empty namespace
+/// matches it too).
+const WILDCARD: &str = "*";
+
+fn is_wildcard(option: &ManifestConfigOption) -> bool {
+    option.resource_identifier.name == WILDCARD
+}
+
 /// The API groups of `manifests` (the core group left out), sorted and comma-separated.
 fn api_groups(manifests: &[Arc<Value>]) -> String {
     let groups: BTreeSet<&str> = manifests
@@ -192,6 +237,18 @@ fn api_groups(manifests: &[Arc<Value>]) -> String {
 pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSet<Identity>) -> ManifestWork {
     let mut kept = work.clone();
     let mut held: BTreeSet<Identity> = gloss(work).into_iter().collect();
+    let mut wildcards: BTreeSet<(String, String)> = work
+        .spec
+        .manifest_configs
+        .iter()
+        .filter(|c| is_wildcard(c))
+        .map(|c| {
+            (
+                c.resource_identifier.group.clone(),
+                c.resource_identifier.resource.clone(),
+            )
+        })
+        .collect();
     for source in sources {
         let mut taken = BTreeSet::new();
         for manifest in &source.spec.workload.manifests {
@@ -209,12 +266,36 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
                 .iter()
                 .any(|(group, _, namespace, name)| (group, namespace, name) == (&r.group, &r.namespace, &r.name))
         };
-        for option in source.spec.manifest_configs.iter().filter(|c| named(c)) {
+        let named_here = source
+            .spec
+            .manifest_configs
+            .iter()
+            .filter(|c| !is_wildcard(c) && named(c));
+        for option in named_here {
             if !kept.spec.manifest_configs.contains(option) {
                 kept.spec.manifest_configs.push(option.clone());
             }
         }
+        // A wildcard names the resource, which a manifest does not: those of the groups taken
+        // (one more resource of that group is applied the same way, and holds nothing here).
+        let groups: BTreeSet<&str> = taken.iter().map(|(group, ..)| group.as_str()).collect();
+        wildcards.extend(
+            source
+                .spec
+                .manifest_configs
+                .iter()
+                .filter(|c| is_wildcard(c) && groups.contains(c.resource_identifier.group.as_str()))
+                .map(|c| {
+                    (
+                        c.resource_identifier.group.clone(),
+                        c.resource_identifier.resource.clone(),
+                    )
+                }),
+        );
     }
+    // Named options first, as wrapping puts them.
+    kept.spec.manifest_configs.retain(|c| !is_wildcard(c));
+    kept.spec.manifest_configs.extend(server_side_applied(wildcards));
     if kept.spec.workload.manifests.len() == work.spec.workload.manifests.len() {
         return kept;
     }
@@ -285,6 +366,23 @@ impl super::Plugin for Ocm {
         keeping(work, sources, objects)
     }
 
+    fn emptied(&self, cached: &CachedWork) -> ManifestWork {
+        let metadata = &cached.metadata;
+        let mut annotations = metadata.annotations.clone().unwrap_or_default();
+        annotations.retain(|k, _| k == ORIGIN_BINDING_GENERATION_ANNOTATION);
+        ManifestWork {
+            metadata: ObjectMeta {
+                name: metadata.name.clone(),
+                namespace: metadata.namespace.clone(),
+                labels: Some(origin_labels_of(metadata.labels.as_ref())),
+                annotations: Some(annotations),
+                ..Default::default()
+            },
+            spec: ManifestWorkSpec::default(),
+            status: None,
+        }
+    }
+
     fn cached(work: &ManifestWork) -> CachedWork {
         CachedWork::of(work)
     }
@@ -295,6 +393,10 @@ impl super::Plugin for Ocm {
 
     fn applied(&self, work: &CachedWork) -> bool {
         work.applied
+    }
+
+    fn applied_objects<'a>(&self, work: &'a CachedWork) -> &'a [Identity] {
+        &work.applied_objects
     }
 
     fn landed(&self, work: &CachedWork) -> super::propagation::Landed {
@@ -309,8 +411,7 @@ impl super::Plugin for Ocm {
 /// (a ManifestWork written before there was one) is.
 pub fn same_content(existing: &CachedWork, desired: &ManifestWork) -> bool {
     let ours = |metadata: &ObjectMeta, held: Vec<Identity>| {
-        let mut labels = metadata.labels.clone().unwrap_or_default();
-        labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
+        let labels = origin_labels_of(metadata.labels.as_ref());
         let annotation = |name: &str| metadata.annotations.as_ref().and_then(|a| a.get(name).cloned());
         (
             labels,
@@ -483,7 +584,7 @@ mod tests {
     }
 
     #[test]
-    fn wraps_with_labels_generation_and_create_only_configs() {
+    fn wraps_with_labels_generation_and_update_strategies() {
         let deployment = Delivery::new(
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "n"}}),
             "deployments",
@@ -510,6 +611,12 @@ mod tests {
             json!([{
                 "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "web", "namespace": "n"},
                 "updateStrategy": {"type": "CreateOnly"}
+            }, {
+                "resourceIdentifier": {"group": "", "resource": "namespaces", "name": "*", "namespace": "*"},
+                "updateStrategy": {"type": "ServerSideApply", "serverSideApply": {"force": true}}
+            }, {
+                "resourceIdentifier": {"group": "apps", "resource": "deployments", "name": "*", "namespace": "*"},
+                "updateStrategy": {"type": "ServerSideApply", "serverSideApply": {"force": true}}
             }])
         );
         assert_eq!(

@@ -4,6 +4,7 @@
 mod agent;
 mod content;
 mod ownership;
+mod removal;
 mod status_labels;
 
 use ks_tests::harness::run;
@@ -14,6 +15,7 @@ ks_tests::stack_main!(
         agent::tests(),
         content::tests(),
         ownership::tests(),
+        removal::tests(),
         status_labels::tests()
     ]
     .into_iter()

@@ -6,14 +6,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::{Binding, BindingPolicy};
 use ks_shared::names::{ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL};
 use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, StackTest, apply, wait_until};
 use ks_tests::stack_test;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -52,12 +52,7 @@ fn manifest_work(name: &str, labels: Value, manifests: Value, configs: Value) ->
 /// policy selecting `selector` sends.
 async fn workload(ctx: &Ctx, data: Value) -> anyhow::Result<(String, Value)> {
     let wds = ctx.client(WDS).await?;
-    let ns = ctx.namespace(WDS).await?;
-    let selector = json!({"app.kubernetes.io/part-of": ns});
-    let patch = json!({"metadata": {"labels": selector}});
-    Api::<Namespace>::all(wds.clone())
-        .patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
-        .await?;
+    let (ns, selector) = ctx.selected_namespace(WDS).await?;
     apply(
         &Api::<ConfigMap>::namespaced(wds, &ns),
         config_map("web", &ns, &selector, data),

@@ -530,8 +530,9 @@ async fn a_work_losing_an_object_to_a_new_one_waits_until_that_one_is_applied() 
     assert!(transport.holding.names().contains("b"));
 }
 
-#[tokio::test]
-async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_loses() {
+/// `b.wds1.0` holds a and b, applied; the Binding is planned as `wanted`, whose two writes are
+/// answered. Whether it holds objects back, and what each write holds.
+async fn moving(wanted: &[ManifestWork]) -> (bool, BTreeMap<String, Vec<String>>) {
     let (client, mut server) = mock::client();
     let mut applied_before = work("b.wds1.0", &["a", "b"]);
     applied_before.metadata.generation = Some(1);
@@ -540,8 +541,6 @@ async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_l
          "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
     .unwrap();
     let transport = with_works(&client, &[applied_before]);
-    // d is new in w-0; b moves to the new w-1, which no agent has applied.
-    let wanted = desired(&[work("b.wds1.0", &["a", "d"]), work("b.wds1.1", &["b"])]);
     let answers = async {
         let mut all = BTreeMap::new();
         let some_work = serde_json::to_value(work("any", &[])).unwrap();
@@ -551,10 +550,27 @@ async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_l
         }
         all
     };
-    let (applied, written) = tokio::join!(transport.apply_works("b", wanted), answers);
-    assert!(applied.unwrap().holding);
+    let (applied, written) = tokio::join!(transport.apply_works("b", desired(wanted)), answers);
+    (applied.unwrap().holding, written)
+}
+
+#[tokio::test]
+async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_loses() {
+    // d is new in w-0; b moves to the new w-1, which no agent has applied.
+    let (holding, written) = moving(&[work("b.wds1.0", &["a", "d"]), work("b.wds1.1", &["b"])]).await;
+    assert!(holding);
     // w-0 gets d now and keeps b until w-1 is applied; w-1 is written as it should be.
     assert_eq!(written["b.wds1.0"], ["a", "d", "b"]);
+    assert_eq!(written["b.wds1.1"], ["b"]);
+}
+
+#[tokio::test]
+async fn a_work_going_while_an_object_moves_holds_that_object_alone() {
+    // a is deselected and w-0 goes; b moves to the new w-1, which no agent has applied.
+    let (holding, written) = moving(&[work("b.wds1.1", &["b"])]).await;
+    assert!(holding);
+    // w-0 keeps b until w-1 is applied, and nothing else: a goes from the WEC now.
+    assert_eq!(written["b.wds1.0"], ["b"]);
     assert_eq!(written["b.wds1.1"], ["b"]);
 }
 

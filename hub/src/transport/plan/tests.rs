@@ -235,7 +235,10 @@ fn create_only_objects_are_marked_so_in_their_work() {
     assert_eq!(
         configs,
         json!([{"resourceIdentifier": {"group": "", "resource": "configmaps", "name": "a", "namespace": "ns"},
-                "updateStrategy": {"type": "CreateOnly"}}])
+                "updateStrategy": {"type": "CreateOnly"}},
+               {"resourceIdentifier": {"group": "", "resource": "configmaps", "name": "*", "namespace": "*"},
+                "updateStrategy": {"type": "ServerSideApply", "serverSideApply": {"force": true}}}]),
+        "OCM takes the first option that matches: the one naming a, then the one for every other"
     );
 }
 
