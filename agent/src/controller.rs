@@ -19,6 +19,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use ks_shared::api::WorkStatus;
+use ks_shared::names;
 use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::runtime::{RETRY_MAX, Seen, WorkQueue, drive};
@@ -341,6 +342,20 @@ impl Agent {
     }
 
     /// Deletes the WorkStatus `name`, only the one with `uid` (never one recreated since).
+    /// Server-side applies a WorkStatus's `.status` (its status subresource).
+    async fn apply_status(
+        &self,
+        api: &Api<WorkStatus>,
+        name: &str,
+        status: &serde_json::Value,
+    ) -> Result<(), ReconcileError> {
+        let apply = PatchParams::apply(FIELD_MANAGER).force();
+        let written = api.patch_status(name, &apply, &Patch::Apply(status)).await?;
+        self.written.record(written);
+        self.metrics.wrote(Verb::ApplyStatus);
+        Ok(())
+    }
+
     async fn delete(&self, name: &str, uid: Option<String>) -> Result<(), ReconcileError> {
         self.written.forget(name);
         let api: Api<WorkStatus> = Api::namespaced(self.hub.clone(), &self.mailbox);
@@ -516,7 +531,11 @@ impl Agent {
         let apply = PatchParams::apply(FIELD_MANAGER).force();
         match report::plan(&self.mailbox, desired.as_ref(), existing.as_deref(), now) {
             Plan::Nothing => {}
-            Plan::Apply { mut main, status } => {
+            Plan::Apply {
+                mut main,
+                status,
+                status_first,
+            } => {
                 let (wrote_main, wrote_status) = (main.is_some(), status.is_some());
                 // Only objects delivered with a trace get report spans (no stray root traces).
                 if let Some(parent) = trace_parent.as_ref().filter(|p| rollout::is_traced(p)) {
@@ -532,20 +551,22 @@ impl Agent {
                     if let Some(main) = main.as_mut() {
                         let mut annotations = BTreeMap::new();
                         ks_shared::telemetry::inject_context(&rollout::stamp_sent(&report, started), &mut annotations);
-                        main["metadata"]["annotations"] = serde_json::json!(annotations);
+                        if let Some(written) = main["metadata"]["annotations"].as_object_mut() {
+                            written.retain(|k, _| !names::is_trace_annotation(k));
+                            written.extend(annotations.into_iter().map(|(k, v)| (k, v.into())));
+                        }
                     }
+                }
+                if status_first && let Some(status) = &status {
+                    self.apply_status(&api, &key.work_status, status).await?;
                 }
                 if let Some(main) = main {
                     let written = api.patch(&key.work_status, &apply, &Patch::Apply(&main)).await?;
                     self.written.record(written);
                     self.metrics.wrote(Verb::Apply);
                 }
-                if let Some(status) = status {
-                    let written = api
-                        .patch_status(&key.work_status, &apply, &Patch::Apply(&status))
-                        .await?;
-                    self.written.record(written);
-                    self.metrics.wrote(Verb::ApplyStatus);
+                if !status_first && let Some(status) = &status {
+                    self.apply_status(&api, &key.work_status, status).await?;
                 }
                 tracing::debug!(main = wrote_main, status = wrote_status, "wrote WorkStatus");
             }

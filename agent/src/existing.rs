@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use ks_shared::api::{SourceRef, StatusDetails, WorkStatus};
+use ks_shared::names::WDS_UID_ANNOTATION;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -27,6 +28,9 @@ pub struct Existing {
 impl From<WorkStatus> for Existing {
     fn from(ws: WorkStatus) -> Existing {
         let labels = our_labels(&ws);
+        // Of its annotations, only the incarnation it names is compared.
+        let mut annotations = ws.metadata.annotations.unwrap_or_default();
+        annotations.retain(|k, _| k == WDS_UID_ANNOTATION);
         let metadata = ObjectMeta {
             name: ws.metadata.name,
             namespace: ws.metadata.namespace,
@@ -34,6 +38,7 @@ impl From<WorkStatus> for Existing {
             resource_version: ws.metadata.resource_version,
             owner_references: ws.metadata.owner_references,
             labels: Some(labels),
+            annotations: (!annotations.is_empty()).then_some(annotations),
             ..ObjectMeta::default()
         };
         Existing {
@@ -98,7 +103,8 @@ mod tests {
             "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
             "metadata": {"name": "ws", "namespace": "cluster1", "uid": "u1", "resourceVersion": "42",
                          "labels": {"ours": "a", "team": "b"},
-                         "annotations": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
+                         "annotations": {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01",
+                                         WDS_UID_ANNOTATION: "wds-uid"},
                          "ownerReferences": [owner],
                          "managedFields": [
                              entry(FIELD_MANAGER, None, json!({"f:metadata": {"f:labels": {"f:ours": {}}},
@@ -127,7 +133,14 @@ mod tests {
             Some(BTreeMap::from([("ours".to_string(), "a".to_string())])),
             "only the labels our apply owns"
         );
-        assert_eq!(existing.metadata.annotations, None);
+        assert_eq!(
+            existing.metadata.annotations,
+            Some(BTreeMap::from([(
+                WDS_UID_ANNOTATION.to_string(),
+                "wds-uid".to_string()
+            )])),
+            "only the incarnation it names"
+        );
         assert_eq!(existing.metadata.managed_fields, None);
         assert_eq!(existing.source_ref.name, "web");
         assert_eq!(existing.status_details.as_ref().unwrap().last_generation, 3);

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use ks_shared::api::{SourceRef, StatusDetails};
-use ks_shared::names::{self, SINGLETON_STATUS_LABEL, WDS_GENERATION_ANNOTATION};
+use ks_shared::names::{self, SINGLETON_STATUS_LABEL, WDS_GENERATION_ANNOTATION, WDS_UID_ANNOTATION};
 use ks_shared::ocm::ManifestWork;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -31,6 +31,10 @@ pub struct Desired {
     pub labels: BTreeMap<String, String>,
     /// Trace context copied from the WEC object; never a change on its own.
     pub trace_annotations: BTreeMap<String, String>,
+    /// The WDS object's UID the WEC object carries ([`WDS_UID_ANNOTATION`]), handed on as the
+    /// same annotation of the WorkStatus: the hub returns only a report on the incarnation it
+    /// holds.
+    pub wds_uid: Option<String>,
     pub owner: OwnerReference,
     pub source_ref: SourceRef,
     pub last_generation: i64,
@@ -80,6 +84,7 @@ pub fn desired(key: &Key, object: &DynamicObject, manifest_work: &ManifestWork) 
         .filter(|(k, _)| names::is_trace_annotation(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    let wds_uid = annotations.and_then(|a| a.get(WDS_UID_ANNOTATION)).cloned();
     let last_generation = annotations
         .and_then(|a| a.get(WDS_GENERATION_ANNOTATION))
         .and_then(|g| g.trim().parse().ok())
@@ -101,6 +106,7 @@ pub fn desired(key: &Key, object: &DynamicObject, manifest_work: &ManifestWork) 
         name: key.work_status.clone(),
         labels,
         trace_annotations,
+        wds_uid,
         owner: OwnerReference {
             api_version: "work.open-cluster-management.io/v1".into(),
             kind: "ManifestWork".into(),
@@ -129,8 +135,12 @@ pub enum Plan {
     /// Already as desired (or absent and not wanted).
     Nothing,
     /// Server-side apply `main` (metadata, spec, statusDetails) and/or `status` (to the status
-    /// subresource), each only when it differs.
-    Apply { main: Option<Value>, status: Option<Value> },
+    /// subresource), each only when it differs; `main` first unless `status_first`.
+    Apply {
+        main: Option<Value>,
+        status: Option<Value>,
+        status_first: bool,
+    },
     /// The WorkStatus exists but should not.
     Delete,
 }
@@ -150,8 +160,10 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
         d.last_generation == desired.last_generation
             && d.last_generation_is_applied == desired.last_generation_is_applied
     });
+    let existing_uid = existing.and_then(|e| wds_uid_of(&e.metadata));
     let main_same = existing.is_some_and(|e| {
         generation_same
+            && existing_uid == desired.wds_uid.as_deref()
             && e.source_ref == desired.source_ref
             && e.metadata
                 .owner_references
@@ -181,6 +193,10 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
             last_generation_is_applied: desired.last_generation_is_applied,
             last_currency_update_time: time,
         };
+        let mut annotations = desired.trace_annotations.clone();
+        if let Some(uid) = &desired.wds_uid {
+            annotations.insert(WDS_UID_ANNOTATION.to_string(), uid.clone());
+        }
         json!({
             "apiVersion": "control.kubestellar.io/v1alpha1",
             "kind": "WorkStatus",
@@ -188,7 +204,7 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
                 "name": desired.name,
                 "namespace": namespace,
                 "labels": desired.labels,
-                "annotations": desired.trace_annotations,
+                "annotations": annotations,
                 "ownerReferences": [desired.owner],
             },
             "spec": {"sourceRef": desired.source_ref},
@@ -206,7 +222,26 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
         }
         object
     });
-    Plan::Apply { main, status }
+    // The facts the hub judges a status by (which incarnation, whether the WEC has acted on its
+    // generation) never run ahead of the status: written first, they would for a moment pass
+    // an old status (a predecessor's, or one from before the WEC acted) as a current one.
+    let now_applied =
+        desired.last_generation_is_applied && existing_details.is_some_and(|d| !d.last_generation_is_applied);
+    let status_first = existing.is_some() && (existing_uid != desired.wds_uid.as_deref() || now_applied);
+    Plan::Apply {
+        main,
+        status,
+        status_first,
+    }
+}
+
+/// The WDS UID a WorkStatus names.
+fn wds_uid_of(metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
+    metadata
+        .annotations
+        .as_ref()?
+        .get(WDS_UID_ANNOTATION)
+        .map(String::as_str)
 }
 
 #[cfg(test)]
@@ -251,6 +286,7 @@ mod tests {
             "metadata": {"name": "web", "namespace": "ns", "generation": generation,
                          "labels": {SINGLETON_STATUS_LABEL: "true"},
                          "annotations": {WDS_GENERATION_ANNOTATION: "7",
+                                         WDS_UID_ANNOTATION: "wds-uid-1",
                                          names::TRACEPARENT_ANNOTATION: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
             "status": status,
         }))
@@ -337,7 +373,7 @@ mod tests {
         assert_eq!(empty.status, None, "an empty status is none");
         assert_eq!(d.last_generation, 0);
         assert!(d.last_generation_is_applied);
-        let Plan::Apply { main, status } = plan("cluster1", Some(&d), None, time(5)) else {
+        let Plan::Apply { main, status, .. } = plan("cluster1", Some(&d), None, time(5)) else {
             panic!("a new WorkStatus is written");
         };
         assert!(main.is_some());
@@ -374,9 +410,10 @@ mod tests {
         let Plan::Apply {
             main: Some(main),
             status: Some(status),
+            status_first: false,
         } = plan("cluster1", Some(&d), None, time(5))
         else {
-            panic!("both parts of a new WorkStatus are written");
+            panic!("both parts of a new WorkStatus are written, the object first");
         };
         assert_eq!(main["statusDetails"]["lastGeneration"], 7);
         assert_eq!(main["statusDetails"]["lastCurrencyUpdateTime"], "1970-01-01T00:00:05Z");
@@ -389,7 +426,8 @@ mod tests {
             plan("cluster1", Some(&newer), Some(&existing), time(9)),
             Plan::Apply {
                 main: None,
-                status: Some(_)
+                status: Some(_),
+                ..
             }
         ));
 
@@ -426,6 +464,62 @@ mod tests {
             panic!("the generation is written");
         };
         assert_eq!(main["statusDetails"]["lastCurrencyUpdateTime"], "1970-01-01T00:00:09Z");
+    }
+
+    #[test]
+    fn a_report_on_another_incarnation_gets_its_status_before_it_names_it() {
+        let d = desired(&key(), &deployment(1, json!({"replicas": 1})), &work(&[KS])).unwrap();
+        assert_eq!(d.wds_uid.as_deref(), Some("wds-uid-1"));
+        let Plan::Apply {
+            main: Some(main),
+            status: Some(status),
+            ..
+        } = plan("cluster1", Some(&d), None, time(5))
+        else {
+            panic!("a new WorkStatus is written");
+        };
+        assert_eq!(main["metadata"]["annotations"][WDS_UID_ANNOTATION], "wds-uid-1");
+        let existing = as_written(&main, Some(&status));
+        // The WDS object was deleted and made again: the WEC copy names the new one.
+        let mut again = desired(&key(), &deployment(1, json!({"replicas": 0})), &work(&[KS])).unwrap();
+        again.wds_uid = Some("wds-uid-2".into());
+        let Plan::Apply {
+            main: Some(main),
+            status: Some(_),
+            status_first: true,
+        } = plan("cluster1", Some(&again), Some(&existing), time(9))
+        else {
+            panic!("both are written, the status first");
+        };
+        assert_eq!(main["metadata"]["annotations"][WDS_UID_ANNOTATION], "wds-uid-2");
+        // The WEC acting on what it was sent: the status it has then goes first too.
+        let mut lagging = d.clone();
+        lagging.last_generation_is_applied = false;
+        let Plan::Apply {
+            main: Some(main),
+            status: Some(status),
+            ..
+        } = plan("cluster1", Some(&lagging), None, time(5))
+        else {
+            panic!("a new WorkStatus is written");
+        };
+        let behind = as_written(&main, Some(&status));
+        let caught_up = desired(&key(), &deployment(1, json!({"replicas": 3})), &work(&[KS])).unwrap();
+        assert!(matches!(
+            plan("cluster1", Some(&caught_up), Some(&behind), time(9)),
+            Plan::Apply {
+                main: Some(_),
+                status: Some(_),
+                status_first: true
+            }
+        ));
+        // The UID alone is a change.
+        let mut renamed = d.clone();
+        renamed.wds_uid = Some("wds-uid-2".into());
+        assert!(matches!(
+            plan("cluster1", Some(&renamed), Some(&existing), time(9)),
+            Plan::Apply { main: Some(_), .. }
+        ));
     }
 
     #[test]

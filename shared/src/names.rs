@@ -31,6 +31,14 @@ pub const API_GROUPS_ANNOTATION: &str = "transport.kubestellar.io/api-groups";
 /// Not an upstream name: upstream never maintains `statusDetails`.
 pub const WDS_GENERATION_ANNOTATION: &str = "transport.kubestellar.io/wds-generation";
 
+/// Annotation the transport puts on each object it wraps in a ManifestWork: the object's
+/// `metadata.uid` in the WDS. It reaches the WEC with the object, and the status agent puts it on
+/// the object's WorkStatus, so that the status controller returns only a report on the
+/// incarnation the WDS holds now (an object deleted and made again under its name has a new
+/// UID). A WorkStatus without it (from an agent before this) is taken as it is. Not an upstream
+/// name.
+pub const WDS_UID_ANNOTATION: &str = "transport.kubestellar.io/wds-uid";
+
 /// Label value meaning "requested" on the two status-request labels below.
 pub const LABEL_TRUE: &str = "true";
 /// On a WDS object (copied to its WorkStatus): singleton status return is requested.

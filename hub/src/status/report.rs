@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use ks_shared::api::{StatusDetails, WorkStatus, WorkStatusSpec};
-use ks_shared::names::is_trace_annotation;
+use ks_shared::names::{WDS_UID_ANNOTATION, is_trace_annotation};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -33,11 +33,28 @@ pub struct CachedWorkStatus {
     details: Option<StatusDetails>,
     /// Its trace annotations.
     trace: Vec<(String, String)>,
+    /// The incarnation of the WDS object it reports on, when its agent says.
+    wds_uid: Option<Box<str>>,
 }
 
 impl CachedWorkStatus {
-    /// What the WEC reported, `.status` parsed (the CRD admits only objects there).
-    pub fn wec_status(&self) -> WecStatus {
+    /// What the WEC reported on the WDS object with `uid`, `.status` parsed (the CRD admits only
+    /// objects there). Nothing yet, as from a WEC that has not reported, while it reports on
+    /// another incarnation (one deleted since, under the same name), or, to an object that has
+    /// had no status returned (`returned`), while the WEC has not acted on what it was sent:
+    /// OCM updates the WEC copy of an object made again in place, and until the WEC's
+    /// controllers catch up its status is its predecessor's. A report naming no incarnation (an
+    /// agent before this one, or upstream's, which keeps no `statusDetails`) is taken as it is.
+    pub fn wec_status(&self, uid: &str, returned: bool) -> WecStatus {
+        let current = match self.wds_uid.as_deref() {
+            None => true,
+            Some(reported) => {
+                reported == uid && (returned || self.details.as_ref().is_some_and(|d| d.last_generation_is_applied))
+            }
+        };
+        if !current {
+            return WecStatus::default();
+        }
         let status = self
             .status
             .as_ref()
@@ -73,7 +90,9 @@ impl From<SentWorkStatus> for CachedWorkStatus {
             status,
         } = sent;
         let last_update = last_status_update(metadata.managed_fields.as_deref().unwrap_or_default());
-        let trace = metadata.annotations.take().into_iter().flatten();
+        let annotations = metadata.annotations.take().unwrap_or_default();
+        let wds_uid = annotations.get(WDS_UID_ANNOTATION).map(|u| u.as_str().into());
+        let trace = annotations.into_iter();
         metadata.managed_fields = None;
         metadata.labels = None;
         metadata.owner_references = None;
@@ -93,6 +112,7 @@ impl From<SentWorkStatus> for CachedWorkStatus {
             last_update,
             details: status_details,
             trace: trace.filter(|(key, _)| is_trace_annotation(key)).collect(),
+            wds_uid,
         }
     }
 }
@@ -111,7 +131,8 @@ mod tests {
     const REPORT: &str = r#"{"apiVersion":"control.kubestellar.io/v1alpha1","kind":"WorkStatus",
         "metadata":{"name":"appsv1-deployment-ns-web","namespace":"wec1","resourceVersion":"7",
             "labels":{"transport.kubestellar.io/originWdsName":"wds1"},
-            "annotations":{"tracing.k8s.io/traceparent":"00-abc-def-01","other":"dropped"},
+            "annotations":{"tracing.k8s.io/traceparent":"00-abc-def-01","other":"dropped",
+                "transport.kubestellar.io/wds-uid":"uid-web"},
             "managedFields":[
                 {"manager":"agent","time":"2025-01-01T00:00:09Z","fieldsType":"FieldsV1","fieldsV1":{"f:spec":{"f:sourceRef":{}}}},
                 {"manager":"agent","time":"2025-01-01T00:00:05Z","subresource":"status","fieldsType":"FieldsV1","fieldsV1":{"f:status":{"f:replicas":{}}}},
@@ -137,7 +158,13 @@ mod tests {
     fn a_report_keeps_what_is_read_of_it() {
         let typed: WorkStatus = serde_json::from_str(REPORT).unwrap();
         for cached in parsed_every_way(REPORT) {
-            let read = cached.wec_status();
+            let earlier = cached.wec_status("uid-of-the-web-deleted-before", true);
+            assert_eq!(
+                (earlier.status, earlier.details, earlier.trace.len()),
+                (None, None, 0),
+                "a report on another incarnation is none yet"
+            );
+            let read = cached.wec_status("uid-web", false);
             assert_eq!(read.status, typed.status.as_ref().map(|s| Value::Object(s.0.clone())));
             assert_eq!(
                 read.last_update.map(|t| t.0.to_string()).as_deref(),
@@ -169,11 +196,31 @@ mod tests {
     }
 
     #[test]
+    fn a_report_the_wec_has_not_acted_on_is_returned_only_where_status_was_returned_before() {
+        let lagging = REPORT.replace(
+            r#""lastGenerationIsApplied":true"#,
+            r#""lastGenerationIsApplied":false"#,
+        );
+        let unnamed = lagging.replace(r#""transport.kubestellar.io/wds-uid":"uid-web""#, r#""x":"y""#);
+        for cached in parsed_every_way(&lagging) {
+            assert_eq!(
+                cached.wec_status("uid-web", false).status,
+                None,
+                "a new incarnation waits"
+            );
+            assert!(cached.wec_status("uid-web", true).status.is_some(), "a rollout goes on");
+        }
+        for cached in parsed_every_way(&unnamed) {
+            assert!(cached.wec_status("uid-web", false).status.is_some(), "an older agent's");
+        }
+    }
+
+    #[test]
     fn a_report_never_written_or_naming_no_object_has_none_of_that() {
         let report =
             json!({"metadata": {"name": "w"}, "spec": {"sourceRef": {"group": "", "namespace": "ns"}}, "status": null});
         for cached in parsed_every_way(&report.to_string()) {
-            let read = cached.wec_status();
+            let read = cached.wec_status("uid", false);
             assert_eq!((read.status, read.last_update, read.details), (None, None, None));
             assert!(read.trace.is_empty());
             assert_eq!(cached.reported, None);

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ks_shared::api::{Binding, BindingPolicy, CustomTransform, CustomTransformStatus, Propagation};
-use ks_shared::names::{EXPAND_TEMPLATES_ANNOTATION, WDS_GENERATION_ANNOTATION};
+use ks_shared::names::{EXPAND_TEMPLATES_ANNOTATION, WDS_GENERATION_ANNOTATION, WDS_UID_ANNOTATION};
 use kube::ResourceExt;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
@@ -421,6 +421,10 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (Items, Failing, V
             }
         };
         prepare_for_wec(&mut manifest);
+        // Tells the status agent which incarnation of the WDS object the WEC object is.
+        if let Some(uid) = object.uid() {
+            manifest["metadata"]["annotations"][WDS_UID_ANNOTATION] = json!(uid);
+        }
         // Tells the status agent which WDS generation the WEC object is (statusDetails), and
         // carries the rollout's trace.
         if let Some(generation) = object.metadata.generation {

@@ -309,6 +309,13 @@ fn status_of(object: Option<&Value>) -> Value {
         .unwrap_or_else(|| Value::Object(Default::default()))
 }
 
+/// Whether a Job's status says it started: the apiserver then refuses to take that back (an
+/// unsuspended Job's `startTime`, a terminal condition, a counter going down), so a status
+/// returned once stays when its return is withdrawn.
+fn started(status: &Value) -> bool {
+    status.get("startTime").is_some()
+}
+
 /// The counts a Deployment's combined status totals over its WECs (hub/src/status/AGGREGATION.md).
 const SUMMED: [&str; 4] = ["replicas", "updatedReplicas", "readyReplicas", "availableReplicas"];
 
@@ -319,7 +326,9 @@ fn statuses(expected: &Expected, observed: &Observed, out: &mut Vec<Difference>)
         let Some(object) = observed.wds.get(key) else { continue };
         let status = status_of(Some(object));
         let wrong = match rule {
-            StatusReturn::Clear => status.as_object().is_none_or(|s| !s.is_empty()),
+            StatusReturn::Clear => {
+                status.as_object().is_none_or(|s| !s.is_empty()) && !(key.kind == Kind::Job && started(&status))
+            }
             StatusReturn::Copy(wec) => status != status_of(on(wec, key)),
             StatusReturn::Combine(wecs) => SUMMED.iter().any(|field| {
                 let total: i64 = wecs
@@ -476,6 +485,28 @@ mod tests {
         let mut fresh = History::default();
         fresh.note(&failing);
         assert!(found(&failing, &Observed::default(), &fresh).is_empty());
+    }
+
+    #[test]
+    fn a_started_jobs_status_may_stay_when_its_return_is_withdrawn() {
+        let key = |kind| Key {
+            kind,
+            namespace: "n".into(),
+            name: "o".into(),
+        };
+        let started = json!({"status": {"startTime": "2026-01-01T00:00:00Z", "succeeded": 1}});
+        let mut expected = Expected::default();
+        let mut observed = Observed::default();
+        for kind in [Kind::Job, Kind::Deployment] {
+            expected.statuses.insert(key(kind), StatusReturn::Clear);
+            observed.wds.insert(key(kind), started.clone());
+        }
+        let mut out = Vec::new();
+        statuses(&expected, &observed, &mut out);
+        assert_eq!(
+            out.iter().map(|d| d.about).collect::<Vec<_>>(),
+            [Some(Kind::Deployment)]
+        );
     }
 
     #[test]

@@ -3,6 +3,7 @@
 
 mod agent;
 mod content;
+mod incarnation;
 mod ownership;
 mod removal;
 mod status_labels;
@@ -14,6 +15,7 @@ ks_tests::stack_main!(
     [
         agent::tests(),
         content::tests(),
+        incarnation::tests(),
         ownership::tests(),
         removal::tests(),
         status_labels::tests()

@@ -339,9 +339,10 @@ impl StatusController {
         retry
     }
 
-    /// What each WEC reported on the object, for the WECs with exactly one WorkStatus for it
-    /// (more than one cannot be told apart, so none counts).
-    fn wec_statuses(&self, key: &WorkloadRef) -> BTreeMap<String, WecStatus> {
+    /// What each WEC reported on the object (the incarnation with `uid`; `returned`: it has
+    /// had status returned), for the WECs with exactly one WorkStatus for it (more than one
+    /// cannot be told apart, so none counts).
+    fn wec_statuses(&self, key: &WorkloadRef, uid: &str, returned: bool) -> BTreeMap<String, WecStatus> {
         let mut by_wec: BTreeMap<&str, Vec<&CachedName>> = BTreeMap::new();
         for cached in self.reports.of(key) {
             by_wec.entry(&cached.0).or_default().push(cached);
@@ -353,7 +354,7 @@ impl StatusController {
                     return None;
                 };
                 let found = self.stores.work_statuses.get(&ObjectRef::new(name).within(namespace))?;
-                Some((wec.to_string(), found.wec_status()))
+                Some((wec.to_string(), found.wec_status(uid, returned)))
             })
             .collect()
     }
@@ -370,7 +371,8 @@ impl StatusController {
             return Ok(self.errors.set(key, BTreeMap::new()));
         };
         let selecting = self.bindings.selecting(key);
-        let wecs = self.wec_statuses(key);
+        let uid = object.uid().unwrap_or_default();
+        let wecs = self.wec_statuses(key, &uid, plan::owns_status(object.managed_fields()));
         let action = plan::returned_status(&resource.group, &resource.kind, &selecting, &wecs);
         // CEL's `obj`, built only when some collector will look at it.
         let collecting = selecting
@@ -394,7 +396,6 @@ impl StatusController {
             name: key.name.clone(),
             kind: resource.kind.clone(),
         };
-        let uid = object.uid().unwrap_or_default();
         let subject = Subject {
             identity: &identity,
             uid: &uid,

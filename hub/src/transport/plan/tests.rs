@@ -168,10 +168,11 @@ fn every_wec_gets_the_objects_transformed_in_its_mailbox() {
     let work = &works[&key("c2", "b.wds1.0")];
     assert_eq!(names(work), ["a", "b"], "in key order");
     assert_eq!(work.metadata.labels.as_ref().unwrap()[ORIGIN_BINDING_LABEL], "b");
-    // The built-in transforms dropped the server-set metadata.
+    // The built-in transforms dropped the server-set metadata; the WDS UID says which object.
     assert_eq!(
         *work.spec.workload.manifests[0],
-        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "ns", "annotations": {}},
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "a", "namespace": "ns", "annotations": {WDS_UID_ANNOTATION: "uid-a"}},
                "data": {"k": "v"}})
     );
 }
@@ -339,18 +340,25 @@ fn a_delivered_trace_is_kept_for_the_same_generation_only() {
     let mut case = Case::new(binding(&["c1"], &listed), vec![deployment(2)]);
     let mut delivered = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
     let annotations = |work: &ManifestWork| work.spec.workload.manifests[0]["metadata"]["annotations"].clone();
-    assert_eq!(annotations(&delivered), json!({WDS_GENERATION_ANNOTATION: "2"}));
+    assert_eq!(
+        annotations(&delivered),
+        json!({WDS_GENERATION_ANNOTATION: "2", WDS_UID_ANNOTATION: "uid-web"}),
+        "which incarnation, at which generation"
+    );
     std::sync::Arc::make_mut(&mut delivered.spec.workload.manifests[0])["metadata"]["annotations"]
         [TRACEPARENT_ANNOTATION] = json!("00-a-b-01");
     case.current = cached([delivered]);
     let again = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
     assert_eq!(
         annotations(&again),
-        json!({WDS_GENERATION_ANNOTATION: "2", TRACEPARENT_ANNOTATION: "00-a-b-01"})
+        json!({WDS_GENERATION_ANNOTATION: "2", WDS_UID_ANNOTATION: "uid-web", TRACEPARENT_ANNOTATION: "00-a-b-01"})
     );
     case.cached = vec![deployment(3)];
     let next = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
-    assert_eq!(annotations(&next), json!({WDS_GENERATION_ANNOTATION: "3"}));
+    assert_eq!(
+        annotations(&next),
+        json!({WDS_GENERATION_ANNOTATION: "3", WDS_UID_ANNOTATION: "uid-web"})
+    );
 }
 
 #[test]
