@@ -47,6 +47,52 @@ pub enum ReconcileError {
     NoUid,
     #[error("{what}: {source}")]
     Api { what: String, source: kube::Error },
+    #[error(
+        "{what} exists and is not this add-on's (no ownerReference to a ManagedClusterAddOn {STATUS_ADDON_NAME}, \
+         no label {OCM_ADDON_NAME_LABEL}={STATUS_ADDON_NAME}): left alone; delete it to let the add-on write its own"
+    )]
+    NameTaken { what: String },
+    #[error(
+        "{what} is written by {manager} too, since this add-on last wrote it (another add-on manager of the \
+         same name on this ITS?): left alone, not fought over; stop the other and delete the ManifestWork, and this add-on writes its own"
+    )]
+    WrittenByAnother { what: String, manager: String },
+}
+
+/// Another manager that has written the spec of an object the add-on wrote since the add-on last
+/// did (a write of the add-on's own, or none: an earlier install's object is taken over once).
+fn writing_too(found: &kube::api::ObjectMeta) -> Option<String> {
+    let entries = found.managed_fields.as_deref().unwrap_or_default();
+    let spec = |e: &&k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry| {
+        e.subresource.is_none() && e.fields_v1.as_ref().is_some_and(|f| f.0.get("f:spec").is_some())
+    };
+    let ours = entries
+        .iter()
+        .filter(|e| e.manager.as_deref() == Some(field_manager::ADDON))
+        .filter_map(|e| e.time.as_ref())
+        .max()?;
+    entries
+        .iter()
+        .filter(spec)
+        .filter(|e| e.manager.as_deref() != Some(field_manager::ADDON))
+        .find(|e| e.time.as_ref().is_some_and(|t| t > ours))
+        .map(|e| e.manager.clone().unwrap_or_default())
+}
+
+/// Whether an object found under a name the add-on writes is the add-on's own: owned by a
+/// ManagedClusterAddOn of its name (this one or one before it), or labelled as the add-on
+/// framework labels what it writes for the add-on (an earlier install of it, ours or upstream's).
+fn ours(found: &kube::api::ObjectMeta) -> bool {
+    let owned = found
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "ManagedClusterAddOn" && o.name == STATUS_ADDON_NAME);
+    let labelled = found
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.get(OCM_ADDON_NAME_LABEL).is_some_and(|v| v == STATUS_ADDON_NAME));
+    owned || labelled
 }
 
 fn api_error(what: impl Into<String>) -> impl FnOnce(kube::Error) -> ReconcileError {
@@ -237,8 +283,24 @@ async fn reconcile_addon(addon: &ManagedClusterAddOn, context: &Context) -> Resu
             return Ok(Action::requeue(RESYNC));
         }
     };
-    let work = apply_manifest_work(context, &cluster, &settings, owner.clone()).await?;
-    apply_mailbox_objects(context, &cluster, owner).await?;
+    let applied = async {
+        let work = apply_manifest_work(context, &cluster, &settings, owner.clone()).await?;
+        apply_mailbox_objects(context, &cluster, owner).await?;
+        Ok(work)
+    };
+    let work = match applied.await {
+        Err(taken @ (ReconcileError::NameTaken { .. } | ReconcileError::WrittenByAnother { .. })) => {
+            tracing::warn!(cluster, error = %taken, "left alone");
+            let health = Health {
+                status: "False",
+                reason: health::REASON_NAME_TAKEN,
+                message: taken.to_string(),
+            };
+            write_status(context, addon, &cluster, None, health).await?;
+            return Ok(Action::requeue(RESYNC));
+        }
+        applied => applied?,
+    };
     let health = health::health(work.status.as_ref(), &settings.install_namespace);
     write_status(context, addon, &cluster, Some(&settings.install_namespace), health).await?;
     Ok(Action::requeue(RESYNC))
@@ -281,6 +343,12 @@ async fn apply_manifest_work(
     let works: Api<ManifestWork> = Api::namespaced(context.client.clone(), cluster);
     let what = format!("ManifestWork {cluster}/{name}");
     let current = works.get_opt(&name).await.map_err(api_error(&what))?;
+    if current.as_ref().is_some_and(|c| !ours(&c.metadata)) {
+        return Err(ReconcileError::NameTaken { what });
+    }
+    if let Some(manager) = current.as_ref().and_then(|c| writing_too(&c.metadata)) {
+        return Err(ReconcileError::WrittenByAnother { what, manager });
+    }
     if let Some(current) = current.filter(|c| same_meta(&c.metadata, &desired.metadata)) {
         return Ok(current);
     }
@@ -327,6 +395,9 @@ where
     let name = desired.meta().name.clone().unwrap_or_default();
     let what = format!("{object:?} {name}");
     let current = api.get_opt(&name).await.map_err(api_error(&what))?;
+    if current.as_ref().is_some_and(|c| !ours(c.meta())) {
+        return Err(ReconcileError::NameTaken { what });
+    }
     if current.is_some_and(|c| same_meta(c.meta(), desired.meta())) {
         return Ok(());
     }
@@ -434,6 +505,61 @@ fn condition_content(c: &Condition) -> (&str, &str, &str, &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_what_the_add_on_wrote_is_written_over() {
+        let meta = |owner: Option<(&str, &str)>, label: Option<&str>| kube::api::ObjectMeta {
+            owner_references: owner.map(|(kind, name)| {
+                vec![OwnerReference {
+                    kind: kind.into(),
+                    name: name.into(),
+                    ..Default::default()
+                }]
+            }),
+            labels: label.map(|v| [(OCM_ADDON_NAME_LABEL.to_string(), v.to_string())].into()),
+            ..Default::default()
+        };
+        assert!(ours(&meta(Some(("ManagedClusterAddOn", STATUS_ADDON_NAME)), None)));
+        assert!(ours(&meta(None, Some(STATUS_ADDON_NAME))), "an earlier install's");
+        assert!(!ours(&meta(None, None)), "an admin's");
+        assert!(!ours(&meta(
+            Some(("ManagedClusterAddOn", "other-addon")),
+            Some("other-addon")
+        )));
+        let taken = ReconcileError::NameTaken {
+            what: "ManifestWork cluster1/addon-addon-status-deploy-0".into(),
+        };
+        assert!(taken.to_string().contains("left alone; delete it"), "{taken}");
+    }
+
+    #[test]
+    fn a_spec_another_manager_wrote_since_ours_is_not_fought_over() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
+        let entry =
+            |manager: &str, second: i64, fields: serde_json::Value, subresource: Option<&str>| ManagedFieldsEntry {
+                manager: Some(manager.into()),
+                time: Some(Time(k8s_openapi::jiff::Timestamp::from_second(second).unwrap())),
+                fields_v1: Some(FieldsV1(fields)),
+                subresource: subresource.map(String::from),
+                ..Default::default()
+            };
+        let spec = json!({"f:spec": {"f:workload": {}}});
+        let meta = |entries: Vec<ManagedFieldsEntry>| kube::api::ObjectMeta {
+            managed_fields: Some(entries),
+            ..Default::default()
+        };
+        let ours = entry(field_manager::ADDON, 10, spec.clone(), None);
+        assert_eq!(writing_too(&meta(vec![ours.clone()])), None);
+        // An earlier install's (no write of ours yet) is taken over once.
+        assert_eq!(writing_too(&meta(vec![entry("other", 20, spec.clone(), None)])), None);
+        // OCM's finalizer and status are no fight; another's spec before ours is what we took over.
+        let finalizer = entry("work-agent", 20, json!({"f:metadata": {"f:finalizers": {}}}), None);
+        let status = entry("work-agent", 20, json!({"f:status": {}}), Some("status"));
+        let before = entry("other", 5, spec.clone(), None);
+        assert_eq!(writing_too(&meta(vec![ours.clone(), finalizer, status, before])), None);
+        let after = entry("addon-manager", 20, spec, None);
+        assert_eq!(writing_too(&meta(vec![ours, after])).as_deref(), Some("addon-manager"));
+    }
 
     fn addon(cluster: &str) -> ManagedClusterAddOn {
         let mut addon = ManagedClusterAddOn::new(STATUS_ADDON_NAME, Default::default());

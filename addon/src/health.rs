@@ -11,6 +11,8 @@ pub const AVAILABLE: &str = "Available";
 pub const REASON_AVAILABLE: &str = "ProbeAvailable";
 pub const REASON_UNAVAILABLE: &str = "ProbeUnavailable";
 pub const REASON_INVALID_CONFIG: &str = "InvalidDeploymentConfig";
+/// An object the add-on writes exists under its name, and another wrote it.
+pub const REASON_NAME_TAKEN: &str = "NameTaken";
 
 /// A condition's status, reason and message, before timestamps.
 #[derive(Debug, Clone, PartialEq, Eq)]
