@@ -146,6 +146,14 @@ impl ManifestWorkStatus {
             .iter()
             .any(|c| c.type_ == "Applied" && c.status == "True" && c.observed_generation == generation)
     }
+
+    /// Whether OCM's work agent has reported on the ManifestWork's `generation` (applied or not):
+    /// it has written the status, and then records what it applied.
+    pub fn reported(&self, generation: Option<i64>) -> bool {
+        self.conditions
+            .iter()
+            .any(|c| c.type_ == "Applied" && c.observed_generation == generation)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq)]

@@ -14,7 +14,7 @@ ks_tests::stack_main!(run, vec![stack_test!(generated_user_operations_converge, 
 
 async fn generated_user_operations_converge(ctx: Ctx) -> anyhow::Result<()> {
     let settings = Settings::from_env()?;
-    let run = Run::setup(&ctx, settings.config).await?;
+    let run = Run::setup(&ctx).await?;
     let outcome = run.test(&settings).await;
     run.teardown()?;
     outcome

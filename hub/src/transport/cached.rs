@@ -71,6 +71,8 @@ pub struct CachedWork {
     pub held: Vec<Arc<Held>>,
     /// Whether OCM reports this generation applied.
     pub applied: bool,
+    /// Whether OCM has reported on this generation at all (applied or not).
+    pub settled: bool,
     /// The objects OCM reports applied while the whole is not (one it cannot apply holds the
     /// whole back, not the others).
     pub applied_objects: Box<[Identity]>,
@@ -98,6 +100,7 @@ impl CachedWork {
         let landed = landed(held.len(), status);
         let generation = metadata.generation;
         let applied = status.is_some_and(|s| s.applied(generation));
+        let settled = status.is_some_and(|s| s.reported(generation));
         let applied_objects = match status {
             Some(status) if !applied => status
                 .resource_status
@@ -115,6 +118,7 @@ impl CachedWork {
             metadata,
             held,
             applied,
+            settled,
             applied_objects,
             landed,
         }

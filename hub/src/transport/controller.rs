@@ -69,6 +69,10 @@ const RETRY_MAX: Duration = Duration::from_secs(60);
 /// everything else.
 const PACE: u32 = 3;
 const LONGEST_REST: Duration = Duration::from_secs(30);
+/// How long a ManifestWork to write over waits, at most, for its WEC to report on the version
+/// before (see [`Plugin::settled`]): an agent that applies nothing for that long is not applying
+/// that version now.
+pub(super) const SETTLE_WAIT: Duration = Duration::from_secs(10);
 
 /// What to reconcile.
 enum Input {
@@ -183,6 +187,7 @@ pub async fn run<P: Plugin>(
         reading_wecs: Default::default(),
         expectations,
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
+        unsettled: Default::default(),
     };
     let mut schedule = Schedule::new(
         BINDING_CONCURRENCY,
@@ -206,9 +211,12 @@ pub async fn run<P: Plugin>(
                     input => input,
                 },
                 Some((name, generation, pass, result)) = running.next() => {
-                    let outcome = result.map_err(|err| {
-                        metrics.common.errors.inc();
-                        tracing::warn!(binding = %name, error = chain(&err), "transport failed; retrying with back-off");
+                    let outcome = result.map_err(|err| match err {
+                        Error::Settling => tracing::debug!(binding = %name, "a ManifestWork waits for its WEC"),
+                        err => {
+                            metrics.common.errors.inc();
+                            tracing::warn!(binding = %name, error = chain(&err), "transport failed; retrying with back-off");
+                        }
                     });
                     schedule.finished(name, generation, pass, outcome, Instant::now());
                     None
@@ -285,6 +293,8 @@ struct Applied {
     passing: bool,
     /// Some wait for objects to land in another.
     holding: bool,
+    /// Some wait for their WEC to report on the version before.
+    settling: bool,
     /// How long the writes took (zero when nothing was written).
     writing: Duration,
 }
@@ -316,6 +326,9 @@ struct Transport<P: Plugin> {
     expectations: Arc<std::sync::Mutex<Expectations<P::Cached>>>,
     /// Permits for ManifestWork writes, [`WRITE_CONCURRENCY`] in all, shared by the Bindings.
     writes: tokio::sync::Semaphore,
+    /// Since when a write over each ManifestWork has waited for its WEC to report on the
+    /// version before.
+    unsettled: std::sync::Mutex<std::collections::HashMap<WorkKey, Instant>>,
 }
 
 /// Bindings marked for something, shared by the reconciles running at once.
@@ -565,6 +578,9 @@ impl<P: Plugin> Transport<P> {
             if has_finalizer && !applied.holding {
                 crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, false).await?;
             }
+            if applied.settling {
+                return Err(Error::Settling);
+            }
             return Ok(applied.writing);
         }
         let policy = self.policies.get(&ObjectRef::new(name));
@@ -600,6 +616,9 @@ impl<P: Plugin> Transport<P> {
         self.report_propagation(&binding).await?;
         if passing {
             return Err(Error::MailboxMissing);
+        }
+        if applied.settling {
+            return Err(Error::Settling);
         }
         Ok(applied.writing)
     }
@@ -790,7 +809,8 @@ impl<P: Plugin> Transport<P> {
                 "ManifestWorks keep the objects they lose until those are applied elsewhere"
             );
         }
-        self.holding.set(binding, holding);
+        let now = Instant::now();
+        let mut settling = false;
         let mut changes: Vec<BoxFuture<'_, Result<Option<Rejection>, Error>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
             let work_key = (mailbox.clone(), name.clone());
@@ -802,6 +822,10 @@ impl<P: Plugin> Transport<P> {
                 .iter()
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
             if !existing.is_some_and(|existing| self.plugin.same_content(existing, &work)) {
+                if existing.is_some_and(|existing| self.waits(existing, now)) {
+                    settling = true;
+                    continue;
+                }
                 let ours = existing.and_then(|existing| existing.uid());
                 changes.push(
                     self.permitted(
@@ -829,6 +853,10 @@ impl<P: Plugin> Transport<P> {
             // holds those alone (the rest goes from the WEC now).
             let work = self.keeping(&self.plugin.emptied(stale), objects, &desired, &taken);
             if !self.plugin.same_content(stale, &work) {
+                if self.waits(stale, now) {
+                    settling = true;
+                    continue;
+                }
                 let ours = stale.uid();
                 changes.push(
                     self.permitted(async move {
@@ -839,6 +867,8 @@ impl<P: Plugin> Transport<P> {
                 );
             }
         }
+        // Planned again when a ManifestWork's status changes, as those that wait want.
+        self.holding.set(binding, holding || settling);
         let started = Instant::now();
         let writes = changes.len();
         // Waiting for permits that other Bindings hold counts as writing: a busy ITS lengthens
@@ -862,8 +892,33 @@ impl<P: Plugin> Transport<P> {
             rejections,
             passing,
             holding,
+            settling,
             writing,
         })
+    }
+
+    /// Whether a write over `existing` waits (from `now`): its WEC is there and has not reported
+    /// on the version before, whose new objects OCM's agent would then record nowhere and
+    /// leave on the WEC for good when they go from the ManifestWork (see [`Plugin::settled`]).
+    /// At most [`SETTLE_WAIT`].
+    fn waits(&self, existing: &P::Cached, now: Instant) -> bool {
+        let key = work_key(existing);
+        let mut since = self.unsettled.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let there = self
+            .clusters
+            .state()
+            .iter()
+            .any(|c| self.plugin.mailbox(&c.name_any()) == key.0 && P::available(c));
+        if self.plugin.settled(existing) || !there {
+            since.remove(&key);
+            return false;
+        }
+        let first = *since.entry(key.clone()).or_insert(now);
+        let waits = now.saturating_duration_since(first) < SETTLE_WAIT;
+        if !waits {
+            since.remove(&key);
+        }
+        waits
     }
 
     /// `write`, once one of the write permits shared by the Bindings is free.

@@ -92,6 +92,11 @@ pub enum Error {
     /// after a back-off, since it being made (again) changes nothing the transport watches.
     #[error("a mailbox namespace is missing or being deleted; trying again after a back-off")]
     MailboxMissing,
+    /// A ManifestWork to write over has a version its WEC has not reported on yet (see
+    /// [`Plugin::settled`]): written once it has, or after [`controller::SETTLE_WAIT`]; its
+    /// status change brings the Binding back, and a back-off does if none comes.
+    #[error("a ManifestWork waits for its WEC to report on the version before; trying again")]
+    Settling,
     /// A wrapped object did not serialise.
     #[error(transparent)]
     Encode(#[from] serde_json::Error),
@@ -160,6 +165,14 @@ pub trait Plugin: Send + Sync + 'static {
     fn same_content(&self, existing: &Self::Cached, desired: &Self::Wrapped) -> bool;
     /// Whether the destination has applied this version of a wrapped object.
     fn applied(&self, cached: &Self::Cached) -> bool;
+    /// Whether the destination has reported on this version of a wrapped object (applied or
+    /// not). OCM's work agent records what it applied only after it has written the
+    /// ManifestWork's status: a version written over before that may leave on the WEC what it
+    /// created there, recorded nowhere (OCM v1.2).
+    fn settled(&self, cached: &Self::Cached) -> bool;
+    /// Whether the destination is there to apply what it is sent (OCM: the ManagedCluster is
+    /// available); one that is not cannot be applying a version meanwhile.
+    fn available(inventory: &Self::Inventory) -> bool;
     /// The objects of a wrapped object the destination reports applied, while the whole is not.
     fn applied_objects<'a>(&self, cached: &'a Self::Cached) -> &'a [wrap::Identity];
     /// How many of a wrapped object's objects it holds, and the destination reports applied and

@@ -12,7 +12,7 @@ use ks_shared::names::{
 use ks_shared::ocm::{
     ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
     ServerSideApplyConfig, UPDATE_STRATEGY_CREATE_ONLY, UPDATE_STRATEGY_SERVER_SIDE_APPLY, UpdateStrategy,
-    manifest_group,
+    managed_cluster_condition, manifest_group,
 };
 use kube::api::ObjectMeta;
 use serde_json::Value;
@@ -344,6 +344,18 @@ impl super::Plugin for Ocm {
 
     fn accepted(cluster: &ManagedCluster) -> bool {
         cluster.spec.hub_accepts_client
+    }
+
+    fn available(cluster: &ManagedCluster) -> bool {
+        cluster.status.as_ref().is_some_and(|s| {
+            s.conditions
+                .iter()
+                .any(|c| c.type_ == managed_cluster_condition::AVAILABLE && c.status == "True")
+        })
+    }
+
+    fn settled(&self, work: &CachedWork) -> bool {
+        work.settled
     }
 
     fn wrap(&self, origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Delivery]) -> ManifestWork {

@@ -184,11 +184,10 @@ fn wds(expected: &Expected, observed: &Observed, out: &mut Vec<Difference>) {
     }
 }
 
-/// Each WEC holds exactly what the oracle sends it, with that content, under the same UID for
-/// as long as one policy kept sending it. Unless `removals`, the status-request labels are not
-/// compared: the hub takes them off WDS objects when no policy asks for status any more, and
-/// a label the WDS object loses stays on the WEC copies (issue 72, defect 6).
-fn wecs(expected: &Expected, observed: &Observed, history: &History, removals: bool, out: &mut Vec<Difference>) {
+/// Each WEC holds exactly what the oracle sends it, with that content (metadata included: what
+/// the WDS object loses goes from the copies), under the same UID for as long as one policy
+/// kept sending it.
+fn wecs(expected: &Expected, observed: &Observed, history: &History, out: &mut Vec<Difference>) {
     let none = BTreeMap::new();
     for (wec, objects) in &expected.wecs {
         let found_here = observed.wecs.get(wec).unwrap_or(&none);
@@ -221,15 +220,8 @@ fn wecs(expected: &Expected, observed: &Observed, history: &History, removals: b
                     out.push(difference("wec-content", Some(key.kind), detail));
                 }
             } else {
-                let (expected, found) = match removals {
-                    true => (object.projection.clone(), projection),
-                    false => (
-                        object.projection.without_status_labels(),
-                        projection.without_status_labels(),
-                    ),
-                };
-                if found != expected {
-                    let detail = format!("{wec}: {key}: {}", describe(&expected, &found));
+                if projection != object.projection {
+                    let detail = format!("{wec}: {key}: {}", describe(&object.projection, &projection));
                     out.push(difference("wec-content", Some(key.kind), detail));
                 }
             }
@@ -374,18 +366,11 @@ fn foreign_works(expected: &Expected, observed: &Observed, out: &mut Vec<Differe
     }
 }
 
-/// Every way `observed` differs from `expected`, given what `history` carries over; with
-/// `removals`, labels the WDS objects lost must be gone from the WEC copies too.
-pub fn differences(
-    expected: &Expected,
-    observed: &Observed,
-    history: &History,
-    widgets: &str,
-    removals: bool,
-) -> Vec<Difference> {
+/// Every way `observed` differs from `expected`, given what `history` carries over.
+pub fn differences(expected: &Expected, observed: &Observed, history: &History, widgets: &str) -> Vec<Difference> {
     let mut out = Vec::new();
     wds(expected, observed, &mut out);
-    wecs(expected, observed, history, removals, &mut out);
+    wecs(expected, observed, history, &mut out);
     work_statuses(expected, observed, widgets, &mut out);
     statuses(expected, observed, &mut out);
     foreign_works(expected, observed, &mut out);
@@ -437,7 +422,7 @@ mod tests {
     }
 
     fn found(expected: &Expected, observed: &Observed, history: &History) -> Vec<&'static str> {
-        differences(expected, observed, history, "", true)
+        differences(expected, observed, history, "")
             .iter()
             .map(|d| d.what)
             .collect()

@@ -10,9 +10,7 @@
 //!
 //! Settings (environment): `KS_CONVERGENCE_SECONDS` (how long to generate, default 150),
 //! `KS_CONVERGENCE_SEED` (default: from the clock, printed), `KS_CONVERGENCE_OPS` (run these
-//! batches instead of generating), `KS_CONVERGENCE_SHRINK_REPLAYS` (default 20),
-//! `KS_CONVERGENCE_METADATA_REMOVAL=1` and `KS_CONVERGENCE_JOB_UPDATES=1` (operations that
-//! meet known defects, left out by default; see [`ops::GenConfig`]).
+//! batches instead of generating), `KS_CONVERGENCE_SHRINK_REPLAYS` (default 20).
 
 pub mod check;
 pub mod drive;
@@ -33,7 +31,7 @@ use crate::tools::Tools;
 use check::{Difference, History};
 use names::{ITS, Names, WDS, WECS};
 use observe::{Observed, Spaces};
-use ops::{GenConfig, Generator, Labels, Op};
+use ops::{Generator, Labels, Op};
 use oracle::Model;
 
 /// How long the stack may take to match the oracle after a batch.
@@ -50,16 +48,11 @@ pub struct Settings {
     pub seconds: u64,
     /// Batches to run instead of generating.
     pub ops: Option<Vec<Vec<Op>>>,
-    pub config: GenConfig,
     pub replays: usize,
 }
 
 fn env(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-fn switch(name: &str) -> bool {
-    env(name).is_some_and(|v| v == "1" || v == "true")
 }
 
 impl Settings {
@@ -85,10 +78,6 @@ impl Settings {
             seed: number("KS_CONVERGENCE_SEED", clock.as_secs() ^ u64::from(clock.subsec_nanos()))?,
             seconds: number("KS_CONVERGENCE_SECONDS", 150)?,
             ops,
-            config: GenConfig {
-                metadata_removal: switch("KS_CONVERGENCE_METADATA_REMOVAL"),
-                job_updates: switch("KS_CONVERGENCE_JOB_UPDATES"),
-            },
             replays: usize::try_from(number("KS_CONVERGENCE_SHRINK_REPLAYS", 20)?)?,
         })
     }
@@ -130,7 +119,6 @@ pub struct Run<'a> {
     widgets: String,
     /// The WECs' ManagedCluster labels before the run.
     wecs: [Labels; 2],
-    config: GenConfig,
 }
 
 /// Batches in one generated episode, at most: then it is cleaned up and another starts (its
@@ -158,7 +146,7 @@ impl Batches<'_> {
 }
 
 impl<'a> Run<'a> {
-    pub async fn setup(ctx: &'a Ctx, config: GenConfig) -> anyhow::Result<Run<'a>> {
+    pub async fn setup(ctx: &'a Ctx) -> anyhow::Result<Run<'a>> {
         let tools = Tools::new(ctx, "convergence")?;
         let mut wecs = Vec::new();
         for wec in WECS {
@@ -176,7 +164,6 @@ impl<'a> Run<'a> {
             tools,
             spaces,
             widgets,
-            config,
         };
         drive::install_crd(&run.tools, &run.names())?;
         Ok(run)
@@ -205,10 +192,10 @@ impl<'a> Run<'a> {
             }
             None => {
                 eprintln!(
-                    "convergence: seed {} (KS_CONVERGENCE_SEED), generating for {} s (KS_CONVERGENCE_SECONDS), {:?}",
-                    settings.seed, settings.seconds, settings.config
+                    "convergence: seed {} (KS_CONVERGENCE_SEED), generating for {} s (KS_CONVERGENCE_SECONDS)",
+                    settings.seed, settings.seconds
                 );
-                let mut generator = Generator::new(settings.seed, self.config);
+                let mut generator = Generator::new(settings.seed);
                 let until = Instant::now() + Duration::from_secs(settings.seconds);
                 let (mut episodes, mut operations) = (0, 0);
                 loop {
@@ -400,8 +387,7 @@ impl Episode<'_, '_> {
         let mut matching_since: Option<Instant> = None;
         loop {
             let observed: Observed = observe::observe(&self.run.spaces, &self.model.names, &foreign).await?;
-            let (widgets, removals) = (&self.model.names.widgets, self.run.config.metadata_removal);
-            let differences = check::differences(&expected, &observed, &self.history, widgets, removals);
+            let differences = check::differences(&expected, &observed, &self.history, &self.model.names.widgets);
             if !differences.is_empty() {
                 matching_since = None;
                 if started.elapsed() > DEADLINE {

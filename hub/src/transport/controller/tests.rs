@@ -51,6 +51,7 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
         reading_wecs: Default::default(),
         expectations: Default::default(),
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
+        unsettled: Default::default(),
     }
 }
 
@@ -181,6 +182,53 @@ async fn a_changed_work_is_applied_server_side_as_the_transport() {
     assert_eq!(transport.settings.metrics.common.writes.get(), 1);
     let sent = serde_json::to_vec(&asked.body).unwrap().len() as u64;
     assert_eq!(transport.settings.metrics.written_bytes.get(), sent);
+}
+
+#[tokio::test]
+async fn a_work_its_wec_has_not_reported_on_is_written_over_once_it_has_or_after_a_while() {
+    let (client, server) = mock::client();
+    // Generation 2 written, the agent of c1 (available) has reported on 1 only.
+    let mut current = work("b.wds1.0", &["a"]);
+    current.metadata.generation = Some(2);
+    current.status = serde_json::from_value(json!({"conditions": [
+        {"type": "Applied", "status": "True", "observedGeneration": 1, "reason": "r", "message": "",
+         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+    .unwrap();
+    let mut transport = with_works(&client, std::slice::from_ref(&current));
+    let (clusters, mut writer) = reflector::store();
+    let c1: ManagedCluster = serde_json::from_value(json!({
+        "apiVersion": "cluster.open-cluster-management.io/v1", "kind": "ManagedCluster",
+        "metadata": {"name": "c1"}, "spec": {"hubAcceptsClient": true},
+        "status": {"conditions": [{"type": "ManagedClusterConditionAvailable", "status": "True", "reason": "r",
+                                   "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+    .unwrap();
+    writer.apply_watcher_event(&watcher::Event::Apply(c1));
+    transport.clusters = clusters;
+    let changed = work("b.wds1.0", &["a", "b"]);
+    // Nothing is asked of the ITS meanwhile (the mocked one answers nothing).
+    let waiting = transport
+        .apply_works("b", desired(std::slice::from_ref(&changed)))
+        .await
+        .unwrap();
+    assert!(waiting.settling && !waiting.holding);
+    assert!(
+        transport.holding.names().contains("b"),
+        "its status change plans it again"
+    );
+    assert_eq!(transport.settings.metrics.common.writes.get(), 0);
+    // Waited long enough: written.
+    let long_ago = Instant::now() - SETTLE_WAIT - Duration::from_secs(1);
+    transport
+        .unsettled
+        .lock()
+        .unwrap()
+        .insert(("c1".into(), "b.wds1.0".into()), long_ago);
+    let (applied, asked) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&changed))),
+        answer_once(server, 200, &changed)
+    );
+    assert!(!applied.unwrap().settling);
+    assert_eq!(written(&asked).1, ["a", "b"]);
 }
 
 /// What the ITS answers a metadata GET of the ManifestWork `b.wds1.0` labelled `labels`.
