@@ -308,6 +308,16 @@ fn started(status: &Value) -> bool {
     status.get("startTime").is_some()
 }
 
+/// Whether a Job's status says it finished (a terminal condition): the apiserver then keeps its
+/// completion for good.
+fn finished(status: &Value) -> bool {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| ["Complete", "Failed"].contains(&c["type"].as_str().unwrap_or_default()) && c["status"] == "True")
+}
+
 /// The counts a Deployment's combined status totals over its WECs (hub/src/status/AGGREGATION.md).
 const SUMMED: [&str; 4] = ["replicas", "updatedReplicas", "readyReplicas", "availableReplicas"];
 
@@ -317,6 +327,11 @@ fn statuses(expected: &Expected, observed: &Observed, out: &mut Vec<Difference>)
     for (key, rule) in &expected.statuses {
         let Some(object) = observed.wds.get(key) else { continue };
         let status = status_of(Some(object));
+        if key.kind == Kind::Job && finished(&status) {
+            // Another run's (a copy made again, or another WEC's) would have to change its
+            // completion time, which the apiserver refuses.
+            continue;
+        }
         let wrong = match rule {
             StatusReturn::Clear => {
                 status.as_object().is_none_or(|s| !s.is_empty()) && !(key.kind == Kind::Job && started(&status))
@@ -473,13 +488,15 @@ mod tests {
     }
 
     #[test]
-    fn a_started_jobs_status_may_stay_when_its_return_is_withdrawn() {
+    fn a_started_jobs_status_may_stay_when_withdrawn_and_a_finished_ones_for_good() {
         let key = |kind| Key {
             kind,
             namespace: "n".into(),
             name: "o".into(),
         };
         let started = json!({"status": {"startTime": "2026-01-01T00:00:00Z", "succeeded": 1}});
+        let complete = json!({"status": {"startTime": "2026-01-01T00:00:00Z",
+                                         "conditions": [{"type": "Complete", "status": "True"}]}});
         let mut expected = Expected::default();
         let mut observed = Observed::default();
         for kind in [Kind::Job, Kind::Deployment] {
@@ -492,6 +509,20 @@ mod tests {
             out.iter().map(|d| d.about).collect::<Vec<_>>(),
             [Some(Kind::Deployment)]
         );
+        // Finished, it keeps its run's status though another WEC's copy is the one to return.
+        let c2 = BTreeMap::from([(key(Kind::Job), json!({"status": {"succeeded": 2}}))]);
+        observed.wecs.insert("c2".into(), c2);
+        expected
+            .statuses
+            .insert(key(Kind::Job), StatusReturn::Copy("c2".into()));
+        let jobs = |observed: &Observed| {
+            let mut out = Vec::new();
+            statuses(&expected, observed, &mut out);
+            out.iter().filter(|d| d.about == Some(Kind::Job)).count()
+        };
+        assert_eq!(jobs(&observed), 1, "a running one follows");
+        observed.wds.insert(key(Kind::Job), complete);
+        assert_eq!(jobs(&observed), 0, "a finished one stays");
     }
 
     #[test]
