@@ -22,11 +22,14 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 # take a little less than one after the other (41.6 min together, cold, against about 43 apart).
 # The stack test binaries then share one stack: the first starts it, the others attach to it, and it
 # is stopped at the end unless it was running before (`make up`). Each starting and stopping its own
-# took about 20 s per binary.
+# took about 20 s per binary. The convergence test runs with the seed CONVERGENCE_SEED: the same
+# operations every run (`make soak` draws new ones).
+CONVERGENCE_SEED ?= 20261206
+
 test: ## Everything: unit, property, CRD and upstream-compatibility tests, binary checks, stack tests
 	deps/build.sh all & deps=$$!; $(CARGO) test --workspace --no-run; built=$$?; wait $$deps && exit $$built
 	@running=$$($(KS_STACK) status | grep -c 'running (pid'); \
-	 KS_KEEP_STACK=1 $(CARGO) test --workspace; tested=$$?; \
+	 KS_KEEP_STACK=1 KS_CONVERGENCE_SEED=$${KS_CONVERGENCE_SEED:-$(CONVERGENCE_SEED)} $(CARGO) test --workspace; tested=$$?; \
 	 [ "$$running" -gt 0 ] || $(KS_STACK) down; exit $$tested
 
 # Seconds each fuzz target runs for in `make fuzz` (`make test` runs each for 2).

@@ -221,7 +221,9 @@ impl<'a> Run<'a> {
             return Ok(());
         };
         let operations = batches.iter().map(Vec::len).sum::<usize>();
-        let file = self.save(&format!("convergence-{}-all.json", settings.seed), &batches)?;
+        // A replay's failing part never overwrites the file it may have been read from.
+        let part = if settings.ops.is_some() { "replayed" } else { "all" };
+        let file = self.save(&format!("convergence-{}-{part}.json", settings.seed), &batches)?;
         eprintln!(
             "convergence: seed {} FAILED {failure}the episode's {operations} operations: {file}\nshrinking (at most {} replays)",
             settings.seed, settings.replays
