@@ -153,7 +153,8 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
     let mut manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
     let resources = deliveries
         .iter()
-        .map(|d| (manifest_group(&d.manifest).to_string(), d.resource.clone()));
+        .map(|d| (manifest_group(&d.manifest).to_string(), d.resource.clone()))
+        .filter(|(group, _)| BUILT_IN_GROUPS.contains(&group.as_str()));
     manifest_configs.extend(server_side_applied(resources.collect()));
     let labels = origin_labels(origin);
     let texts: Vec<&str> = deliveries.iter().map(|d| &*d.digest_text).collect();
@@ -194,6 +195,35 @@ fn option(resource_identifier: ResourceIdentifier, strategy: &str) -> ManifestCo
         feedback_rules: Vec::new(),
     }
 }
+
+/// Kubernetes' own API groups. Objects of these are server-side applied on the WECs; custom
+/// resources are not: their managedFields name the version each write used, and once a CRD
+/// stops serving that version every server-side apply of them fails ("request to convert CR to
+/// an invalid group/version"), where OCM's default `Update` goes on (a CRD version removed is an
+/// ordinary upgrade; `a_crd_version_added_and_removed_keeps_the_wec_objects`).
+const BUILT_IN_GROUPS: [&str; 21] = [
+    "",
+    "admissionregistration.k8s.io",
+    "apiextensions.k8s.io",
+    "apiregistration.k8s.io",
+    "apps",
+    "autoscaling",
+    "batch",
+    "certificates.k8s.io",
+    "coordination.k8s.io",
+    "discovery.k8s.io",
+    "events.k8s.io",
+    "flowcontrol.apiserver.k8s.io",
+    "internal.apiserver.k8s.io",
+    "networking.k8s.io",
+    "node.k8s.io",
+    "policy",
+    "rbac.authorization.k8s.io",
+    "resource.k8s.io",
+    "scheduling.k8s.io",
+    "storage.k8s.io",
+    "storagemigration.k8s.io",
+];
 
 /// Every object of `resources` (group, resource) not named before is server-side applied,
 /// forced: what the WDS no longer has (a label, an annotation, a field) goes from the WEC copy,
@@ -643,6 +673,23 @@ mod tests {
                 ("apps".into(), "Deployment".into(), "n".into(), "web".into()),
             ]
         );
+    }
+
+    #[test]
+    fn custom_resources_keep_ocms_update() {
+        let widget = Delivery::new(
+            json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "n"}}),
+            "widgets",
+            false,
+        );
+        let work = wrap(&origin(), "c", "w", &[&widget, &namespace_delivery()]);
+        let resources: Vec<&str> = work
+            .spec
+            .manifest_configs
+            .iter()
+            .map(|c| c.resource_identifier.resource.as_str())
+            .collect();
+        assert_eq!(resources, ["namespaces"]);
     }
 
     fn configmap(annotations: Value) -> Delivery {

@@ -136,13 +136,14 @@ impl History {
     }
 }
 
-/// `found` without the labels, annotations and map keys that `expected` lacks: what a copy OCM
-/// created createOnly keeps once a server-side apply (another policy's, not createOnly) has
-/// written it, since that create's fields stay its own (a known limit; docs/writes.md).
-fn leniently(mut found: Projection, expected: &Projection) -> Projection {
+/// `found` without the labels and annotations (and, with `fields`, map keys) that `expected`
+/// lacks: what a copy OCM created createOnly keeps once a server-side apply (another policy's,
+/// not createOnly) has written it, since that create's fields stay its own, and the metadata a
+/// custom resource keeps under OCM's `Update` (known limits; docs/writes.md).
+fn leniently(mut found: Projection, expected: &Projection, fields: bool) -> Projection {
     found.labels.retain(|k, _| expected.labels.contains_key(k));
     found.annotations.retain(|k, _| expected.annotations.contains_key(k));
-    for (field, value) in &mut found.fields {
+    for (field, value) in found.fields.iter_mut().filter(|_| fields) {
         if let (Value::Object(found), Some(Value::Object(expected))) = (value, expected.fields.get(field)) {
             found.retain(|k, _| expected.contains_key(k));
         }
@@ -241,9 +242,16 @@ fn wecs(expected: &Expected, observed: &Observed, history: &History, out: &mut V
             };
             let projection = Projection::of(key.kind, found, Side::Wec);
             let created_create_only = history.created_create_only.get(&at).is_some_and(|u| u == uid(found));
-            let as_compared = |found: &Projection, expected: &Projection| match created_create_only {
-                true => leniently(found.clone(), expected),
-                false => found.clone(),
+            let as_compared = |found: &Projection, expected: &Projection| {
+                if created_create_only {
+                    leniently(found.clone(), expected, true)
+                } else if key.kind == Kind::Widget {
+                    // A custom resource is updated by OCM's `Update`, which keeps every label and
+                    // annotation it once wrote (docs/writes.md).
+                    leniently(found.clone(), expected, false)
+                } else {
+                    found.clone()
+                }
             };
             if object.content != Content::Current {
                 let allowed = history.allowed(&at);
