@@ -342,7 +342,8 @@ impl Agent {
     }
 
     /// Deletes the WorkStatus `name`, only the one with `uid` (never one recreated since).
-    /// Server-side applies a WorkStatus's `.status` (its status subresource).
+    /// Server-side applies a WorkStatus's `.status` (its status subresource: a WorkStatus gone
+    /// meanwhile answers 404, so this never makes one again).
     async fn apply_status(
         &self,
         api: &Api<WorkStatus>,

@@ -313,7 +313,8 @@ struct Transport<P: Plugin> {
     clusters: Store<P::Inventory>,
     customizations: Store<ConfigMap>,
     /// Bindings with a ManifestWork held back until the objects it loses land in another (of the
-    /// same Binding or another): passed again on every Binding's change.
+    /// same Binding or another), or until its WEC reports on its last version: passed again on
+    /// every Binding's change and every ManifestWork status change.
     holding: Marked,
     /// Bindings whose last plan read their WECs' properties (templates) or was kept from some
     /// (errors: a mailbox missing until the WEC is accepted, say): passed again when one of
@@ -852,6 +853,8 @@ impl<P: Plugin> Transport<P> {
             // Going, but another takes objects it holds that have not landed there: meanwhile it
             // holds those alone (the rest goes from the WEC now).
             let work = self.keeping(&self.plugin.emptied(stale), objects, &desired, &taken);
+            // Written over the UID the cache shows (`ours`): one deleted or replaced meanwhile is
+            // refused by the ITS, never made again; our origin labels made it ours.
             if !self.plugin.same_content(stale, &work) {
                 if self.waits(stale, now) {
                     settling = true;

@@ -348,16 +348,7 @@ mod tests {
             Scope::NamespaceLabels(Some(Selector::Exists("color".into()))),
         ];
         for scope in scopes {
-            let c = Clause {
-                scope,
-                api_group: None,
-                resources: vec![],
-                object_names: vec![],
-                object_selector: None,
-                create_only: false,
-                singleton: false,
-                multi_wec: false,
-            };
+            let c = Clause::over(scope);
             let json = clause(&names, &c);
             let text = json.to_string();
             assert!(text.contains("cv-1-0"), "{text}");

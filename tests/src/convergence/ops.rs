@@ -79,6 +79,22 @@ pub struct Clause {
     pub multi_wec: bool,
 }
 
+impl Clause {
+    /// A clause of `scope` alone: every kind there, no selector or modulation.
+    pub fn over(scope: Scope) -> Clause {
+        Clause {
+            scope,
+            api_group: None,
+            resources: vec![],
+            object_names: vec![],
+            object_selector: None,
+            create_only: false,
+            singleton: false,
+            multi_wec: false,
+        }
+    }
+}
+
 /// One `clusterSelectors` entry.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]

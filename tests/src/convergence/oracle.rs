@@ -907,16 +907,7 @@ mod tests {
     }
 
     fn clause(scope: Scope) -> Clause {
-        Clause {
-            scope,
-            api_group: None,
-            resources: vec![],
-            object_names: vec![],
-            object_selector: None,
-            create_only: false,
-            singleton: false,
-            multi_wec: false,
-        }
+        Clause::over(scope)
     }
 
     #[test]

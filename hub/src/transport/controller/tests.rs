@@ -579,8 +579,8 @@ async fn a_work_losing_an_object_to_a_new_one_waits_until_that_one_is_applied() 
 }
 
 /// `b.wds1.0` holds a and b, applied; the Binding is planned as `wanted`, whose two writes are
-/// answered. Whether it holds objects back, and what each write holds.
-async fn moving(wanted: &[ManifestWork]) -> (bool, BTreeMap<String, Vec<String>>) {
+/// answered. Whether it holds objects back, what each write holds, and the UID each names.
+async fn moving(wanted: &[ManifestWork]) -> (bool, BTreeMap<String, Vec<String>>, BTreeMap<String, Value>) {
     let (client, mut server) = mock::client();
     let mut applied_before = work("b.wds1.0", &["a", "b"]);
     applied_before.metadata.generation = Some(1);
@@ -590,22 +590,24 @@ async fn moving(wanted: &[ManifestWork]) -> (bool, BTreeMap<String, Vec<String>>
     .unwrap();
     let transport = with_works(&client, &[applied_before]);
     let answers = async {
-        let mut all = BTreeMap::new();
+        let (mut all, mut uids) = (BTreeMap::new(), BTreeMap::new());
         let some_work = serde_json::to_value(work("any", &[])).unwrap();
         for _ in 0..2 {
-            let (name, names) = written(&server.answer(200, some_work.clone()).await);
+            let asked = server.answer(200, some_work.clone()).await;
+            let (name, names) = written(&asked);
+            uids.insert(name.clone(), asked.body["metadata"]["uid"].clone());
             all.insert(name, names);
         }
-        all
+        (all, uids)
     };
-    let (applied, written) = tokio::join!(transport.apply_works("b", desired(wanted)), answers);
-    (applied.unwrap().holding, written)
+    let (applied, (written, uids)) = tokio::join!(transport.apply_works("b", desired(wanted)), answers);
+    (applied.unwrap().holding, written, uids)
 }
 
 #[tokio::test]
 async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_loses() {
     // d is new in w-0; b moves to the new w-1, which no agent has applied.
-    let (holding, written) = moving(&[work("b.wds1.0", &["a", "d"]), work("b.wds1.1", &["b"])]).await;
+    let (holding, written, _) = moving(&[work("b.wds1.0", &["a", "d"]), work("b.wds1.1", &["b"])]).await;
     assert!(holding);
     // w-0 gets d now and keeps b until w-1 is applied; w-1 is written as it should be.
     assert_eq!(written["b.wds1.0"], ["a", "d", "b"]);
@@ -615,11 +617,13 @@ async fn a_work_losing_an_object_still_gains_its_new_ones_and_keeps_the_one_it_l
 #[tokio::test]
 async fn a_work_going_while_an_object_moves_holds_that_object_alone() {
     // a is deselected and w-0 goes; b moves to the new w-1, which no agent has applied.
-    let (holding, written) = moving(&[work("b.wds1.1", &["b"])]).await;
+    let (holding, written, uids) = moving(&[work("b.wds1.1", &["b"])]).await;
     assert!(holding);
     // w-0 keeps b until w-1 is applied, and nothing else: a goes from the WEC now.
     assert_eq!(written["b.wds1.0"], ["b"]);
     assert_eq!(written["b.wds1.1"], ["b"]);
+    // Over the UID the cache shows: one deleted meanwhile is refused, never made again.
+    assert_eq!(uids["b.wds1.0"], uid_of("b.wds1.0"));
 }
 
 #[tokio::test]
