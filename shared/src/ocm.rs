@@ -109,6 +109,9 @@ pub struct ServerSideApplyConfig {
     pub force: bool,
 }
 
+/// The `Update` update strategy, OCM's default: a replace (PUT) merging in the WEC copy's
+/// labels and annotations.
+pub const UPDATE_STRATEGY_UPDATE: &str = "Update";
 /// The `CreateOnly` update strategy.
 pub const UPDATE_STRATEGY_CREATE_ONLY: &str = "CreateOnly";
 /// The `ServerSideApply` update strategy.

@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::propagation::Landed;
 use super::trace::TraceAnnotations;
-use super::wrap::Identity;
+use super::wrap::{Config, Identity, written_in_place};
 
 /// What the cache keeps of one delivered object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -78,6 +78,8 @@ pub struct CachedWork {
     pub applied_objects: Box<[Identity]>,
     /// How many of its objects OCM reports applied and available.
     pub landed: Landed,
+    /// The objects whose WEC copies OCM writes in place ([`super::wrap::written_in_place`]).
+    pub in_place: Box<[Identity]>,
 }
 
 ks_shared::watched_as!(CachedWork, ManifestWork);
@@ -92,11 +94,27 @@ impl CachedWork {
             .iter()
             .map(|m| HELD.share(Held::of(m)))
             .collect();
-        CachedWork::from_parts(work.metadata.clone(), held, work.status.as_ref())
+        let configs: Vec<_> = work
+            .spec
+            .manifest_configs
+            .iter()
+            .map(|c| {
+                let r = &c.resource_identifier;
+                let strategy = c.update_strategy.as_ref().map(|s| s.type_.as_str());
+                (r.group.as_str(), r.namespace.as_str(), r.name.as_str(), strategy)
+            })
+            .collect();
+        CachedWork::from_parts(work.metadata.clone(), held, &configs, work.status.as_ref())
     }
 
-    fn from_parts(mut metadata: ObjectMeta, held: Vec<Arc<Held>>, status: Option<&ManifestWorkStatus>) -> CachedWork {
+    fn from_parts(
+        mut metadata: ObjectMeta,
+        held: Vec<Arc<Held>>,
+        configs: &[Config<'_>],
+        status: Option<&ManifestWorkStatus>,
+    ) -> CachedWork {
         metadata.managed_fields = None;
+        let in_place = written_in_place(held.iter().map(|h| &h.identity), configs);
         let landed = landed(held.len(), status);
         let generation = metadata.generation;
         let applied = status.is_some_and(|s| s.applied(generation));
@@ -121,6 +139,7 @@ impl CachedWork {
             settled,
             applied_objects,
             landed,
+            in_place,
         }
     }
 }
@@ -158,9 +177,39 @@ struct Watched {
 }
 
 #[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
 struct WatchedSpec {
     #[serde(default)]
     workload: WatchedWorkload,
+    #[serde(default)]
+    manifest_configs: Vec<WatchedConfig>,
+}
+
+/// A manifest config's object and strategy; anything missing reads as empty (a config OCM would
+/// not match), never as an error that would keep the whole ManifestWork from the cache.
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WatchedConfig {
+    #[serde(default)]
+    resource_identifier: WatchedIdentifier,
+    #[serde(default)]
+    update_strategy: Option<WatchedStrategy>,
+}
+
+#[derive(Default, Deserialize)]
+struct WatchedIdentifier {
+    #[serde(default)]
+    group: Value,
+    #[serde(default)]
+    namespace: Value,
+    #[serde(default)]
+    name: Value,
+}
+
+#[derive(Default, Deserialize)]
+struct WatchedStrategy {
+    #[serde(default, rename = "type")]
+    type_: Value,
 }
 
 #[derive(Default, Deserialize)]
@@ -191,9 +240,13 @@ struct WatchedManifestMeta {
     annotations: BTreeMap<String, Value>,
 }
 
+fn str_of(value: &Value) -> &str {
+    value.as_str().unwrap_or_default()
+}
+
 impl From<Watched> for CachedWork {
     fn from(watched: Watched) -> CachedWork {
-        let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+        let text = |value: &Value| str_of(value).to_string();
         let held = watched
             .spec
             .workload
@@ -206,7 +259,17 @@ impl From<Watched> for CachedWork {
                 HELD.share(Held::from_parts(identity, metadata.annotations.iter()))
             })
             .collect();
-        CachedWork::from_parts(watched.metadata, held, watched.status.as_ref())
+        let configs: Vec<_> = watched
+            .spec
+            .manifest_configs
+            .iter()
+            .map(|c| {
+                let r = &c.resource_identifier;
+                let strategy = c.update_strategy.as_ref().map(|s| str_of(&s.type_));
+                (str_of(&r.group), str_of(&r.namespace), str_of(&r.name), strategy)
+            })
+            .collect();
+        CachedWork::from_parts(watched.metadata, held, &configs, watched.status.as_ref())
     }
 }
 

@@ -337,6 +337,12 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
             shards.entry(shard).or_default().push(item);
         }
         let existing = names_in(inputs.current, mailbox);
+        let in_place: BTreeSet<wrap::Identity> = inputs
+            .current
+            .iter()
+            .filter(|w| w.namespace().as_deref() == Some(mailbox.as_str()))
+            .flat_map(|w| inputs.plugin.written_in_place(w).iter().cloned())
+            .collect();
         for (shard, mut members) in shards {
             members.sort_by(|a, b| a.place.cmp(&b.place));
             let only_uid = (inputs.limits.max_count == 1).then(|| members[0].uid.as_str());
@@ -344,7 +350,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
             let deliveries: Vec<&Delivery> = members.iter().map(|item| &item.delivery).collect();
             works.insert(
                 (mailbox.clone(), name.clone()),
-                inputs.plugin.wrap(&origin, mailbox, &name, &deliveries),
+                inputs.plugin.wrap(&origin, mailbox, &name, &deliveries, &in_place),
             );
         }
     }

@@ -11,8 +11,8 @@ use ks_shared::names::{
 };
 use ks_shared::ocm::{
     ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
-    ServerSideApplyConfig, UPDATE_STRATEGY_CREATE_ONLY, UPDATE_STRATEGY_SERVER_SIDE_APPLY, UpdateStrategy,
-    managed_cluster_condition, manifest_group,
+    ServerSideApplyConfig, UPDATE_STRATEGY_CREATE_ONLY, UPDATE_STRATEGY_SERVER_SIDE_APPLY, UPDATE_STRATEGY_UPDATE,
+    UpdateStrategy, managed_cluster_condition, manifest_group,
 };
 use kube::api::ObjectMeta;
 use serde_json::Value;
@@ -138,9 +138,29 @@ fn origin_labels_of(labels: Option<&BTreeMap<String, String>>) -> BTreeMap<Strin
     labels
 }
 
-/// Wraps deliveries, in order, into the ManifestWork `name` in `mailbox`.
-pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Delivery]) -> ManifestWork {
-    let create_only = deliveries.iter().filter(|d| d.create_only).map(|d| {
+/// Wraps deliveries, in order, into the ManifestWork `name` in `mailbox`; `in_place` are the
+/// objects whose copies there OCM wrote in place (see [`written_in_place`]).
+pub fn wrap(
+    origin: &Origin<'_>,
+    mailbox: &str,
+    name: &str,
+    deliveries: &[&Delivery],
+    in_place: &BTreeSet<Identity>,
+) -> ManifestWork {
+    let stays_written_in_place = |d: &Delivery| {
+        !in_place.is_empty() && {
+            let identity = identity(&d.manifest);
+            in_place.contains(&identity) && stays_in_place(&identity)
+        }
+    };
+    let named = deliveries.iter().filter_map(|d| {
+        let strategy = if d.create_only {
+            UPDATE_STRATEGY_CREATE_ONLY
+        } else if stays_written_in_place(d) {
+            UPDATE_STRATEGY_UPDATE
+        } else {
+            return None;
+        };
         let meta = &d.manifest["metadata"];
         let identifier = ResourceIdentifier {
             group: manifest_group(&d.manifest).to_string(),
@@ -148,9 +168,9 @@ pub fn wrap(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Deliv
             name: meta["name"].as_str().unwrap_or_default().to_string(),
             namespace: meta["namespace"].as_str().unwrap_or_default().to_string(),
         };
-        option(identifier, UPDATE_STRATEGY_CREATE_ONLY)
+        Some(option(identifier, strategy))
     });
-    let mut manifest_configs: Vec<ManifestConfigOption> = create_only.collect();
+    let mut manifest_configs: Vec<ManifestConfigOption> = named.collect();
     let resources = deliveries
         .iter()
         .map(|d| (manifest_group(&d.manifest).to_string(), d.resource.clone()))
@@ -224,6 +244,45 @@ const BUILT_IN_GROUPS: [&str; 21] = [
     "storage.k8s.io",
     "storagemigration.k8s.io",
 ];
+
+/// Kinds whose spec the WEC completes when it creates them and keeps after (a Job's selector, a
+/// claim's volume): OCM's `Update` replaces the spec without what the WEC filled in, which the
+/// WEC refuses, so they are server-side applied however their copy was first written (their
+/// lists cannot change once created, so nothing an earlier write set merges with a new one).
+const COMPLETED_BY_THE_WEC: [(&str, &str); 2] = [("batch", "Job"), ("", "PersistentVolumeClaim")];
+
+/// Whether an object OCM wrote in place on its WEC stays written so (see [`written_in_place`]).
+fn stays_in_place((group, kind, ..): &Identity) -> bool {
+    BUILT_IN_GROUPS.contains(&group.as_str()) && !COMPLETED_BY_THE_WEC.contains(&(group.as_str(), kind.as_str()))
+}
+
+/// A manifest config as far as [`written_in_place`] reads it: group, namespace, name and update
+/// strategy type (none: OCM's default, `Update`).
+pub type Config<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);
+
+/// Of the objects `held` by a ManifestWork with `configs` (in order), those of Kubernetes' own groups OCM writes in place: named first
+/// by a `CreateOnly` or `Update` option, or by none (an earlier hub's work). A server-side
+/// apply cannot take their fields from the create or update that wrote them (field ownership
+/// is by manager and operation, so OCM's apply and its update are two owners): what the WDS
+/// then removes would stay, and a port or container renamed would be merged beside the old
+/// one. So they stay written in place for as long as their copies last.
+pub fn written_in_place<'a>(held: impl Iterator<Item = &'a Identity>, configs: &[Config<'_>]) -> Box<[Identity]> {
+    let strategy = |(group, _, namespace, name): &Identity| {
+        // OCM takes the first option that matches; the resource is left out (an identity names
+        // a kind), so one option may stand for two kinds' objects: at worst one applied
+        // server-side stays written in place, as before server-side apply.
+        configs
+            .iter()
+            .find(|(g, ns, n, _)| g == group && (*n == WILDCARD || n == name) && (*ns == WILDCARD || ns == namespace))
+            .and_then(|(.., strategy)| *strategy)
+            .unwrap_or(UPDATE_STRATEGY_UPDATE)
+    };
+    held.filter(|identity| {
+        BUILT_IN_GROUPS.contains(&identity.0.as_str()) && strategy(identity) != UPDATE_STRATEGY_SERVER_SIDE_APPLY
+    })
+    .cloned()
+    .collect()
+}
 
 /// Every object of `resources` (group, resource) not named before is server-side applied,
 /// forced: what the WDS no longer has (a label, an annotation, a field) goes from the WEC copy,
@@ -388,8 +447,15 @@ impl super::Plugin for Ocm {
         work.settled
     }
 
-    fn wrap(&self, origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Delivery]) -> ManifestWork {
-        wrap(origin, mailbox, name, deliveries)
+    fn wrap(
+        &self,
+        origin: &Origin<'_>,
+        mailbox: &str,
+        name: &str,
+        deliveries: &[&Delivery],
+        in_place: &BTreeSet<Identity>,
+    ) -> ManifestWork {
+        wrap(origin, mailbox, name, deliveries, in_place)
     }
 
     fn gloss(&self, wrapped: &ManifestWork) -> Vec<Identity> {
@@ -439,6 +505,10 @@ impl super::Plugin for Ocm {
 
     fn applied_objects<'a>(&self, work: &'a CachedWork) -> &'a [Identity] {
         &work.applied_objects
+    }
+
+    fn written_in_place<'a>(&self, work: &'a CachedWork) -> &'a [Identity] {
+        &work.in_place
     }
 
     fn landed(&self, work: &CachedWork) -> super::propagation::Landed {
@@ -633,7 +703,7 @@ mod tests {
             true,
         );
         let namespace = namespace_delivery();
-        let work = wrap(&origin(), "cluster1", "nginx.wds1.0", &[&namespace, &deployment]);
+        let work = wrapped(&origin(), "cluster1", "nginx.wds1.0", &[&namespace, &deployment]);
         let as_json = serde_json::to_value(&work).unwrap();
         assert_eq!(
             as_json["metadata"]["labels"],
@@ -675,6 +745,67 @@ mod tests {
         );
     }
 
+    /// The update strategy type of each of `work`'s options, by object name (`*`: by resource).
+    fn strategies(work: &ManifestWork) -> Vec<(String, String)> {
+        let options = work.spec.manifest_configs.iter();
+        options
+            .map(|c| {
+                let r = &c.resource_identifier;
+                let name = if r.name == WILDCARD {
+                    format!("*{}", r.resource)
+                } else {
+                    r.name.clone()
+                };
+                (
+                    name,
+                    c.update_strategy.as_ref().map(|s| s.type_.clone()).unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn copies_written_in_place_stay_so_except_jobs() {
+        let object = |api_version: &str, kind: &str, name: &str| json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name, "namespace": "n"}});
+        let deliveries = [
+            Delivery::new(object("v1", "ConfigMap", "cm"), "configmaps", false),
+            Delivery::new(object("batch/v1", "Job", "job"), "jobs", false),
+            Delivery::new(object("example.com/v1", "Widget", "w"), "widgets", false),
+            Delivery::new(object("v1", "Secret", "new"), "secrets", false),
+        ];
+        let all: Vec<&Delivery> = deliveries.iter().collect();
+        // As an earlier hub wrote it: no options, so OCM's `Update` for all.
+        let mut earlier = wrapped(&origin(), "c", "w", &all[..3]);
+        earlier.spec.manifest_configs.clear();
+        let in_place: BTreeSet<Identity> = watched(&earlier).in_place.iter().cloned().collect();
+        let names: Vec<&str> = in_place.iter().map(|(.., name)| name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["cm", "job"],
+            "Kubernetes' own kinds (custom resources are always written in place)"
+        );
+
+        let now = wrap(&origin(), "c", "w", &all, &in_place);
+        let expected = [
+            ("cm", "Update"),
+            ("*configmaps", "ServerSideApply"),
+            ("*secrets", "ServerSideApply"),
+            ("*jobs", "ServerSideApply"),
+        ];
+        let expected: Vec<(String, String)> = expected.iter().map(|(n, s)| (n.to_string(), s.to_string())).collect();
+        assert_eq!(strategies(&now), expected);
+        // Read back, the ConfigMap stays written in place; the Job is applied server-side now.
+        let names: Vec<String> = watched(&now).in_place.iter().map(|(.., name)| name.clone()).collect();
+        assert_eq!(names, ["cm"]);
+        assert_eq!(CachedWork::of(&now).in_place, watched(&now).in_place);
+
+        // A copy created for a createOnly policy was written in place too.
+        let create_only = Delivery::new(object("v1", "ConfigMap", "cm"), "configmaps", true);
+        let first = wrapped(&origin(), "c", "w", &[&create_only]);
+        assert_eq!(watched(&first).in_place.len(), 1);
+        assert!(watched(&wrapped(&origin(), "c", "w", &all)).in_place.is_empty());
+    }
+
     #[test]
     fn custom_resources_keep_ocms_update() {
         let widget = Delivery::new(
@@ -682,7 +813,7 @@ mod tests {
             "widgets",
             false,
         );
-        let work = wrap(&origin(), "c", "w", &[&widget, &namespace_delivery()]);
+        let work = wrapped(&origin(), "c", "w", &[&widget, &namespace_delivery()]);
         let resources: Vec<&str> = work
             .spec
             .manifest_configs
@@ -690,6 +821,11 @@ mod tests {
             .map(|c| c.resource_identifier.resource.as_str())
             .collect();
         assert_eq!(resources, ["namespaces"]);
+    }
+
+    /// `deliveries` wrapped where OCM wrote nothing in place.
+    fn wrapped(origin: &Origin<'_>, mailbox: &str, name: &str, deliveries: &[&Delivery]) -> ManifestWork {
+        wrap(origin, mailbox, name, deliveries, &BTreeSet::new())
     }
 
     fn configmap(annotations: Value) -> Delivery {
@@ -722,7 +858,7 @@ mod tests {
     #[test]
     fn what_the_apiserver_stores_of_a_work_is_the_same_content() {
         // A kubectl-applied object loses its last-applied annotation, leaving `annotations: {}`.
-        let desired = wrap(&origin(), "cluster1", "nginx.wds1.0", &[&configmap(json!({}))]);
+        let desired = wrapped(&origin(), "cluster1", "nginx.wds1.0", &[&configmap(json!({}))]);
         let stored = as_stored(&desired);
         assert_ne!(stored.spec, desired.spec, "the apiserver changed it");
         assert!(same_content(&watched(&stored), &desired));
@@ -733,14 +869,14 @@ mod tests {
     #[test]
     fn a_work_read_back_delivers_what_was_written() {
         let written = [configmap(json!({"a": "1"})), namespace_delivery()];
-        let desired = wrap(&origin(), "c", "w", &written.iter().collect::<Vec<_>>());
+        let desired = wrapped(&origin(), "c", "w", &written.iter().collect::<Vec<_>>());
         let read: Vec<Delivery> = delivered(&as_stored(&desired))
             .iter()
             .zip(&written)
             .map(|(manifest, d)| Delivery::new((**manifest).clone(), d.resource.clone(), d.create_only))
             .collect();
         assert_eq!(read, written);
-        let again = wrap(&origin(), "c", "w", &read.iter().collect::<Vec<_>>());
+        let again = wrapped(&origin(), "c", "w", &read.iter().collect::<Vec<_>>());
         assert!(same_content(&watched(&desired), &again));
     }
 
@@ -748,7 +884,7 @@ mod tests {
     fn a_cached_work_still_says_what_it_holds_and_what_was_delivered() {
         let traced = json!({WDS_GENERATION_ANNOTATION: "3", "tracing.k8s.io/traceparent": "00-a-b-01", "team": "x"});
         let namespace = namespace_delivery();
-        let desired = wrap(&origin(), "cluster1", "w", &[&namespace, &configmap(traced)]);
+        let desired = wrapped(&origin(), "cluster1", "w", &[&namespace, &configmap(traced)]);
         let cached = watched(&as_stored(&desired));
         assert!(same_content(&cached, &desired));
         let held: Vec<Identity> = cached.held.iter().map(|h| h.identity.clone()).collect();
@@ -759,7 +895,7 @@ mod tests {
         assert_eq!(delivered(cached.held.iter().map(|h| &**h).collect()), desired_delivered);
         assert_eq!(desired_delivered.len(), 1, "the Namespace carries no generation");
         // A changed manifest is still new content to the cached work.
-        let changed = wrap(
+        let changed = wrapped(
             &origin(),
             "cluster1",
             "w",
@@ -770,18 +906,18 @@ mod tests {
 
     #[test]
     fn a_changed_manifest_or_config_is_new_content() {
-        let desired = wrap(&origin(), "cluster1", "w", &[&configmap(json!({"a": "1"}))]);
-        let other = wrap(&origin(), "cluster1", "w", &[&configmap(json!({"a": "2"}))]);
+        let desired = wrapped(&origin(), "cluster1", "w", &[&configmap(json!({"a": "1"}))]);
+        let other = wrapped(&origin(), "cluster1", "w", &[&configmap(json!({"a": "2"}))]);
         assert!(!same_content(&watched(&as_stored(&other)), &desired));
         let mut create_only = configmap(json!({"a": "1"}));
         create_only.create_only = true;
-        let other = wrap(&origin(), "cluster1", "w", &[&create_only]);
+        let other = wrapped(&origin(), "cluster1", "w", &[&create_only]);
         assert!(!same_content(&watched(&as_stored(&other)), &desired));
     }
 
     #[test]
     fn traces_and_binding_generations_alone_are_no_new_content() {
-        let desired = wrap(
+        let desired = wrapped(
             &origin(),
             "c",
             "w",
@@ -791,7 +927,7 @@ mod tests {
             binding_generation: 8,
             ..origin()
         };
-        let existing = wrap(
+        let existing = wrapped(
             &later,
             "c",
             "w",
@@ -802,7 +938,7 @@ mod tests {
 
     #[test]
     fn works_written_by_others_or_changed_by_others_are_rewritten() {
-        let desired = wrap(&origin(), "c", "w", &[&configmap(json!({})), &namespace_delivery()]);
+        let desired = wrapped(&origin(), "c", "w", &[&configmap(json!({})), &namespace_delivery()]);
         let mut without_digest = desired.clone();
         without_digest.metadata.annotations = None;
         assert!(!same_content(&watched(&without_digest), &desired));
@@ -860,7 +996,7 @@ mod tests {
         let mut create_only = configmap(json!({"tracing.k8s.io/traceparent": "00-a-b-01", "x": "y"}));
         create_only.create_only = true;
         let deliveries = [&create_only, &namespace_delivery()];
-        let work = wrap(&origin(), "c", "w", &deliveries);
+        let work = wrapped(&origin(), "c", "w", &deliveries);
         let stripped: Vec<Value> = deliveries
             .iter()
             .map(|d| without_trace_annotations(&d.manifest))
@@ -884,12 +1020,12 @@ mod tests {
             false,
         );
         let sources = [
-            &wrap(&origin(), "c", "w-1", &[&moving]),
-            &wrap(&origin(), "c", "w-2", &[&other, &moving]),
+            &wrapped(&origin(), "c", "w-1", &[&moving]),
+            &wrapped(&origin(), "c", "w-2", &[&other, &moving]),
         ];
         let objects = BTreeSet::from([identity(&moving.manifest), identity(&other.manifest)]);
-        let kept = keeping(&wrap(&origin(), "c", "w-0", &[&staying]), &sources, &objects);
-        let wrapped = wrap(&origin(), "c", "w-0", &[&staying, &moving, &other]);
+        let kept = keeping(&wrapped(&origin(), "c", "w-0", &[&staying]), &sources, &objects);
+        let wrapped = wrapped(&origin(), "c", "w-0", &[&staying, &moving, &other]);
         assert!(same_content(&watched(&kept), &wrapped));
         assert_eq!(kept.spec.manifest_configs, wrapped.spec.manifest_configs);
         assert_eq!(kept.metadata.annotations, wrapped.metadata.annotations);

@@ -46,8 +46,8 @@ pub struct History {
     seen: BTreeMap<OnWecKey, Vec<Projection>>,
     incarnations: BTreeMap<Key, u64>,
     /// The copies (by UID) that were create-only at some convergence, so perhaps created by
-    /// OCM's createOnly create: a later server-side apply takes over none of the fields that
-    /// create set, and what the WDS then removes stays on them (see `leniently`).
+    /// OCM's createOnly create: OCM goes on writing them in place (its `Update`), which keeps
+    /// the labels and annotations the WDS then removes (see `leniently`).
     created_create_only: BTreeMap<OnWecKey, String>,
     /// WDS objects deleted and created again since then.
     reincarnated: BTreeSet<Key>,
@@ -136,18 +136,12 @@ impl History {
     }
 }
 
-/// `found` without the labels and annotations (and, with `fields`, map keys) that `expected`
-/// lacks: what a copy OCM created createOnly keeps once a server-side apply (another policy's,
-/// not createOnly) has written it, since that create's fields stay its own, and the metadata a
-/// custom resource keeps under OCM's `Update` (known limits; docs/writes.md).
-fn leniently(mut found: Projection, expected: &Projection, fields: bool) -> Projection {
+/// `found` without the labels and annotations that `expected` lacks: what OCM's `Update` keeps
+/// on a copy it writes in place (one first created createOnly, or a custom resource; known
+/// limits, docs/writes.md).
+fn leniently(mut found: Projection, expected: &Projection) -> Projection {
     found.labels.retain(|k, _| expected.labels.contains_key(k));
     found.annotations.retain(|k, _| expected.annotations.contains_key(k));
-    for (field, value) in found.fields.iter_mut().filter(|_| fields) {
-        if let (Value::Object(found), Some(Value::Object(expected))) = (value, expected.fields.get(field)) {
-            found.retain(|k, _| expected.contains_key(k));
-        }
-    }
     found
 }
 
@@ -243,12 +237,8 @@ fn wecs(expected: &Expected, observed: &Observed, history: &History, out: &mut V
             let projection = Projection::of(key.kind, found, Side::Wec);
             let created_create_only = history.created_create_only.get(&at).is_some_and(|u| u == uid(found));
             let as_compared = |found: &Projection, expected: &Projection| {
-                if created_create_only {
-                    leniently(found.clone(), expected, true)
-                } else if key.kind == Kind::Widget {
-                    // A custom resource is updated by OCM's `Update`, which keeps every label and
-                    // annotation it once wrote (docs/writes.md).
-                    leniently(found.clone(), expected, false)
+                if created_create_only || key.kind == Kind::Widget {
+                    leniently(found.clone(), expected)
                 } else {
                     found.clone()
                 }

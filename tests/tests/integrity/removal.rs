@@ -1,13 +1,15 @@
 //! What the WDS removes goes from the WEC copy, and what others write on the WEC stays (defect
 //! 6): OCM's default update kept every label and annotation it once wrote, and replaced a Job's
 //! spec without the selector the WEC had assigned, which the WEC refused, so no change of a Job
-//! ever arrived.
+//! ever arrived. A copy OCM first wrote in place (created for a createOnly policy, or by an
+//! earlier hub) is not server-side applied later: that create's fields stay its own, and an apply
+//! merged a changed port into the old one.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::ConfigMap;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use ks_shared::api::BindingPolicy;
 use ks_tests::harness::{Ctx, StackTest, apply, wait_until};
 use ks_tests::stack_test;
@@ -22,22 +24,29 @@ pub fn tests() -> Vec<StackTest> {
     vec![
         stack_test!(removed_metadata_goes_and_the_wecs_own_stays, COMPONENTS),
         stack_test!(a_jobs_update_reaches_the_wec, COMPONENTS),
+        stack_test!(a_new_port_replaces_the_one_created_create_only, COMPONENTS),
     ]
 }
 
 /// A namespace of wds1 labelled to go to cluster1 with the policy it names; its selector.
 async fn sent_namespace(ctx: &Ctx) -> anyhow::Result<(String, Value)> {
-    let wds = ctx.client("wds1").await?;
     let (ns, selector) = ctx.selected_namespace("wds1").await?;
+    send(ctx, &ns, &selector, false).await?;
+    Ok((ns, selector))
+}
+
+/// Applies the policy `name` sending what `selector` selects to cluster1.
+async fn send(ctx: &Ctx, name: &str, selector: &Value, create_only: bool) -> anyhow::Result<()> {
     apply(
-        &Api::<BindingPolicy>::all(wds),
+        &Api::<BindingPolicy>::all(ctx.client("wds1").await?),
         json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
-               "metadata": {"name": ns},
+               "metadata": {"name": name},
                "spec": {"clusterSelectors": [{"matchLabels": {"name": "cluster1"}}],
-                        "downsync": [{"objectSelectors": [{"matchLabels": selector}]}]}}),
+                        "downsync": [{"objectSelectors": [{"matchLabels": selector}],
+                                      "createOnly": create_only}]}}),
     )
     .await?;
-    Ok((ns, selector))
+    Ok(())
 }
 
 async fn withdraw(wds: &Client, ns: &str) -> anyhow::Result<()> {
@@ -145,5 +154,42 @@ async fn a_jobs_update_reaches_the_wec(ctx: Ctx) -> anyhow::Result<()> {
     wait_until(on_wec.clone(), "job", "delivered", DEADLINE, at(1, "1")).await?;
     apply(&in_wds, job(2, "2")).await?;
     wait_until(on_wec, "job", "updated", DEADLINE, at(2, "2")).await?;
+    withdraw(&wds, &ns).await
+}
+
+/// A Service created on cluster1 for a createOnly policy; the policy then sends updates, and the
+/// Service's port changes: cluster1's copy must have the new port alone (a server-side apply
+/// over that create kept the old port beside it, or was refused for two unnamed ports).
+async fn a_new_port_replaces_the_one_created_create_only(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let (ns, selector) = ctx.selected_namespace("wds1").await?;
+    send(&ctx, &ns, &selector, true).await?;
+    let service = |port: i32, name: &str| {
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "svc", "labels": selector},
+               "spec": {"selector": {"app": "web"}, "ports": [{"name": name, "port": port}]}})
+    };
+    let in_wds: Api<Service> = Api::namespaced(wds.clone(), &ns);
+    apply(&in_wds, service(80, "http")).await?;
+    let on_wec: Api<Service> = Api::namespaced(ctx.client("cluster1").await?, &ns);
+    let ports = |s: &Service| -> Vec<(i32, Option<String>)> {
+        let ports = s.spec.as_ref().and_then(|s| s.ports.as_ref());
+        ports.into_iter().flatten().map(|p| (p.port, p.name.clone())).collect()
+    };
+    wait_until(on_wec.clone(), "svc", "delivered", DEADLINE, |s: Option<&Service>| {
+        s.is_some()
+    })
+    .await?;
+    send(&ctx, &ns, &selector, false).await?;
+    apply(&in_wds, service(8080, "web")).await?;
+    let changed = |s: Option<&Service>| s.is_some_and(|s| ports(s).iter().any(|(port, _)| *port == 8080));
+    let copy = wait_until(on_wec, "svc", "with the new port", DEADLINE, changed)
+        .await?
+        .ok_or_else(|| anyhow::anyhow!("svc is gone from cluster1"))?;
+    anyhow::ensure!(
+        ports(&copy) == [(8080, Some("web".to_string()))],
+        "cluster1's copy has the ports {:?}",
+        ports(&copy)
+    );
     withdraw(&wds, &ns).await
 }

@@ -70,7 +70,13 @@ fn work(name: &str, names: &[&str]) -> ManifestWork {
             Delivery::new(manifest, "configmaps", false)
         })
         .collect();
-    wrap::wrap(&origin, "c1", name, &deliveries.iter().collect::<Vec<_>>())
+    wrap::wrap(
+        &origin,
+        "c1",
+        name,
+        &deliveries.iter().collect::<Vec<_>>(),
+        &BTreeSet::new(),
+    )
 }
 
 fn desired(works: &[ManifestWork]) -> BTreeMap<WorkKey, ManifestWork> {
