@@ -5,6 +5,7 @@ use futures::StreamExt;
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use ks_shared::names::{OCM_ADDON_NAME_LABEL, STATUS_ADDON_CSR_APPROVAL_REASON, STATUS_ADDON_NAME, field_manager};
 use ks_shared::ocm::{ManagedCluster, ManagedClusterAddOn};
+use ks_shared::runtime::watch_health::{self, WatchRole};
 use ks_shared::runtime::{Backoff, Failure, failure};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -22,9 +23,8 @@ use crate::registration::{self, ClusterState, Verdict};
 pub async fn run(client: Client, metrics: Metrics, shutdown: CancellationToken) {
     let csrs: Api<CertificateSigningRequest> = Api::all(client.clone());
     let ours = watcher::Config::default().labels(&format!("{OCM_ADDON_NAME_LABEL}={STATUS_ADDON_NAME}"));
-    let requests = watcher(csrs.clone(), ours)
-        .backoff(ks_shared::runtime::WatchBackoff::default())
-        .applied_objects();
+    let watched = watcher(csrs.clone(), ours).backoff(ks_shared::runtime::WatchBackoff::default());
+    let requests = watch_health::observe("CertificateSigningRequest", WatchRole::Essential, watched).applied_objects();
     tokio::pin!(requests);
     let mut approver = Approver::new(client, metrics);
     loop {

@@ -15,6 +15,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, 
 use ks_shared::cli::retry_until_done;
 use ks_shared::names::{OCM_ADDON_NAME_LABEL, STATUS_ADDON_NAME, field_manager};
 use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
+use ks_shared::runtime::watch_health::{self, WatchRole};
 use ks_shared::runtime::{Backoff, RETRY_MAX, RETRY_MIN};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -164,6 +165,8 @@ pub async fn run(
     let configs: Api<AddOnDeploymentConfig> = Api::all(client.clone());
 
     let controller = Controller::new(addons, ours).owns(works, our_works);
+    // Its three watches, as one: kube's controller does not say which of them failed.
+    let watches = watch_health::Followed::start("add-on controller", WatchRole::Essential);
     let store = controller.store();
     // Ready once the add-ons can be listed: the ITS answers and our objects are readable.
     let list_ours = ListParams::default().fields(&by_name);
@@ -209,9 +212,18 @@ pub async fn run(
         .graceful_shutdown_on(shutdown.cancelled_owned())
         .run(reconcile, error_policy, context.clone())
         .for_each(|result| {
-            // A retry of an add-on deleted meanwhile finds it gone.
-            if let Err(controller::Error::ObjectNotFound(gone)) = result {
-                context.forget(&gone.namespace.unwrap_or_default(), &gone.name);
+            match result {
+                Ok(_) => watches.got_through(),
+                // A retry of an add-on deleted meanwhile finds it gone.
+                Err(controller::Error::ObjectNotFound(gone)) => {
+                    context.forget(&gone.namespace.unwrap_or_default(), &gone.name)
+                }
+                // kube's controller hands on what its watches failed with, and retries them.
+                Err(controller::Error::QueueError(err)) => {
+                    tracing::warn!(error = %err, "watching add-ons, their ManifestWorks or their configs failed; retrying");
+                    watches.failed(&err);
+                }
+                Err(_) => {}
             }
             async {}
         })

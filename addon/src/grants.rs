@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::StreamExt;
 use ks_shared::names::{API_GROUPS_ANNOTATION, is_kubestellar_label};
 use ks_shared::ocm::{ManifestWork, manifest_group};
+use ks_shared::runtime::watch_health::{self, WatchRole};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -41,8 +42,8 @@ impl Grants {
         // every ManifestWork: no label selector says "any KubeStellar label".
         let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client.clone());
         let (works, writer) = reflector::store();
-        let events = watcher(api, watcher::Config::default())
-            .backoff(ks_shared::runtime::WatchBackoff::default())
+        let watched = watcher(api, watcher::Config::default()).backoff(ks_shared::runtime::WatchBackoff::default());
+        let events = watch_health::observe("ManifestWork", WatchRole::Essential, watched)
             .modify(keep_what_grants)
             .reflect(writer);
         let grants = Grants {

@@ -5,6 +5,7 @@ use std::collections::HashSet;
 use futures::StreamExt;
 use ks_shared::names::{STATUS_ADDON_NAME, field_manager};
 use ks_shared::ocm::{ClusterManagementAddOn, ManagedCluster, ManagedClusterAddOn};
+use ks_shared::runtime::watch_health::{self, WatchRole};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -57,9 +58,8 @@ pub async fn register_addon(client: &Client, metrics: &Metrics) -> Result<(), ku
 /// enabled once per process: an add-on an administrator deletes later stays deleted until restart.
 pub async fn install_on_every_cluster(client: Client, metrics: Metrics, shutdown: CancellationToken) {
     let clusters: Api<ManagedCluster> = Api::all(client.clone());
-    let events = watcher(clusters, watcher::Config::default())
-        .backoff(ks_shared::runtime::WatchBackoff::default())
-        .applied_objects();
+    let watched = watcher(clusters, watcher::Config::default()).backoff(ks_shared::runtime::WatchBackoff::default());
+    let events = watch_health::observe("ManagedCluster", WatchRole::Essential, watched).applied_objects();
     tokio::pin!(events);
     let mut enabled: HashSet<String> = HashSet::new();
     loop {

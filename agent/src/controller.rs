@@ -22,6 +22,7 @@ use ks_shared::api::WorkStatus;
 use ks_shared::names;
 use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
+use ks_shared::runtime::watch_health::{self, WatchRole};
 use ks_shared::runtime::{RETRY_MAX, Seen, WorkQueue, drive};
 use ks_shared::serve::ReadyGate;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
@@ -130,16 +131,14 @@ pub async fn run(
     });
 
     let config = watcher::Config::default();
-    let applied = watcher(Api::<AppliedManifestWork>::all(wec.clone()), config.clone())
-        .backoff(ks_shared::runtime::WatchBackoff::default())
+    let applied = watched(Api::<AppliedManifestWork>::all(wec.clone()), &config)
         .modify(|amw: &mut AppliedManifestWork| amw.metadata.managed_fields = None)
         .reflect(applied_writer);
     let listed = agent.applied_listed.clone();
     spawn_watch(&agent, "appliedmanifestworks", applied, listed, move |a, seen| {
         a.on_applied(seen, &ready)
     });
-    let manifest_works = watcher(Api::<ManifestWork>::namespaced(hub.clone(), &mailbox), config.clone())
-        .backoff(ks_shared::runtime::WatchBackoff::default())
+    let manifest_works = watched(Api::<ManifestWork>::namespaced(hub.clone(), &mailbox), &config)
         .modify(|mw: &mut ManifestWork| {
             // Only the labels, name and UID are read, the Secrets (reported as delivered, never
             // read on the WEC) and which manifests were applied: the other manifests can be large.
@@ -153,9 +152,8 @@ pub async fn run(
         .reflect(manifest_works_writer);
     let listed = agent.manifest_works_listed.clone();
     spawn_watch(&agent, "manifestworks", manifest_works, listed, Agent::on_manifest_work);
-    let work_statuses = watcher(Api::<Existing>::namespaced(hub.clone(), &mailbox), config)
-        .backoff(ks_shared::runtime::WatchBackoff::default())
-        .reflect(work_statuses_writer);
+    let work_statuses =
+        watched(Api::<Existing>::namespaced(hub.clone(), &mailbox), &config).reflect(work_statuses_writer);
     let listed = agent.work_statuses_listed.clone();
     spawn_watch(&agent, "workstatuses", work_statuses, listed, Agent::on_work_status);
 
@@ -191,6 +189,18 @@ pub async fn run(
     for worker in workers {
         let _ = worker.await;
     }
+}
+
+/// A watch of `api`, backing off and followed by its kind ([`watch_health::observe`]).
+fn watched<K>(
+    api: Api<K>,
+    config: &watcher::Config,
+) -> impl futures::Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + use<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
+{
+    let stream = watcher(api, config.clone()).backoff(ks_shared::runtime::WatchBackoff::default());
+    watch_health::observe(K::kind(&()).into_owned(), WatchRole::Essential, stream)
 }
 
 /// Runs a watch (already feeding its cache) until shutdown, handing each event to `on`.

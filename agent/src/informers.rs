@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use futures::{Stream, StreamExt};
+use ks_shared::runtime::watch_health::{self, WatchRole};
 use ks_shared::runtime::{Seen, WatchBackoff, drive};
 use kube::Client;
 use kube::api::{Api, DynamicObject};
@@ -74,8 +75,8 @@ impl Informers {
         let listed = Arc::new(AtomicBool::new(false));
         let stop = shutdown.child_token();
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &resource);
-        let stream = watcher(api, watcher::Config::default())
-            .backoff(WatchBackoff::default())
+        let watched = watcher(api, watcher::Config::default()).backoff(WatchBackoff::default());
+        let stream = watch_health::observe(format!("workload:{gvr}"), WatchRole::OneOfMany, watched)
             .modify(keep_what_is_reported)
             .reflect(writer);
         let stream = explain_failures(gvr.clone(), stream);

@@ -7,6 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::cli::retry_until_done;
+use ks_shared::runtime::watch_health::{self, WatchRole};
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
@@ -81,8 +82,8 @@ fn watch_crds(
     let (store, writer) = reflector::store();
     let (changes, changed) = mpsc::unbounded_channel();
     let api: Api<CustomResourceDefinition> = Api::all(wds);
-    let events = watcher(api, watcher::Config::default())
-        .backoff(ks_shared::runtime::WatchBackoff::default())
+    let watched = watcher(api, watcher::Config::default()).backoff(ks_shared::runtime::WatchBackoff::default());
+    let events = watch_health::observe("CustomResourceDefinition", WatchRole::Essential, watched)
         .reflect(writer)
         .take_until(shutdown.cancelled_owned());
     tokio::spawn(async move {

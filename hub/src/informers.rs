@@ -27,6 +27,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender};
 use tokio_util::sync::CancellationToken;
 
 use ks_shared::names::field_manager;
+use ks_shared::runtime::watch_health::{self, WatchRole};
 pub use ks_shared::workload::{GroupResource, WorkloadRef};
 
 mod cached;
@@ -43,6 +44,9 @@ pub enum WorkloadEvent {
     Listed(GroupResource),
     /// The informer was stopped (its CRD went away): everything of this resource is gone.
     Stopped(GroupResource),
+    /// Its watch is stuck ([`watch_health::STUCK_AFTER`] failures in a row): until it lists again,
+    /// what the cache holds of this resource may be missing or old.
+    Stuck(GroupResource),
 }
 
 /// Groups never watched: cluster plumbing and KubeStellar's own API.
@@ -130,6 +134,11 @@ impl Informers {
 }
 
 /// The resource label of the informers' metrics, e.g. `apps/deployments`.
+/// The name a workload informer's watch is followed by ([`watch_health`]): `workload:<group>/<resource>`.
+pub fn workload_watch(gr: &GroupResource) -> String {
+    format!("workload:{}/{}", gr.group, gr.resource)
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabel {
     pub resource: String,
@@ -445,17 +454,18 @@ impl WorkloadInformers {
         let stop = self.shutdown.child_token();
         let (events, token, first_seen) = (self.events.clone(), stop.clone(), self.first_seen.clone());
         let this = self.clone();
-        let stream = watcher(api, watcher::Config::default())
-            .backoff(ks_shared::runtime::WatchBackoff::default())
-            .modify(trim);
         let resource_label = ResourceLabel {
             resource: format!("{}/{}", gr.group, gr.resource),
         };
+        let watched = watcher(api, watcher::Config::default()).backoff(ks_shared::runtime::WatchBackoff::default());
+        let watch = workload_watch(&gr);
+        let stream = watch_health::observe(watch.clone(), WatchRole::OneOfMany, watched).modify(trim);
         let errors = self.metrics.watch_errors.get_or_create(&resource_label).clone();
         // What the cache holds before an event: a change of status only keeps its content version.
         let (cached, served_as) = (store.clone(), resource.clone());
         tokio::spawn(async move {
             tokio::pin!(stream);
+            let mut stuck = false;
             loop {
                 let event = tokio::select! {
                     _ = token.cancelled() => break,
@@ -463,10 +473,17 @@ impl WorkloadInformers {
                 };
                 let Some(event) = event else { break };
                 let mut event = match event {
-                    Ok(event) => event,
+                    Ok(event) => {
+                        stuck = false;
+                        event
+                    }
                     Err(err) => {
                         errors.inc();
                         tracing::warn!(group = %gr.group, resource = %gr.resource, error = %err, "listing or watching failed; retrying");
+                        if !stuck && watch_health::stuck_watch(&watch).is_some() {
+                            stuck = true;
+                            let _ = events.send(WorkloadEvent::Stuck(gr.clone()));
+                        }
                         continue;
                     }
                 };

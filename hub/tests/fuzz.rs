@@ -281,7 +281,7 @@ fn fuzz_template() {
             }
         }
         let mut expanded = object.clone();
-        let _ = template::expand_object(&mut expanded, &properties);
+        let _ = template::expand_object(&mut expanded, &properties, &mut template::Growth::default());
         // Leaves stop being expanded once the object's templates printed MAX_OBJECT_TEXT; the
         // last one run may print up to its own limit (plus one action's value when it fails).
         let limit = text_len(&object) + MAX_OBJECT_TEXT + 2 * MAX_TEXT + props_len;

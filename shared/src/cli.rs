@@ -96,6 +96,7 @@ impl Process {
         let mut registry = Registry::default();
         crate::rollout::register(&mut registry);
         crate::apilatency::register(&mut registry);
+        crate::runtime::watch_health::register(&mut registry);
         Ok(Process {
             registry,
             readiness: Readiness::default(),

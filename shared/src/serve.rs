@@ -1,5 +1,6 @@
 //! The HTTP endpoint every process serves: `/metrics` (Prometheus text), `/healthz` (alive)
-//! and `/readyz` (ready only once every registered readiness gate has opened, e.g. caches synced).
+//! and `/readyz` (ready only once every registered readiness gate has opened, e.g. caches synced,
+//! and while no watch the process needs is stuck).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -13,6 +14,8 @@ use axum::routing::get;
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+use crate::runtime::watch_health;
 
 /// Named conditions that must all hold before the process reports ready.
 #[derive(Clone, Default, Debug)]
@@ -99,16 +102,26 @@ async fn metrics(State(endpoint): State<Endpoint>) -> impl IntoResponse {
     }
 }
 
+/// 200 once every gate is open and no watch the process needs is stuck, else 503; the body says
+/// what it waits for and names every stuck watch, with its last error (those of one resource
+/// among many too, which leave the process ready).
 async fn readyz(State(endpoint): State<Endpoint>) -> impl IntoResponse {
     let waiting = endpoint.readiness.waiting_for();
-    if waiting.is_empty() {
-        (StatusCode::OK, "ok".to_string())
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("waiting for: {}", waiting.join(", ")),
-        )
+    let stuck = watch_health::stuck();
+    let ready = waiting.is_empty() && !stuck.iter().any(|s| s.role == watch_health::WatchRole::Essential);
+    let mut lines = Vec::new();
+    if ready {
+        lines.push("ok".to_string());
+    } else if !waiting.is_empty() {
+        lines.push(format!("waiting for: {}", waiting.join(", ")));
     }
+    lines.extend(stuck.iter().map(ToString::to_string));
+    let code = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (code, lines.join("\n"))
 }
 
 /// Binds the endpoint's address; a clear error when it is taken.

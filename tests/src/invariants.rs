@@ -62,8 +62,19 @@ struct Seen {
 
 /// How the invariants name a WEC object, from a ManifestWork manifest or an applied resource:
 /// group, namespace and name (kinds and resources are not comparable).
-fn object_key(group: &str, namespace: &str, name: &str) -> String {
-    format!("{group}/{namespace}/{name}")
+/// An object by group, resource, namespace and name: a ConfigMap and a Secret may share a name.
+fn object_key(group: &str, resource: &str, namespace: &str, name: &str) -> String {
+    format!("{group}/{resource}/{namespace}/{name}")
+}
+
+/// The resource (plural) of a kind, as Kubernetes names those of the kinds the tests deliver.
+fn resource_of(kind: &str) -> String {
+    let kind = kind.to_lowercase();
+    match kind.strip_suffix('y') {
+        Some(stem) => format!("{stem}ies"),
+        None if kind.ends_with('s') => format!("{kind}es"),
+        None => format!("{kind}s"),
+    }
 }
 
 impl Seen {
@@ -103,7 +114,13 @@ impl Seen {
                         .and_then(|a| a.rsplit_once('/'))
                         .map_or("", |(g, _)| g);
                     let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
-                    object_key(group, &text(&m["metadata"]["namespace"]), &text(&m["metadata"]["name"]))
+                    let resource = resource_of(&text(&m["kind"]));
+                    object_key(
+                        group,
+                        &resource,
+                        &text(&m["metadata"]["namespace"]),
+                        &text(&m["metadata"]["name"]),
+                    )
                 })
                 .collect()
         } else {
@@ -125,7 +142,7 @@ impl Seen {
             work.status
                 .iter()
                 .flat_map(|s| &s.applied_resources)
-                .map(|r| (object_key(&r.group, &r.namespace, &r.name), r.uid.clone()))
+                .map(|r| (object_key(&r.group, &r.resource, &r.namespace, &r.name), r.uid.clone()))
                 .collect()
         } else {
             BTreeMap::new()
@@ -416,6 +433,29 @@ mod tests {
         seen.applied("c1", &applied("amw", &[("a", "1"), ("b", "3")]), true);
         assert!(seen.recreated.is_empty(), "b left and came back: the user's doing");
         seen.applied("c1", &applied("amw", &[("a", "9"), ("b", "3")]), true);
-        assert_eq!(seen.recreated, ["c1: /n/a (listed by w) recreated: UID 1 -> 9"]);
+        assert_eq!(
+            seen.recreated,
+            ["c1: /configmaps/n/a (listed by w) recreated: UID 1 -> 9"]
+        );
+    }
+
+    #[test]
+    fn a_configmap_and_a_secret_of_one_name_are_two_objects() {
+        let mut seen = Seen::default();
+        seen.held(&work(&["a"]), true);
+        let mut both = applied("amw", &[("a", "1")]);
+        let secret = serde_json::json!({"group": "", "version": "v1", "resource": "secrets",
+                                        "namespace": "n", "name": "a", "uid": "2"});
+        both.status
+            .as_mut()
+            .unwrap()
+            .applied_resources
+            .push(serde_json::from_value(secret).unwrap());
+        seen.applied("c1", &both, true);
+        both.status.as_mut().unwrap().applied_resources.reverse();
+        seen.applied("c1", &both, true);
+        assert!(seen.recreated.is_empty(), "{:?}", seen.recreated);
+        assert_eq!(resource_of("NetworkPolicy"), "networkpolicies");
+        assert_eq!(resource_of("Ingress"), "ingresses");
     }
 }

@@ -8,6 +8,7 @@ pub mod faults;
 pub mod gauge;
 pub mod harness;
 pub mod invariants;
+pub mod measure;
 pub mod metrics;
 pub mod mock;
 pub mod process;

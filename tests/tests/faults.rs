@@ -13,6 +13,7 @@ use ks_shared::names::{AGENT_INSTALL_NAMESPACE, ORIGIN_BINDING_LABEL, STATUS_ADD
 use ks_shared::ocm::ManifestWork;
 use ks_tests::faults::WecLosses;
 use ks_tests::harness::{Ctx, run_one_at_a_time};
+use ks_tests::measure::{Usage, rss_kib};
 use ks_tests::stack::{ADDON_PROCESS, HUB_MAX_NUM_WRAPPED, HubOptions, Stack, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, app_yaml, policy_yaml, singleton_policy_yaml};
@@ -46,6 +47,7 @@ ks_tests::stack_main!(
         stack_test!(the_agent_follows_its_reissued_hub_certificate, AGENT_PATH),
         stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
         stack_test!(a_deeply_nested_object_is_an_error_not_an_outage, PATH),
+        stack_test!(a_policys_templates_cannot_take_the_hub_down, PATH),
         stack_test!(a_full_mailbox_holds_back_only_its_wecs_status, AGENT_PATH),
         stack_test!(the_hub_controllers_run_in_separate_processes, AGENT_PATH),
     ]
@@ -516,10 +518,13 @@ async fn a_resource_whose_list_fails_holds_nothing_else_back(ctx: Ctx) -> anyhow
     let crd_file = tools.scratch_file("yaml", &crd)?;
     install_crd(&tools, &crd_file, &format!("gadgets.{group}"))?;
     // In a Namespace of its own: one holding an object that cannot be listed cannot be deleted.
+    // A policy selects it.
+    let gadgets = format!("{id}-gadgets");
     let gadget = format!(
-        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {id}-gadgets}}\n---\n\
-         apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g, namespace: {id}-gadgets}}\nspec: {{size: 1}}\n"
-    );
+        "apiVersion: v1\nkind: Namespace\nmetadata: {{name: {gadgets}}}\n---\n\
+         apiVersion: {group}/v1\nkind: Gadget\nmetadata: {{name: g, namespace: {gadgets}, labels: {{fault: {gadgets}}}}}\n\
+         spec: {{size: 1}}\n"
+    ) + &policy_yaml(&gadgets, "location-group: edge", &format!("fault: {gadgets}"));
     let gadget_file = tools.scratch_file("yaml", &gadget)?;
     tools.kubectl("wds1", &["apply", "-f", &gadget_file])?;
 
@@ -542,6 +547,23 @@ async fn a_resource_whose_list_fails_holds_nothing_else_back(ctx: Ctx) -> anyhow
             .filter(|l| l.starts_with("kubestellar_workload_watch_errors_total") && l.contains(&group))
             .count();
         ensure!(unsynced >= 1.0 && errors == 1, "the failing resource is not reported:\n{metrics}");
+        // Stuck, it is said where users look: the policy that may select its objects, the
+        // hub's readiness detail (ready still: the rest works on) and a metric.
+        let watch = format!("workload:{group}/gadgets");
+        let stuck = format!("kubestellar_watch_stuck{{watch=\"{watch}\"}} 1");
+        ensure!(metrics.contains(&stuck), "no {stuck}:\n{metrics}");
+        let (code, readiness) = ks_tests::process::http_get(address, "/readyz");
+        ensure!(
+            code == 200 && readiness.contains(&format!("watch {watch} stuck")),
+            "/readyz: {code} {readiness}"
+        );
+        let policies: Api<ks_shared::api::BindingPolicy> = Api::all(ctx.client("wds1").await?);
+        let said = format!("the WDS cache of {group}/gadgets cannot be filled");
+        wait_for("the policy to say its cache is stuck", DEADLINE, || async {
+            let status = policies.get_opt(&gadgets).await?.and_then(|p| p.status);
+            Ok(status.is_some_and(|s| s.errors.iter().any(|e| e.contains(&said))))
+        })
+        .await?;
         // Namespaces finish deleting once the CRD whose objects cannot be listed is gone.
         tools.kubectl("wds1", &["delete", "--wait=false", "--ignore-not-found", "-f", &file])?;
         anyhow::Ok(())
@@ -901,6 +923,52 @@ async fn a_deeply_nested_object_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::R
     tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &other_file])?;
     tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     tools.kubectl("wds1", &["delete", "-f", &crd])?;
+    Ok(())
+}
+
+/// A policy whose templates are small and legal but print about 80 MB for its two WECs (each
+/// ConfigMap 400 kB from 1.5 kB, under what one ManifestWork may hold): the hub expands them only
+/// up to its growth bounds and says so on the Binding, and another policy delivers meanwhile. The
+/// hub's resident memory, before and at its peak, is printed.
+async fn a_policys_templates_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Result<()> {
+    let hub = ctx
+        .stack
+        .procs
+        .running(&Stack::hub_process("wds1"))
+        .context("hub-wds1 is not running")?;
+    let before = rss_kib(hub) as f64 / 1024.0;
+    let usage = Usage::start(vec![hub]);
+    let tools = Tools::new(&ctx, "growth")?;
+    let id = ctx.unique_name("growth");
+    let printed = r#"{{printf \"%10000s\" .clusterName}}"#.repeat(40);
+    let templated = |i: usize| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}, \
+             annotations: {{control.kubestellar.io/expand-templates: \"true\"}}}}\ndata: {{value: \"{printed}\"}}\n"
+        )
+    };
+    let file = tools.scratch_file("yaml", &workload(&id, 100, templated))?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    let bindings: Api<ks_shared::api::Binding> = Api::all(ctx.client("wds1").await?);
+    let reported = wait_for("the Binding to report its templates' growth", DEADLINE, || async {
+        let status = bindings.get_opt(&id).await?.and_then(|b| b.status);
+        let errors = status.map(|s| s.errors).unwrap_or_default();
+        Ok(errors
+            .iter()
+            .any(|e| e.contains("not expanded: the Binding's templates add more than 4 MiB for this WEC")))
+    })
+    .await;
+    let (peak, _) = usage.read();
+    eprintln!("hub-wds1 resident memory: {before:.0} MiB before, at most {peak:.0} MiB while the templates expanded");
+    reported?;
+
+    let other = format!("{id}-other");
+    let other_file = tools.scratch_file("yaml", &workload(&other, 1, |i| config_map(&other, i, "")))?;
+    tools.kubectl("wds1", &["apply", "-f", &other_file])?;
+    delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &other, 1).await?;
+
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &other_file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
     Ok(())
 }
 

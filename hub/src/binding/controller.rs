@@ -10,6 +10,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::{Binding, BindingPolicy, StatusCollector};
 use ks_shared::names::BINDING_POLICY_FINALIZER;
 use ks_shared::ocm::ManagedCluster;
+use ks_shared::runtime::watch_health;
 use ks_shared::runtime::{
     Backoff, Debounce, Failure, failure, watch_into_inputs, watch_trimmed_into_inputs, without_managed_fields,
 };
@@ -27,7 +28,7 @@ use super::Metrics;
 use super::state::{Change, Resolutions, StatusRequest};
 use super::writes;
 use super::{Labels, ObjectIdentity, Wec, WorkloadObject};
-use crate::informers::{CachedObject, WorkloadEvent, WorkloadInformers, WorkloadRef};
+use crate::informers::{CachedObject, GroupResource, WorkloadEvent, WorkloadInformers, WorkloadRef, workload_watch};
 
 /// Settings of the binding controller.
 #[derive(Clone, Debug)]
@@ -316,6 +317,18 @@ impl Loop<'_> {
             WorkloadEvent::Stopped(resource) => {
                 self.resolutions.retain_objects(|key| key.resource != resource);
             }
+            // The policies that may select its objects say so (`stuck_caches`).
+            WorkloadEvent::Stuck(resource) => {
+                for name in self.resolutions.policy_names() {
+                    let may_select = self
+                        .resolutions
+                        .policy(&name)
+                        .is_some_and(|p| p.compiled.may_select(&resource.group, &resource.resource));
+                    if may_select {
+                        self.resolutions.touch(&name);
+                    }
+                }
+            }
         }
     }
 
@@ -567,6 +580,10 @@ impl Loop<'_> {
             }
             let collector_exists = |c: &str| self.caches.collectors.get(&ObjectRef::new(c)).is_some();
             let mut errors = self.resolutions.errors(&name, collector_exists);
+            // A cache that cannot be filled: the policy may select objects nobody can see.
+            if let Some(state) = self.resolutions.policy(&name) {
+                errors.extend(stuck_caches(&unknown, |g, r| state.compiled.may_select(g, r)));
+            }
             // What the transport could not deliver (a ManifestWork the ITS refused, a template
             // that failed), as it reports it on the Binding: the policy is where users look.
             errors.extend(
@@ -587,6 +604,23 @@ impl Loop<'_> {
             }
         }
     }
+}
+
+/// What a policy that `may_select` objects of a resource whose WDS cache is not filled (`unknown`)
+/// is told while that cache's watch is stuck (a cache filling at start-up is no error).
+fn stuck_caches(unknown: &BTreeSet<GroupResource>, may_select: impl Fn(&str, &str) -> bool) -> Vec<String> {
+    unknown
+        .iter()
+        .filter(|gr| may_select(&gr.group, &gr.resource))
+        .filter_map(|gr| {
+            let stuck = watch_health::stuck_watch(&workload_watch(gr))?;
+            Some(format!(
+                "the WDS cache of {}/{} cannot be filled ({} failures in a row, the last: {}): the objects of it \
+                 this policy selects are not known, and its Binding keeps what it lists of them",
+                gr.group, gr.resource, stuck.failures, stuck.last_error
+            ))
+        })
+        .collect()
 }
 
 #[cfg(test)]

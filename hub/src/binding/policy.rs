@@ -66,6 +66,14 @@ impl CompiledPolicy {
     pub fn errors(&self) -> &[PolicyError] {
         &self.errors
     }
+
+    /// Whether some clause may select objects of `resource` of `group` (their other criteria
+    /// looked at per object).
+    pub fn may_select(&self, group: &str, resource: &str) -> bool {
+        self.clauses
+            .iter()
+            .any(|c| c.api_group.as_ref().is_none_or(|g| g == group) && c.resources.admits(resource))
+    }
 }
 
 /// One downsync clause: the test an object must pass, and the modulation it then gets.

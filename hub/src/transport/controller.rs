@@ -16,6 +16,7 @@ use ks_shared::api::{Binding, BindingPolicy, CustomTransform};
 use ks_shared::names::{
     CUSTOMIZATION_PROPERTIES_NAMESPACE, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, TRANSPORT_FINALIZER, field_manager,
 };
+use ks_shared::runtime::watch_health;
 use ks_shared::runtime::{
     Backoff, Failure, Pacing, Seen, failure, watch_into_inputs, watch_seen_into_inputs, watch_trimmed_into_inputs,
     without_managed_fields,
@@ -37,7 +38,7 @@ use super::revisions::Revisions;
 use super::schedule::{Pass, Schedule};
 use super::sharding::Limits;
 use super::{Error, Plugin, moves, propagation, template, trace, wrap};
-use crate::informers::{GroupResource, WorkloadInformers};
+use crate::informers::{GroupResource, WorkloadInformers, workload_watch};
 
 /// Settings of the transport controller.
 #[derive(Clone, Debug)]
@@ -535,6 +536,27 @@ impl<P: Plugin> Transport<P> {
         result
     }
 
+    /// By mailbox of `binding`'s WECs, the objects whose copies there some wrapped object, of
+    /// any Binding, has the WEC write in place: a copy made createOnly by one policy and then
+    /// sent by another stays written so (see [`wrap::written_in_place`]).
+    fn written_in_place(&self, binding: &Binding) -> BTreeMap<String, BTreeSet<wrap::Identity>> {
+        let mailboxes: BTreeSet<String> = binding
+            .spec
+            .destinations
+            .iter()
+            .map(|d| self.plugin.mailbox(&d.cluster_id))
+            .collect();
+        let mut in_place: BTreeMap<String, BTreeSet<wrap::Identity>> = BTreeMap::new();
+        let in_mailboxes = |w: &P::Cached| w.namespace().is_some_and(|ns| mailboxes.contains(&ns));
+        for work in self.works_where(in_mailboxes) {
+            let objects = self.plugin.written_in_place(&work);
+            if let (false, Some(mailbox)) = (objects.is_empty(), work.namespace()) {
+                in_place.entry(mailbox).or_default().extend(objects.iter().cloned());
+            }
+        }
+        in_place
+    }
+
     /// This Binding's wrapped objects, in any mailbox, as a plan starts from them: see
     /// [`Transport::works_where`].
     fn current_works(&self, binding: &str) -> Vec<Arc<P::Cached>> {
@@ -593,13 +615,20 @@ impl<P: Plugin> Transport<P> {
         if !has_finalizer {
             crate::finalizer::set(&api, &*binding, TRANSPORT_FINALIZER, true).await?;
         }
+        let desired = match self.desired_keeping_last_good(&binding).await {
+            Err(Error::Unfilled(gr)) => {
+                self.report_stuck_cache(&api, &binding, &gr).await?;
+                return Err(Error::Unfilled(gr));
+            }
+            desired => desired?,
+        };
         let Desired {
             works,
             mut errors,
             templated,
             frozen,
             ..
-        } = self.desired_keeping_last_good(&binding).await?;
+        } = desired;
         // An object in error keeps its last good content on the WECs (see `plan::plan`); it
         // holds back nothing else.
         let applied = self.apply_works_leaving(name, works, &frozen).await?;
@@ -622,6 +651,36 @@ impl<P: Plugin> Transport<P> {
             return Err(Error::Settling);
         }
         Ok(applied.writing)
+    }
+
+    /// Says in the Binding's status (so on its policy) that the WDS cache of `gr`, which it
+    /// needs, cannot be filled, once that cache's watch is stuck (a cache filling at start-up
+    /// is no error): the Binding waits, its ManifestWorks stay as they are, and until now only
+    /// the hub's log said why. The next full pass replaces it.
+    async fn report_stuck_cache(&self, api: &Api<Binding>, binding: &Binding, gr: &GroupResource) -> Result<(), Error> {
+        let Some(stuck) = watch_health::stuck_watch(&workload_watch(gr)) else {
+            return Ok(());
+        };
+        let status = binding.status.clone().unwrap_or_default();
+        let error = format!(
+            "{}; {} failures in a row listing or watching it, the last: {}",
+            Error::Unfilled(gr.clone()),
+            stuck.failures,
+            stuck.last_error
+        );
+        // Said once while it stays stuck: not a write per failure as its count and error change.
+        let unfilled = Error::Unfilled(gr.clone()).to_string();
+        if status.errors.iter().any(|e| e.starts_with(&unfilled)) {
+            return Ok(());
+        }
+        let mut errors = status.errors.clone();
+        errors.push(error);
+        errors.sort();
+        // The generation observed stays as it was: this one is not planned.
+        let patch = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "Binding",
+                           "status": {"observedGeneration": status.observed_generation, "errors": errors}});
+        apply_status(api, &binding.name_any(), &patch).await?;
+        Ok(())
     }
 
     /// A pass for what its WECs reported: the propagation status, as the full pass leaves it.
@@ -711,6 +770,7 @@ impl<P: Plugin> Transport<P> {
             })
             .collect();
         let current = self.current_works(&binding.name_any());
+        let in_place = self.written_in_place(binding);
         plan::plan(&plan::Inputs {
             plugin: &self.plugin,
             binding,
@@ -719,6 +779,7 @@ impl<P: Plugin> Transport<P> {
             properties: &|wec| self.properties(wec),
             current: &current,
             last_good,
+            in_place: &in_place,
             wds_name: &self.settings.wds_name,
             limits: self.settings.limits,
             packaging: &self.packaging,

@@ -147,6 +147,9 @@ pub(super) struct Inputs<'a, P: Plugin> {
     pub current: &'a [Arc<P::Cached>],
     /// What some of `current` hold, read for the objects in error (see [`Desired::unread`]).
     pub last_good: &'a LastGood,
+    /// By mailbox, the objects whose copies there any wrapped object (this Binding's or
+    /// another's) has the destination write in place ([`Plugin::written_in_place`]).
+    pub in_place: &'a BTreeMap<String, BTreeSet<wrap::Identity>>,
     /// Goes into the wrapped objects' names and labels.
     pub wds_name: &'a str,
     pub limits: Limits,
@@ -306,9 +309,17 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
         wds: inputs.wds_name,
     };
     let mut works = BTreeMap::new();
+    let mut growth = template::Growth::default();
     for destination in &binding.spec.destinations {
         let mailbox = &inputs.plugin.mailbox(&destination.cluster_id);
-        let (mut items, mut failing) = customized(&items, &destination.cluster_id, inputs.properties, &mut errors);
+        growth.next_wec();
+        let (mut items, mut failing) = customized(
+            &items,
+            &destination.cluster_id,
+            inputs.properties,
+            &mut growth,
+            &mut errors,
+        );
         failing.extend(oversized(&items, inputs.limits, &mut errors));
         failing.extend(failed.iter().map(|(key, failed)| (key.clone(), failed.clone())));
         if !failing.is_empty() {
@@ -337,12 +348,8 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
             shards.entry(shard).or_default().push(item);
         }
         let existing = names_in(inputs.current, mailbox);
-        let in_place: BTreeSet<wrap::Identity> = inputs
-            .current
-            .iter()
-            .filter(|w| w.namespace().as_deref() == Some(mailbox.as_str()))
-            .flat_map(|w| inputs.plugin.written_in_place(w).iter().cloned())
-            .collect();
+        let none = BTreeSet::new();
+        let in_place = inputs.in_place.get(mailbox).unwrap_or(&none);
         for (shard, mut members) in shards {
             members.sort_by(|a, b| a.place.cmp(&b.place));
             let only_uid = (inputs.limits.max_count == 1).then(|| members[0].uid.as_str());
@@ -350,7 +357,7 @@ pub(super) fn plan<P: Plugin>(inputs: &Inputs<'_, P>) -> Result<Desired<P::Wrapp
             let deliveries: Vec<&Delivery> = members.iter().map(|item| &item.delivery).collect();
             works.insert(
                 (mailbox.clone(), name.clone()),
-                inputs.plugin.wrap(&origin, mailbox, &name, &deliveries, &in_place),
+                inputs.plugin.wrap(&origin, mailbox, &name, &deliveries, in_place),
             );
         }
     }
@@ -479,6 +486,7 @@ fn customized<'a>(
     items: &'a Items,
     wec: &str,
     properties: &dyn Fn(&str) -> BTreeMap<String, String>,
+    growth: &mut template::Growth,
     errors: &mut Vec<String>,
 ) -> (Cow<'a, Items>, Failing) {
     if !items.values().any(|item| item.templated) {
@@ -493,7 +501,7 @@ fn customized<'a>(
         }
         match item
             .delivery
-            .update(|manifest| template::expand_object(manifest, &properties))
+            .update(|manifest| template::expand_object(manifest, &properties, growth))
         {
             Ok(()) => {
                 item.size = item.delivery.manifest().to_string().len();

@@ -17,6 +17,49 @@ type Props = BTreeMap<String, String>;
 
 /// The most that all the templates of one object may print together (2 MiB).
 pub const MAX_OBJECT_TEXT: usize = 2 << 20;
+/// The most that one Binding's templates may add to its objects for one WEC (printed bytes beyond
+/// the templates' own text), and for all its WECs together. Without them, a few MB of templates
+/// that each print 10 kB, within every per-object cap, expanded to about a gigabyte across two
+/// WECs before anything was written.
+pub const MAX_GROWTH_PER_WEC: usize = 4 << 20;
+pub const MAX_GROWTH_PER_BINDING: usize = 16 << 20;
+
+/// What one Binding's templates have added so far: for the WEC being expanded, and for all.
+/// Past either bound no more of its templates run (for that WEC, or for any WEC after).
+#[derive(Debug, Default)]
+pub struct Growth {
+    wec: usize,
+    binding: usize,
+}
+
+impl Growth {
+    /// The next WEC's expansion starts (the Binding's total goes on).
+    pub fn next_wec(&mut self) {
+        self.wec = 0;
+    }
+
+    fn add(&mut self, bytes: usize) {
+        self.wec += bytes;
+        self.binding += bytes;
+    }
+
+    /// Why no more templates run, once a bound is past.
+    fn exhausted(&self) -> Option<String> {
+        if self.wec > MAX_GROWTH_PER_WEC {
+            Some(format!(
+                "the Binding's templates add more than {} MiB for this WEC",
+                MAX_GROWTH_PER_WEC >> 20
+            ))
+        } else if self.binding > MAX_GROWTH_PER_BINDING {
+            Some(format!(
+                "the Binding's templates add more than {} MiB for all its WECs",
+                MAX_GROWTH_PER_BINDING >> 20
+            ))
+        } else {
+            None
+        }
+    }
+}
 
 /// Whether any string leaf of `value` is a template (map keys do not count).
 pub fn contains_template(value: &Json) -> bool {
@@ -29,14 +72,25 @@ pub fn contains_template(value: &Json) -> bool {
 }
 
 /// Expands, in place, every string leaf of `object` that contains `{{` (map keys and other values
-/// stay as they are). A leaf whose template does not parse becomes `""` and one that fails while
-/// running keeps what it printed before the error, as upstream does. The error lists every failed
-/// leaf, `; `-separated, each as `<path>: <error>`, e.g.
-/// `spec.containers[0].env[1].value: template: 1:2: executing at <.zone>: map has no entry for key "zone"`.
-pub fn expand_object(object: &mut Json, properties: &BTreeMap<String, String>) -> Result<(), String> {
+/// stay as they are), counting what they add in `growth`. A leaf whose template does not parse
+/// becomes `""` and one that fails while running keeps what it printed before the error, as
+/// upstream does. The error lists every failed leaf, `; `-separated, each as `<path>: <error>`,
+/// e.g. `spec.containers[0].env[1].value: template: 1:2: executing at <.zone>: map has no entry
+/// for key "zone"`.
+pub fn expand_object(
+    object: &mut Json,
+    properties: &BTreeMap<String, String>,
+    growth: &mut Growth,
+) -> Result<(), String> {
     let mut errors = Vec::new();
     let mut printed = 0;
-    expand_value(object, &mut String::new(), properties, &mut printed, &mut errors);
+    let mut expansion = Expansion {
+        properties,
+        printed: &mut printed,
+        growth,
+        errors: &mut errors,
+    };
+    expansion.value(object, &mut String::new());
     if errors.is_empty() {
         Ok(())
     } else {
@@ -44,53 +98,63 @@ pub fn expand_object(object: &mut Json, properties: &BTreeMap<String, String>) -
     }
 }
 
-/// `printed` counts what the object's templates have printed so far; past [`MAX_OBJECT_TEXT`]
-/// the remaining leaves are left as they are.
-fn expand_value(
-    value: &mut Json,
-    path: &mut String,
-    properties: &Props,
-    printed: &mut usize,
-    errors: &mut Vec<String>,
-) {
-    let len = path.len();
-    match value {
-        Json::String(text) if has_template(text) => {
-            let at = if path.is_empty() { "." } else { path.as_str() };
-            if *printed > MAX_OBJECT_TEXT {
-                errors.push(format!(
-                    "{at}: not expanded: the object's templates print more than {} MiB in all",
-                    MAX_OBJECT_TEXT >> 20
-                ));
-                return;
-            }
-            let template = Template::parse(text);
-            let mut out = String::new();
-            let result = template.and_then(|template| template.execute(properties, &mut out));
-            *printed += out.len();
-            *text = out;
-            if let Err(error) = result {
-                errors.push(format!("{at}: {error}"));
-            }
-        }
-        Json::Array(items) => {
-            for (i, item) in items.iter_mut().enumerate() {
-                path.push_str(&format!("[{i}]"));
-                expand_value(item, path, properties, printed, errors);
-                path.truncate(len);
-            }
-        }
-        Json::Object(fields) => {
-            for (key, item) in fields.iter_mut() {
-                if len > 0 {
-                    path.push('.');
+/// One object's expansion: `printed` counts what its templates have printed so far; past
+/// [`MAX_OBJECT_TEXT`], or once the Binding's `growth` is past a bound, the remaining leaves are
+/// left as they are.
+struct Expansion<'a> {
+    properties: &'a Props,
+    printed: &'a mut usize,
+    growth: &'a mut Growth,
+    errors: &'a mut Vec<String>,
+}
+
+impl Expansion<'_> {
+    fn value(&mut self, value: &mut Json, path: &mut String) {
+        let len = path.len();
+        match value {
+            Json::String(text) if has_template(text) => {
+                let at = if path.is_empty() { "." } else { path.as_str() };
+                let refused = (*self.printed > MAX_OBJECT_TEXT)
+                    .then(|| {
+                        format!(
+                            "the object's templates print more than {} MiB in all",
+                            MAX_OBJECT_TEXT >> 20
+                        )
+                    })
+                    .or_else(|| self.growth.exhausted());
+                if let Some(reason) = refused {
+                    self.errors.push(format!("{at}: not expanded: {reason}"));
+                    return;
                 }
-                path.push_str(key);
-                expand_value(item, path, properties, printed, errors);
-                path.truncate(len);
+                let template = Template::parse(text);
+                let mut out = String::new();
+                let result = template.and_then(|template| template.execute(self.properties, &mut out));
+                *self.printed += out.len();
+                self.growth.add(out.len().saturating_sub(text.len()));
+                *text = out;
+                if let Err(error) = result {
+                    self.errors.push(format!("{at}: {error}"));
+                }
             }
+            Json::Array(items) => {
+                for (i, item) in items.iter_mut().enumerate() {
+                    path.push_str(&format!("[{i}]"));
+                    self.value(item, path);
+                    path.truncate(len);
+                }
+            }
+            Json::Object(fields) => {
+                for (key, item) in fields.iter_mut() {
+                    if len > 0 {
+                        path.push('.');
+                    }
+                    path.push_str(key);
+                    self.value(item, path);
+                    path.truncate(len);
+                }
+            }
+            _ => {}
         }
-        _ => {}
     }
 }
 
@@ -210,7 +274,7 @@ mod tests {
             "metadata": {"name": "app-{{.clusterName}}", "labels": {"{{.region}}": "{{.region}}"}},
             "spec": {"replicas": 3, "paused": false, "args": ["{{.n}}", "plain {x}"], "note": null},
         });
-        expand_object(&mut object, &wec()).unwrap();
+        expand_object(&mut object, &wec(), &mut Growth::default()).unwrap();
         let want = json!({
             "metadata": {"name": "app-cluster1", "labels": {"{{.region}}": "east"}},
             "spec": {"replicas": 3, "paused": false, "args": ["3", "plain {x}"], "note": null},
@@ -224,7 +288,7 @@ mod tests {
             "bad": "{{if}}",
             "containers": [{"env": [{"value": "ok"}, {"value": "a-{{.zone}}-b"}]}],
         }});
-        let error = expand_object(&mut object, &wec()).unwrap_err();
+        let error = expand_object(&mut object, &wec(), &mut Growth::default()).unwrap_err();
         assert_eq!(
             error,
             "spec.bad: template: 1: missing value for if; spec.containers[0].env[1].value: template: 1:4: \
@@ -300,7 +364,7 @@ mod tests {
         let leaf = format!("{}{{{{.n}}}}", "a".repeat((10 << 16) - 1));
         // Four leaves print 2.5 MiB; the fifth is not run.
         let mut object = json!({"data": {"a": leaf, "b": leaf, "c": leaf, "d": leaf, "e": leaf}});
-        let error = expand_object(&mut object, &wec()).unwrap_err();
+        let error = expand_object(&mut object, &wec(), &mut Growth::default()).unwrap_err();
         assert_eq!(
             error,
             "data.e: not expanded: the object's templates print more than 2 MiB in all"
@@ -309,12 +373,45 @@ mod tests {
         assert_eq!(object["data"]["e"], json!(leaf), "left as it was");
     }
 
+    #[test]
+    fn a_bindings_templates_add_at_most_four_mib_per_wec_and_sixteen_in_all() {
+        // Each object adds just under 1 MiB: four leaves, each 26 templates printing 10,000 bytes.
+        let leaf = r#"{{printf "%10000s" "x"}}"#;
+        let object = || {
+            let leaves: Vec<String> = (0..26).map(|_| leaf.to_string()).collect();
+            let data: serde_json::Map<String, Json> = ["a", "b", "c", "d"]
+                .iter()
+                .map(|k| (k.to_string(), json!(leaves.concat())))
+                .collect();
+            json!({"data": data})
+        };
+        let mut growth = Growth::default();
+        let expanded = |growth: &mut Growth| expand_object(&mut object(), &wec(), growth);
+        for _ in 0..4 {
+            expanded(&mut growth).unwrap();
+        }
+        let error = expanded(&mut growth).unwrap_err();
+        let per_wec = "not expanded: the Binding's templates add more than 4 MiB for this WEC";
+        assert!(error.contains(per_wec), "{error}");
+        // Each WEC starts again, until the Binding has added 16 MiB.
+        for _ in 0..3 {
+            growth.next_wec();
+            for _ in 0..4 {
+                expanded(&mut growth).unwrap();
+            }
+        }
+        growth.next_wec();
+        let error = expanded(&mut growth).unwrap_err();
+        let in_all = "not expanded: the Binding's templates add more than 16 MiB for all its WECs";
+        assert!(error.contains(in_all), "{error}");
+    }
+
     proptest! {
         #[test]
         fn text_without_delimiters_is_left_alone(text in prop_oneof![any::<String>(), "[{} a-z.$|-]{0,30}"]) {
             prop_assume!(!text.contains("{{"));
             let mut value = Json::String(text.clone());
-            prop_assert_eq!(expand_object(&mut value, &wec()), Ok(()));
+            prop_assert_eq!(expand_object(&mut value, &wec(), &mut Growth::default()), Ok(()));
             prop_assert_eq!(value, Json::String(text));
         }
     }

@@ -3,7 +3,8 @@
 //! a keyed queue that coalesces ([`WorkQueue`]), bursts of changes gathered into one write
 //! ([`Debounce`]), costly writes paced by what they cost ([`Pacing`]), retries with capped exponential back-off
 //! ([`Backoff`], and [`failure`] for whether a failed write is worth one), and the same metrics
-//! under one naming scheme ([`ControllerMetrics`]).
+//! under one naming scheme ([`ControllerMetrics`]), and each watch's failures and whether it is
+//! stuck ([`watch_health`]).
 
 mod backoff;
 mod debounce;
@@ -11,6 +12,7 @@ mod metrics;
 mod pacing;
 mod queue;
 mod watch;
+pub mod watch_health;
 
 pub use backoff::{Backoff, Failure, RETRY_MAX, RETRY_MIN, failure};
 pub use debounce::Debounce;

@@ -112,11 +112,12 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = watcher(api, config)
-        .backoff(WatchBackoff::default())
+    let kind = K::kind(&()).into_owned();
+    let watched = watcher(api, config).backoff(WatchBackoff::default());
+    let stream = super::watch_health::observe(kind.clone(), super::watch_health::WatchRole::Essential, watched)
         .modify(trim)
         .reflect(writer);
-    tokio::spawn(drive(K::kind(&()).into_owned(), stream, stop, on));
+    tokio::spawn(drive(kind, stream, stop, on));
     store
 }
 

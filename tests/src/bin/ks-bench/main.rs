@@ -3,7 +3,6 @@
 
 mod compare;
 mod fixtures;
-mod measure;
 mod scenarios;
 
 use clap::{Parser, Subcommand};

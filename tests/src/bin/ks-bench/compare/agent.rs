@@ -22,7 +22,7 @@ use super::report::{Figures, Implementation, Unit};
 use super::results::Output;
 use super::{DEADLINE, Knobs, knob, switch_to, within};
 use crate::fixtures::{MANAGER, deliver_in_batches, unique};
-use crate::measure::rss_kib;
+use ks_tests::measure::rss_kib;
 
 const WEC: &str = "cluster1";
 const OURS: Implementation = Implementation::Ours;

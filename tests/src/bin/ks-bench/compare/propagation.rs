@@ -30,7 +30,7 @@ use super::results::{Measured, Outcome};
 use super::simulated::SIMULATED_LABEL;
 use super::{Knobs, WDS, hub_pids, within};
 use crate::fixtures::{MANAGER, apply_namespace, unique};
-use crate::measure::{CpuByProcess, Usage, rss_by_process};
+use ks_tests::measure::{CpuByProcess, Usage, rss_by_process};
 
 /// How long the agents get to report every object before the idle window.
 const REPORTED_DEADLINE: Duration = Duration::from_secs(600);

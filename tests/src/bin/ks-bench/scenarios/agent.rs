@@ -14,7 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 use crate::fixtures::{MANAGER, deliver_in_batches};
-use crate::measure::{rss_kib as rss, summary};
+use ks_tests::measure::{rss_kib as rss, summary};
 
 const WEC: &str = "cluster1";
 const DEADLINE: Duration = Duration::from_secs(120);

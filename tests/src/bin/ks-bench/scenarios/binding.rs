@@ -11,7 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::fixtures::{MANAGER, apply_namespace};
-use crate::measure::summary;
+use ks_tests::measure::summary;
 
 /// Times `changes` policy changes; prints their percentiles and the Binding writes of each.
 pub async fn latency(stack: &Stack, changes: usize) -> anyhow::Result<()> {

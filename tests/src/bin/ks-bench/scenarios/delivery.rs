@@ -14,7 +14,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::json;
 
 use crate::fixtures::{MANAGER, scenario, unique};
-use crate::measure::summary;
+use ks_tests::measure::summary;
 
 /// Per-object times of the delivery scenario.
 pub struct Delivery {

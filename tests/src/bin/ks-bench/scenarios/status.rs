@@ -17,7 +17,7 @@ use serde_json::json;
 use ks_tests::gauge::{self, resource as gauge_resource};
 
 use crate::fixtures::{MANAGER, apply_namespace, unique};
-use crate::measure::summary;
+use ks_tests::measure::summary;
 
 const DEADLINE: Duration = Duration::from_secs(120);
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ks_tests::stack::{HubOptions, Stack, Tracing};
 
 use super::{delivery, status};
-use crate::measure::summary;
+use ks_tests::measure::summary;
 
 /// Delivery and status latency with our hub's tracing off, then on, `rounds` times; the stack's
 /// hub is restored afterwards.

@@ -14,7 +14,7 @@ use kube::runtime::wait::conditions;
 use serde_json::{Value, json};
 
 use crate::fixtures::{MANAGER, apply_namespace, unique};
-use crate::measure::CpuByProcess;
+use ks_tests::measure::CpuByProcess;
 
 const ITS_APISERVER: &str = "apiserver-its1";
 const DEADLINE: Duration = Duration::from_secs(300);

@@ -1,11 +1,11 @@
-//! What scenarios measure besides their own clocks: latency percentiles, and a process's
+//! What benchmarks and tests measure besides their own clocks: latency percentiles, and a process's
 //! memory and CPU time from /proc.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use ks_tests::stack::Procs;
+use crate::stack::Procs;
 
 /// p50/p90/p99/max of some durations.
 pub fn summary(mut latencies: Vec<Duration>) -> String {
