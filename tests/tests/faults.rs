@@ -43,6 +43,7 @@ ks_tests::stack_main!(
         stack_test!(a_crd_version_added_and_removed_keeps_the_wec_objects, PATH),
         stack_test!(a_rollout_survives_every_process_killed_or_stalled, EVERYONE),
         stack_test!(a_resource_whose_list_fails_holds_nothing_else_back, PATH),
+        stack_test!(a_cache_that_stops_filling_is_said_and_costs_no_wec_object, PATH),
         stack_test!(a_busy_leader_keeps_its_lease_then_hands_over, PATH),
         stack_test!(the_agent_follows_its_reissued_hub_certificate, AGENT_PATH),
         stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
@@ -570,6 +571,71 @@ async fn a_resource_whose_list_fails_holds_nothing_else_back(ctx: Ctx) -> anyhow
     }
     .await;
     tools.kubectl("wds1", &["delete", "--wait=false", "-f", &gadget_file, "-f", &crd_file])?;
+    checked
+}
+
+/// Widgets delivered to both WECs; then the WDS's CRD serves them at a version only a conversion
+/// webhook that does not answer can give, and the hub restarts: its cache of them cannot be
+/// filled. The Binding and the policy say so (only the hub's log did), and the WECs keep every
+/// Widget: nothing is deleted for the sake of a cache.
+async fn a_cache_that_stops_filling_is_said_and_costs_no_wec_object(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "stuckcache")?;
+    let id = ctx.unique_name("stuckcache");
+    let group = format!("{id}.faults.example.com");
+    let crd_v1 = tools.scratch_file("yaml", &widget_crd(&id, &group, &["v1"]))?;
+    install_crd(&tools, &crd_v1, &format!("widgets.{group}"))?;
+    let yaml = workload(&id, 2, |i| {
+        format!(
+            "apiVersion: {group}/v1\nkind: Widget\nmetadata: {{name: w-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}}}\n\
+             spec: {{size: {i}}}\n"
+        )
+    });
+    let file = tools.scratch_file("yaml", &yaml)?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    let widgets = ApiResource {
+        group: group.clone(),
+        version: "v1".into(),
+        api_version: format!("{group}/v1"),
+        kind: "Widget".into(),
+        plural: "widgets".into(),
+    };
+    let losses = delivered(&ctx, &widgets, &id, 2).await?;
+
+    // kube sorts v2 above v1: the hub reads v2, which only the webhook can make.
+    let dead_webhook = widget_crd(&id, &group, &["v1", "v2"]).replace(
+        "  versions:\n",
+        "  conversion:\n    strategy: Webhook\n    webhook: {conversionReviewVersions: [v1], \
+         clientConfig: {url: \"https://127.0.0.1:9/convert\"}}\n  versions:\n",
+    );
+    let crd_dead = tools.scratch_file("yaml", &dead_webhook)?;
+    tools.kubectl("wds1", &["apply", "-f", &crd_dead])?;
+    let checked = async {
+        ctx.stack.restart_hub("wds1", HubOptions::STACK).await?;
+        let wds = ctx.client("wds1").await?;
+        let bindings: Api<ks_shared::api::Binding> = Api::all(wds.clone());
+        let policies: Api<ks_shared::api::BindingPolicy> = Api::all(wds);
+        let on_binding = format!("the WDS cache of {group}/widgets is not filled");
+        let on_policy = format!("the WDS cache of {group}/widgets cannot be filled");
+        wait_for(
+            "the Binding and the policy to say the cache is stuck",
+            DEADLINE,
+            || async {
+                let says = |errors: Option<Vec<String>>, what: &str| {
+                    errors.is_some_and(|e| e.iter().any(|e| e.contains(what) && e.contains("failures in a row")))
+                };
+                let binding = bindings.get_opt(&id).await?.and_then(|b| b.status).map(|s| s.errors);
+                let policy = policies.get_opt(&id).await?.and_then(|p| p.status).map(|s| s.errors);
+                Ok(says(binding, &on_binding) && says(policy, &on_policy))
+            },
+        )
+        .await?;
+        no_losses(&losses, 2)
+    }
+    .await;
+    // Namespaces finish deleting once the CRD's objects can be listed again.
+    tools.kubectl("wds1", &["apply", "-f", &crd_v1])?;
+    tools.kubectl("wds1", &["delete", "--wait=false", "--ignore-not-found", "-f", &file])?;
+    tools.kubectl("wds1", &["delete", "--wait=false", "-f", &crd_v1])?;
     checked
 }
 

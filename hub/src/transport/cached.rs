@@ -18,7 +18,7 @@ use serde_json::Value;
 
 use super::propagation::Landed;
 use super::trace::TraceAnnotations;
-use super::wrap::{Config, Identity, written_in_place};
+use super::wrap::{Config, Identity, Written, written};
 
 /// What the cache keeps of one delivered object.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -78,8 +78,8 @@ pub struct CachedWork {
     pub applied_objects: Box<[Identity]>,
     /// How many of its objects OCM reports applied and available.
     pub landed: Landed,
-    /// The objects whose WEC copies OCM writes in place ([`super::wrap::written_in_place`]).
-    pub in_place: Box<[Identity]>,
+    /// How OCM writes each held object on the WEC (in the order of `held`).
+    pub written: Box<[Written]>,
 }
 
 ks_shared::watched_as!(CachedWork, ManifestWork);
@@ -114,7 +114,7 @@ impl CachedWork {
         status: Option<&ManifestWorkStatus>,
     ) -> CachedWork {
         metadata.managed_fields = None;
-        let in_place = written_in_place(held.iter().map(|h| &h.identity), configs);
+        let written = written(held.iter().map(|h| &h.identity), configs);
         let landed = landed(held.len(), status);
         let generation = metadata.generation;
         let applied = status.is_some_and(|s| s.applied(generation));
@@ -139,7 +139,7 @@ impl CachedWork {
             settled,
             applied_objects,
             landed,
-            in_place,
+            written,
         }
     }
 }

@@ -354,6 +354,17 @@ impl Marked {
 
 /// What the watch of wrapped objects shows, taken into `expectations` and `revisions`, and the
 /// input it is.
+/// Each object `works` hold, with how its wrapped object has the destination write it.
+fn written<'a, P: Plugin>(
+    plugin: &'a P,
+    works: Vec<&'a Arc<P::Cached>>,
+) -> impl Iterator<Item = (&'a wrap::Identity, wrap::Written)> + 'a {
+    works.into_iter().flat_map(move |w| {
+        let held = plugin.held(w).iter().map(|h| &h.identity);
+        held.zip(plugin.written(w).iter().copied())
+    })
+}
+
 fn seen_work<W: Resource>(
     expectations: &std::sync::Mutex<Expectations<W>>,
     revisions: &mut Revisions<WorkKey>,
@@ -536,25 +547,32 @@ impl<P: Plugin> Transport<P> {
         result
     }
 
-    /// By mailbox of `binding`'s WECs, the objects whose copies there some wrapped object, of
-    /// any Binding, has the WEC write in place: a copy made createOnly by one policy and then
-    /// sent by another stays written so (see [`wrap::written_in_place`]).
+    /// By mailbox of `binding`'s WECs, the objects whose copies there the WEC is to go on
+    /// writing in place, from how every wrapped object there writes them ([`wrap::in_place`]).
     fn written_in_place(&self, binding: &Binding) -> BTreeMap<String, BTreeSet<wrap::Identity>> {
+        let name = binding.name_any();
         let mailboxes: BTreeSet<String> = binding
             .spec
             .destinations
             .iter()
             .map(|d| self.plugin.mailbox(&d.cluster_id))
             .collect();
-        let mut in_place: BTreeMap<String, BTreeSet<wrap::Identity>> = BTreeMap::new();
         let in_mailboxes = |w: &P::Cached| w.namespace().is_some_and(|ns| mailboxes.contains(&ns));
+        let mut by_mailbox: BTreeMap<String, Vec<Arc<P::Cached>>> = BTreeMap::new();
         for work in self.works_where(in_mailboxes) {
-            let objects = self.plugin.written_in_place(&work);
-            if let (false, Some(mailbox)) = (objects.is_empty(), work.namespace()) {
-                in_place.entry(mailbox).or_default().extend(objects.iter().cloned());
-            }
+            by_mailbox
+                .entry(work.namespace().unwrap_or_default())
+                .or_default()
+                .push(work);
         }
-        in_place
+        by_mailbox
+            .iter()
+            .map(|(mailbox, works)| {
+                let (own, others): (Vec<_>, Vec<_>) = works.iter().partition(|w| of_binding(&***w, &name));
+                let in_place = wrap::in_place(written(&self.plugin, own), written(&self.plugin, others));
+                (mailbox.clone(), in_place)
+            })
+            .collect()
     }
 
     /// This Binding's wrapped objects, in any mailbox, as a plan starts from them: see

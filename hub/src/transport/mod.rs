@@ -134,7 +134,7 @@ pub trait Plugin: Send + Sync + 'static {
     /// The mailbox namespace of a destination.
     fn mailbox(&self, destination: &str) -> String;
     /// Wraps `deliveries`, in order, into the wrapped object `name` in `mailbox`, where the
-    /// destination wrote `in_place` (see [`Plugin::written_in_place`]).
+    /// destination is to go on writing `in_place` ([`wrap::in_place`]).
     fn wrap(
         &self,
         origin: &wrap::Origin<'_>,
@@ -177,9 +177,9 @@ pub trait Plugin: Send + Sync + 'static {
     fn available(inventory: &Self::Inventory) -> bool;
     /// The objects of a wrapped object the destination reports applied, while the whole is not.
     fn applied_objects<'a>(&self, cached: &'a Self::Cached) -> &'a [wrap::Identity];
-    /// The objects of a wrapped object whose copies the destination writes in place rather than
-    /// by server-side apply, and must go on writing so (OCM: [`wrap::written_in_place`]).
-    fn written_in_place<'a>(&self, cached: &'a Self::Cached) -> &'a [wrap::Identity];
+    /// How the destination writes each object a wrapped object holds (in the order of
+    /// [`Plugin::held`]).
+    fn written<'a>(&self, cached: &'a Self::Cached) -> &'a [wrap::Written];
     /// How many of a wrapped object's objects it holds, and the destination reports applied and
     /// available.
     fn landed(&self, cached: &Self::Cached) -> propagation::Landed;

@@ -147,8 +147,8 @@ pub(super) struct Inputs<'a, P: Plugin> {
     pub current: &'a [Arc<P::Cached>],
     /// What some of `current` hold, read for the objects in error (see [`Desired::unread`]).
     pub last_good: &'a LastGood,
-    /// By mailbox, the objects whose copies there any wrapped object (this Binding's or
-    /// another's) has the destination write in place ([`Plugin::written_in_place`]).
+    /// By mailbox, the objects whose copies there the destination is to go on writing in place
+    /// ([`wrap::in_place`]).
     pub in_place: &'a BTreeMap<String, BTreeSet<wrap::Identity>>,
     /// Goes into the wrapped objects' names and labels.
     pub wds_name: &'a str,

@@ -139,7 +139,7 @@ fn origin_labels_of(labels: Option<&BTreeMap<String, String>>) -> BTreeMap<Strin
 }
 
 /// Wraps deliveries, in order, into the ManifestWork `name` in `mailbox`; `in_place` are the
-/// objects whose copies there OCM wrote in place (see [`written_in_place`]).
+/// objects whose copies there OCM is to go on writing in place (see [`in_place`]).
 pub fn wrap(
     origin: &Origin<'_>,
     mailbox: &str,
@@ -251,37 +251,89 @@ const BUILT_IN_GROUPS: [&str; 21] = [
 /// lists cannot change once created, so nothing an earlier write set merges with a new one).
 const COMPLETED_BY_THE_WEC: [(&str, &str); 2] = [("batch", "Job"), ("", "PersistentVolumeClaim")];
 
-/// Whether an object OCM wrote in place on its WEC stays written so (see [`written_in_place`]).
+/// Whether an object OCM wrote in place on its WEC stays written so (see [`in_place`]).
 fn stays_in_place((group, kind, ..): &Identity) -> bool {
     BUILT_IN_GROUPS.contains(&group.as_str()) && !COMPLETED_BY_THE_WEC.contains(&(group.as_str(), kind.as_str()))
 }
 
-/// A manifest config as far as [`written_in_place`] reads it: group, namespace, name and update
-/// strategy type (none: OCM's default, `Update`).
+/// A manifest config as far as [`written`] reads it: group, namespace, name and update strategy
+/// type (none: OCM's default, `Update`).
 pub type Config<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);
 
-/// Of the objects `held` by a ManifestWork with `configs` (in order), those of Kubernetes' own groups OCM writes in place: named first
-/// by a `CreateOnly` or `Update` option, or by none (an earlier hub's work). A server-side
-/// apply cannot take their fields from the create or update that wrote them (field ownership
-/// is by manager and operation, so OCM's apply and its update are two owners): what the WDS
-/// then removes would stay, and a port or container renamed would be merged beside the old
-/// one. So they stay written in place for as long as their copies last.
-pub fn written_in_place<'a>(held: impl Iterator<Item = &'a Identity>, configs: &[Config<'_>]) -> Box<[Identity]> {
+/// How a ManifestWork has OCM write one of its objects on the WEC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Written {
+    /// Server-side applied.
+    ServerSide,
+    /// Created only, if missing (and then by a plain create).
+    CreateOnly,
+    /// Replaced (OCM's `Update`, a PUT), or created so if missing.
+    InPlace,
+}
+
+/// How a ManifestWork with `configs` (in order) has each object it holds (`held`) written: by
+/// the first option that names it, as OCM takes it, `InPlace` when none does.
+pub fn written<'a>(held: impl Iterator<Item = &'a Identity>, configs: &[Config<'_>]) -> Box<[Written]> {
     let strategy = |(group, _, namespace, name): &Identity| {
-        // OCM takes the first option that matches; the resource is left out (an identity names
-        // a kind), so one option may stand for two kinds' objects: at worst one applied
-        // server-side stays written in place, as before server-side apply.
+        // The resource is left out (an identity names a kind), so one option may stand for two
+        // kinds' objects of one name: at worst one is taken as written in place.
         configs
             .iter()
             .find(|(g, ns, n, _)| g == group && (*n == WILDCARD || n == name) && (*ns == WILDCARD || ns == namespace))
             .and_then(|(.., strategy)| *strategy)
             .unwrap_or(UPDATE_STRATEGY_UPDATE)
     };
-    held.filter(|identity| {
-        BUILT_IN_GROUPS.contains(&identity.0.as_str()) && strategy(identity) != UPDATE_STRATEGY_SERVER_SIDE_APPLY
+    held.map(|identity| match strategy(identity) {
+        UPDATE_STRATEGY_SERVER_SIDE_APPLY => Written::ServerSide,
+        UPDATE_STRATEGY_CREATE_ONLY => Written::CreateOnly,
+        _ => Written::InPlace,
     })
-    .cloned()
     .collect()
+}
+
+/// Of the objects in one mailbox, those whose copies a Binding is to have OCM go on writing in
+/// place, from how its own ManifestWorks there write each (`own`) and how the others' do
+/// (`others`). A copy OCM created in place (for a createOnly policy, or by an earlier hub that
+/// used `Update`) has its fields owned by that create, and a server-side apply cannot take them:
+/// field ownership is by manager and operation, and OCM's apply and its create are two. What the
+/// WDS then removed stayed, and a port or container renamed was merged beside the old one. So:
+/// - what the Binding already has written server-side, or in place, stays so;
+/// - otherwise (new to it, or createOnly there until now) in place if nobody applies it
+///   server-side and someone created it in place: a createOnly option of its own or another's,
+///   or another's in-place write. A copy some ManifestWork applies server-side was created so
+///   (one that came later finds it there and creates nothing).
+pub fn in_place<'a>(
+    own: impl Iterator<Item = (&'a Identity, Written)>,
+    others: impl Iterator<Item = (&'a Identity, Written)>,
+) -> BTreeSet<Identity> {
+    let mut own_written: BTreeMap<&Identity, Written> = BTreeMap::new();
+    for (identity, written) in own {
+        // Held twice (moving between shards): the same object, so the same copy.
+        own_written.entry(identity).or_insert(written);
+    }
+    let (mut server_side, mut created_in_place) = (BTreeSet::new(), BTreeSet::new());
+    for (identity, written) in others {
+        match written {
+            Written::ServerSide => server_side.insert(identity),
+            Written::CreateOnly | Written::InPlace => created_in_place.insert(identity),
+        };
+    }
+    let mut in_place: BTreeSet<Identity> = BTreeSet::new();
+    for (identity, written) in &own_written {
+        let stays = match written {
+            Written::ServerSide => false,
+            Written::InPlace => true,
+            Written::CreateOnly => !server_side.contains(identity),
+        };
+        if stays {
+            in_place.insert((*identity).clone());
+        }
+    }
+    let new_here = created_in_place
+        .into_iter()
+        .filter(|i| !own_written.contains_key(i) && !server_side.contains(i));
+    in_place.extend(new_here.cloned());
+    in_place
 }
 
 /// Every object of `resources` (group, resource) not named before is server-side applied,
@@ -507,8 +559,8 @@ impl super::Plugin for Ocm {
         &work.applied_objects
     }
 
-    fn written_in_place<'a>(&self, work: &'a CachedWork) -> &'a [Identity] {
-        &work.in_place
+    fn written<'a>(&self, work: &'a CachedWork) -> &'a [Written] {
+        &work.written
     }
 
     fn landed(&self, work: &CachedWork) -> super::propagation::Landed {
@@ -777,13 +829,21 @@ mod tests {
         // As an earlier hub wrote it: no options, so OCM's `Update` for all.
         let mut earlier = wrapped(&origin(), "c", "w", &all[..3]);
         earlier.spec.manifest_configs.clear();
-        let in_place: BTreeSet<Identity> = watched(&earlier).in_place.iter().cloned().collect();
+        let held = |work: &ManifestWork| -> Vec<(Identity, Written)> {
+            let cached = watched(work);
+            assert_eq!(
+                CachedWork::of(work).written,
+                cached.written,
+                "read alike from the watch"
+            );
+            let identities = cached.held.iter().map(|h| h.identity.clone());
+            identities.zip(cached.written.iter().copied()).collect()
+        };
+        let earlier_held = held(&earlier);
+        let own = earlier_held.iter().map(|(i, w)| (i, *w));
+        let in_place = super::in_place(own, std::iter::empty());
         let names: Vec<&str> = in_place.iter().map(|(.., name)| name.as_str()).collect();
-        assert_eq!(
-            names,
-            ["cm", "job"],
-            "Kubernetes' own kinds (custom resources are always written in place)"
-        );
+        assert_eq!(names, ["cm", "job", "w"]);
 
         let now = wrap(&origin(), "c", "w", &all, &in_place);
         let expected = [
@@ -793,17 +853,44 @@ mod tests {
             ("*jobs", "ServerSideApply"),
         ];
         let expected: Vec<(String, String)> = expected.iter().map(|(n, s)| (n.to_string(), s.to_string())).collect();
-        assert_eq!(strategies(&now), expected);
-        // Read back, the ConfigMap stays written in place; the Job is applied server-side now.
-        let names: Vec<String> = watched(&now).in_place.iter().map(|(.., name)| name.clone()).collect();
-        assert_eq!(names, ["cm"]);
-        assert_eq!(CachedWork::of(&now).in_place, watched(&now).in_place);
+        assert_eq!(
+            strategies(&now),
+            expected,
+            "Jobs are applied server-side; custom resources never"
+        );
+        // Read back, the ConfigMap stays written in place.
+        let now_held = held(&now);
+        let again = super::in_place(now_held.iter().map(|(i, w)| (i, *w)), std::iter::empty());
+        let names: Vec<&str> = again.iter().map(|(.., name)| name.as_str()).collect();
+        assert_eq!(names, ["cm", "w"]);
+    }
 
-        // A copy created for a createOnly policy was written in place too.
-        let create_only = Delivery::new(object("v1", "ConfigMap", "cm"), "configmaps", true);
-        let first = wrapped(&origin(), "c", "w", &[&create_only]);
-        assert_eq!(watched(&first).in_place.len(), 1);
-        assert!(watched(&wrapped(&origin(), "c", "w", &all)).in_place.is_empty());
+    #[test]
+    fn a_copy_is_written_in_place_when_it_was_created_so() {
+        let id = |name: &str| {
+            (
+                "".to_string(),
+                "ConfigMap".to_string(),
+                "n".to_string(),
+                name.to_string(),
+            )
+        };
+        let (a, b, c, d) = (id("a"), id("b"), id("c"), id("d"));
+        use Written::*;
+        // Another policy created `a` createOnly, and writes `b` in place; `c` is applied
+        // server-side elsewhere, though another holds it createOnly too.
+        let others = [(&a, CreateOnly), (&b, InPlace), (&c, ServerSide), (&c, CreateOnly)];
+        let in_place = super::in_place(std::iter::empty(), others.into_iter());
+        assert_eq!(in_place, BTreeSet::from([a.clone(), b.clone()]));
+        // What this Binding already writes stays as it is, whatever others do...
+        let own = [(&a, ServerSide), (&b, InPlace), (&d, ServerSide)];
+        let in_place = super::in_place(own.into_iter(), others.into_iter());
+        assert_eq!(in_place, BTreeSet::from([b.clone()]));
+        // ...and what it held createOnly itself is written in place, unless someone applies it
+        // server-side (then it was created so).
+        let own = [(&a, CreateOnly), (&c, CreateOnly), (&d, CreateOnly)];
+        let in_place = super::in_place(own.into_iter(), others.into_iter());
+        assert_eq!(in_place, BTreeSet::from([a, b, d]));
     }
 
     #[test]

@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use ks_shared::api::BindingPolicy;
+use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, StackTest, apply, wait_until};
 use ks_tests::stack_test;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
@@ -25,6 +26,7 @@ pub fn tests() -> Vec<StackTest> {
         stack_test!(removed_metadata_goes_and_the_wecs_own_stays, COMPONENTS),
         stack_test!(a_jobs_update_reaches_the_wec, COMPONENTS),
         stack_test!(a_new_port_replaces_the_one_created_create_only, COMPONENTS),
+        stack_test!(a_create_only_policy_beside_leaves_removal_as_it_was, COMPONENTS),
     ]
 }
 
@@ -191,5 +193,37 @@ async fn a_new_port_replaces_the_one_created_create_only(ctx: Ctx) -> anyhow::Re
         "cluster1's copy has the ports {:?}",
         ports(&copy)
     );
+    withdraw(&wds, &ns).await
+}
+
+/// A ConfigMap applied server-side on cluster1 for one policy; a second policy sends it
+/// createOnly too (it creates nothing: the copy is there). A label the WDS then removes must go
+/// from the copy: the copy was created server-side, so it stays applied so (taking the second
+/// policy's createOnly option for a create in place wrote it in place from then on, and kept
+/// the label; found by the generated test, seed 1947195147).
+async fn a_create_only_policy_beside_leaves_removal_as_it_was(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let (ns, selector) = sent_namespace(&ctx).await?;
+    let config_map = |labels: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "cm", "labels": merged(&selector, labels)}, "data": {"k": "v"}})
+    };
+    let in_wds: Api<ConfigMap> = Api::namespaced(wds.clone(), &ns);
+    apply(&in_wds, config_map(json!({"drop": "d"}))).await?;
+    let on_wec: Api<ConfigMap> = Api::namespaced(ctx.client("cluster1").await?, &ns);
+    let labelled = |c: Option<&ConfigMap>| c.is_some_and(|c| has(c.meta().labels.as_ref(), "drop"));
+    wait_until(on_wec.clone(), "cm", "delivered", DEADLINE, labelled).await?;
+    let beside = ctx.unique_name("beside");
+    send(&ctx, &beside, &selector, true).await?;
+    let works: Api<ManifestWork> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    let holding = |w: Option<&ManifestWork>| w.is_some();
+    wait_until(works, &format!("{beside}.wds1.0"), "written", DEADLINE, holding).await?;
+
+    apply(&in_wds, config_map(json!({}))).await?;
+    let removed = |c: Option<&ConfigMap>| c.is_some_and(|c| !has(c.meta().labels.as_ref(), "drop"));
+    wait_until(on_wec, "cm", "without the label the WDS removed", DEADLINE, removed).await?;
+    Api::<BindingPolicy>::all(wds.clone())
+        .delete(&beside, &DeleteParams::default())
+        .await?;
     withdraw(&wds, &ns).await
 }
