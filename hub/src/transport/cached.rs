@@ -101,7 +101,13 @@ impl CachedWork {
             .map(|c| {
                 let r = &c.resource_identifier;
                 let strategy = c.update_strategy.as_ref().map(|s| s.type_.as_str());
-                (r.group.as_str(), r.namespace.as_str(), r.name.as_str(), strategy)
+                Config {
+                    group: &r.group,
+                    resource: &r.resource,
+                    namespace: &r.namespace,
+                    name: &r.name,
+                    strategy,
+                }
             })
             .collect();
         CachedWork::from_parts(work.metadata.clone(), held, &configs, work.status.as_ref())
@@ -201,6 +207,8 @@ struct WatchedIdentifier {
     #[serde(default)]
     group: Value,
     #[serde(default)]
+    resource: Value,
+    #[serde(default)]
     namespace: Value,
     #[serde(default)]
     name: Value,
@@ -266,7 +274,13 @@ impl From<Watched> for CachedWork {
             .map(|c| {
                 let r = &c.resource_identifier;
                 let strategy = c.update_strategy.as_ref().map(|s| str_of(&s.type_));
-                (str_of(&r.group), str_of(&r.namespace), str_of(&r.name), strategy)
+                Config {
+                    group: str_of(&r.group),
+                    resource: str_of(&r.resource),
+                    namespace: str_of(&r.namespace),
+                    name: str_of(&r.name),
+                    strategy,
+                }
             })
             .collect();
         CachedWork::from_parts(watched.metadata, held, &configs, watched.status.as_ref())

@@ -256,9 +256,36 @@ fn stays_in_place((group, kind, ..): &Identity) -> bool {
     BUILT_IN_GROUPS.contains(&group.as_str()) && !COMPLETED_BY_THE_WEC.contains(&(group.as_str(), kind.as_str()))
 }
 
-/// A manifest config as far as [`written`] reads it: group, namespace, name and update strategy
-/// type (none: OCM's default, `Update`).
-pub type Config<'a> = (&'a str, &'a str, &'a str, Option<&'a str>);
+/// A manifest config as far as [`written`] reads it.
+pub struct Config<'a> {
+    pub group: &'a str,
+    pub resource: &'a str,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    /// The update strategy type (none: OCM's default, `Update`).
+    pub strategy: Option<&'a str>,
+}
+
+impl Config<'_> {
+    /// Whether OCM takes this option for `identity`'s object. An identity names a kind, an option
+    /// a resource: a named option is taken for the kind whose plural it can be, as Kubernetes
+    /// makes them (a ConfigMap and a Secret often share a name).
+    fn names(&self, (group, kind, namespace, name): &Identity) -> bool {
+        let resource_fits = || {
+            let kind = kind.to_lowercase();
+            let resource = self.resource;
+            resource == kind
+                || resource.strip_suffix('s').is_some_and(|r| r == kind)
+                || resource.strip_suffix("es").is_some_and(|r| r == kind)
+                || resource
+                    .strip_suffix("ies")
+                    .is_some_and(|r| kind.strip_suffix('y') == Some(r))
+        };
+        self.group == group
+            && (self.namespace == WILDCARD || self.namespace == namespace)
+            && (self.name == WILDCARD || (self.name == name && resource_fits()))
+    }
+}
 
 /// How a ManifestWork has OCM write one of its objects on the WEC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -274,13 +301,11 @@ pub enum Written {
 /// How a ManifestWork with `configs` (in order) has each object it holds (`held`) written: by
 /// the first option that names it, as OCM takes it, `InPlace` when none does.
 pub fn written<'a>(held: impl Iterator<Item = &'a Identity>, configs: &[Config<'_>]) -> Box<[Written]> {
-    let strategy = |(group, _, namespace, name): &Identity| {
-        // The resource is left out (an identity names a kind), so one option may stand for two
-        // kinds' objects of one name: at worst one is taken as written in place.
+    let strategy = |identity: &Identity| {
         configs
             .iter()
-            .find(|(g, ns, n, _)| g == group && (*n == WILDCARD || n == name) && (*ns == WILDCARD || ns == namespace))
-            .and_then(|(.., strategy)| *strategy)
+            .find(|c| c.names(identity))
+            .and_then(|c| c.strategy)
             .unwrap_or(UPDATE_STRATEGY_UPDATE)
     };
     held.map(|identity| match strategy(identity) {
@@ -863,6 +888,33 @@ mod tests {
         let again = super::in_place(now_held.iter().map(|(i, w)| (i, *w)), std::iter::empty());
         let names: Vec<&str> = again.iter().map(|(.., name)| name.as_str()).collect();
         assert_eq!(names, ["cm", "w"]);
+    }
+
+    #[test]
+    fn an_option_naming_a_secret_is_not_taken_for_a_configmap_of_its_name() {
+        let object = |kind: &str, name: &str| json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name, "namespace": "n"}});
+        let secret = Delivery::new(object("Secret", "o1"), "secrets", false);
+        let config_map = Delivery::new(object("ConfigMap", "o1"), "configmaps", false);
+        let endpoints = Delivery::new(object("Endpoints", "o1"), "endpoints", false);
+        let secret_identity = identity(secret.manifest());
+        let endpoints_identity = identity(endpoints.manifest());
+        let in_place = BTreeSet::from([secret_identity, endpoints_identity]);
+        let work = wrap(&origin(), "c", "w", &[&secret, &config_map, &endpoints], &in_place);
+        let cached = watched(&work);
+        let kinds: Vec<(&str, Written)> = cached
+            .held
+            .iter()
+            .map(|h| h.identity.1.as_str())
+            .zip(cached.written.iter().copied())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("Secret", Written::InPlace),
+                ("ConfigMap", Written::ServerSide),
+                ("Endpoints", Written::InPlace)
+            ]
+        );
     }
 
     #[test]

@@ -45,9 +45,10 @@ pub struct History {
     /// aside; failed renderings left out).
     seen: BTreeMap<OnWecKey, Vec<Projection>>,
     incarnations: BTreeMap<Key, u64>,
-    /// The copies (by UID) that were create-only at some convergence, so perhaps created by
-    /// OCM's createOnly create: OCM goes on writing them in place (its `Update`), which keeps
-    /// the labels and annotations the WDS then removes (see `leniently`).
+    /// The copies (by UID) that were create-only at some convergence, or new at one where some
+    /// policy sent them createOnly, so perhaps created by OCM's createOnly create: OCM goes on
+    /// writing them in place (its `Update`), which keeps the labels and annotations the WDS
+    /// then removes (see `leniently`).
     created_create_only: BTreeMap<OnWecKey, String>,
     /// WDS objects deleted and created again since then.
     reincarnated: BTreeSet<Key>,
@@ -88,6 +89,7 @@ impl History {
     /// Records the converged state as what the next must carry over.
     pub fn converged(&mut self, expected: &Expected, observed: &Observed) {
         let mut created_create_only = std::mem::take(&mut self.created_create_only);
+        let previous_uids = std::mem::take(&mut self.uids);
         *self = History::default();
         for (wec, objects) in &expected.wecs {
             for (key, object) in objects {
@@ -96,8 +98,9 @@ impl History {
                     continue;
                 };
                 let found_uid = uid(found).to_string();
+                let new_copy = previous_uids.get(&at) != Some(&found_uid);
                 match created_create_only.remove(&at) {
-                    _ if object.content == Content::CreateOnly => {
+                    _ if object.content == Content::CreateOnly || (new_copy && object.create_only_sender) => {
                         self.created_create_only.insert(at.clone(), found_uid.clone());
                     }
                     Some(was) if was == found_uid => {
@@ -235,7 +238,11 @@ fn wecs(expected: &Expected, observed: &Observed, history: &History, out: &mut V
                 continue;
             };
             let projection = Projection::of(key.kind, found, Side::Wec);
-            let created_create_only = history.created_create_only.get(&at).is_some_and(|u| u == uid(found));
+            // Perhaps created createOnly: so at an earlier convergence, or new now while some
+            // policy sends it createOnly.
+            let new_copy = history.uids.get(&at).is_none_or(|u| u != uid(found));
+            let created_create_only = history.created_create_only.get(&at).is_some_and(|u| u == uid(found))
+                || (new_copy && object.create_only_sender);
             let as_compared = |found: &Projection, expected: &Projection| {
                 if created_create_only || key.kind == Kind::Widget {
                     leniently(found.clone(), expected)
@@ -451,6 +458,7 @@ mod tests {
                 content,
                 reported: false,
                 holders: BTreeSet::from([policy.to_string()]),
+                create_only_sender: false,
             };
             on_c1.insert(key(), on_wec);
         }
@@ -565,6 +573,7 @@ mod tests {
                 content,
                 reported: false,
                 holders: BTreeSet::from(["p".to_string()]),
+                create_only_sender: content == Content::CreateOnly,
             };
             expected.wecs.insert("c1".into(), BTreeMap::from([(key(), on_wec)]));
             expected
@@ -581,6 +590,20 @@ mod tests {
         assert!(
             found(&current, &observed, &history).is_empty(),
             "kept across convergences"
+        );
+        // New at a convergence where one policy sent it createOnly and another did not.
+        let mut history = History::default();
+        let mut both = on_c1(Content::Current, json!({"a": "b", "tier": "b"}));
+        both.wecs
+            .get_mut("c1")
+            .unwrap()
+            .get_mut(&key())
+            .unwrap()
+            .create_only_sender = true;
+        history.converged(&both, &observed);
+        assert!(
+            found(&current, &observed, &history).is_empty(),
+            "perhaps created createOnly"
         );
     }
 

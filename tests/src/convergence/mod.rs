@@ -10,7 +10,9 @@
 //!
 //! Settings (environment): `KS_CONVERGENCE_SECONDS` (how long to generate, default 150),
 //! `KS_CONVERGENCE_SEED` (default: from the clock, printed), `KS_CONVERGENCE_OPS` (run these
-//! batches instead of generating), `KS_CONVERGENCE_SHRINK_REPLAYS` (default 20).
+//! batches instead of generating), `KS_CONVERGENCE_SHRINK_REPLAYS` (default 20),
+//! `KS_CONVERGENCE_KEEP_FAILED` (set: a failed episode is left on the stack to look at, not
+//! cleaned up; with `KS_CONVERGENCE_SHRINK_REPLAYS=0`).
 
 pub mod check;
 pub mod drive;
@@ -323,6 +325,14 @@ impl<'a> Run<'a> {
                 });
                 break;
             }
+        }
+        if failure.is_some() && env("KS_CONVERGENCE_KEEP_FAILED").is_some() {
+            eprintln!(
+                "convergence: {} left as it failed (KS_CONVERGENCE_KEEP_FAILED): its objects, policies and \
+                 ManifestWorks are named {}-…",
+                names.episode, names.episode
+            );
+            return Ok((done, failure));
         }
         let cleaned = episode.clean_up().await?;
         if failure.is_none() && !cleaned.is_empty() {

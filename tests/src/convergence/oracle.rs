@@ -152,6 +152,9 @@ pub struct OnWec {
     pub reported: bool,
     /// What sends it there: the policies, or `foreign <name>`.
     pub holders: BTreeSet<String>,
+    /// Some policy sends it there createOnly (others may not): a copy made now may have been
+    /// created by that policy's create, whichever ManifestWork OCM applied first.
+    pub create_only_sender: bool,
 }
 
 /// What the stack must show once it has converged.
@@ -655,6 +658,7 @@ impl Model {
                     content,
                     reported: true,
                     holders: sending.iter().map(|(name, _, _)| (*name).clone()).collect(),
+                    create_only_sender: sending.iter().any(|(_, m, _)| m.create_only),
                 };
                 expected
                     .wecs
@@ -693,6 +697,7 @@ impl Model {
                     content: Content::Current,
                     reported: false,
                     holders: BTreeSet::from([format!("foreign {name}")]),
+                    create_only_sender: false,
                 };
                 expected.wecs.get_mut(&mailbox).expect("every WEC").insert(key, on_wec);
             }
