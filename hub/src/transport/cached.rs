@@ -248,6 +248,9 @@ struct WatchedManifestMeta {
     annotations: BTreeMap<String, Value>,
 }
 
+/// A manifest config's field as text; one that is missing or not text reads as `""`, which names
+/// no object (so the object reads as written in place, OCM's default: at worst it is replaced
+/// rather than server-side applied, never emptied).
 fn str_of(value: &Value) -> &str {
     value.as_str().unwrap_or_default()
 }

@@ -561,6 +561,7 @@ impl<P: Plugin> Transport<P> {
         let mut by_mailbox: BTreeMap<String, Vec<Arc<P::Cached>>> = BTreeMap::new();
         for work in self.works_where(in_mailboxes) {
             by_mailbox
+                // Every wrapped object is namespaced (its mailbox), and picked by it above.
                 .entry(work.namespace().unwrap_or_default())
                 .or_default()
                 .push(work);
@@ -694,7 +695,9 @@ impl<P: Plugin> Transport<P> {
         let mut errors = status.errors.clone();
         errors.push(error);
         errors.sort();
-        // The generation observed stays as it was: this one is not planned.
+        // The generation observed stays as it was: this one is not planned. Through the status
+        // subresource, which answers 404 for a Binding that is gone: it cannot make one again,
+        // and it names only this manager's two fields, so the status controller's stay.
         let patch = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "Binding",
                            "status": {"observedGeneration": status.observed_generation, "errors": errors}});
         apply_status(api, &binding.name_any(), &patch).await?;

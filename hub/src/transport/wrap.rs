@@ -306,6 +306,7 @@ pub fn written<'a>(held: impl Iterator<Item = &'a Identity>, configs: &[Config<'
             .iter()
             .find(|c| c.names(identity))
             .and_then(|c| c.strategy)
+            // No option, or one without a strategy: OCM's own default.
             .unwrap_or(UPDATE_STRATEGY_UPDATE)
     };
     held.map(|identity| match strategy(identity) {
@@ -883,6 +884,14 @@ mod tests {
             expected,
             "Jobs are applied server-side; custom resources never"
         );
+        // An option the watch cannot read (no strategy, a number for a name) names nothing or
+        // means OCM's default: the object reads as written in place, never dropped.
+        let mut odd = serde_json::to_value(&now).unwrap();
+        odd["spec"]["manifestConfigs"] = json!([{"resourceIdentifier": {"group": "", "resource": "configmaps", "name": 7}},
+                                               {"resourceIdentifier": {"group": "", "resource": "configmaps", "name": "cm", "namespace": "n"}}]);
+        let odd: CachedWork = serde_json::from_value(odd).unwrap();
+        assert_eq!(odd.written[0], Written::InPlace);
+        assert_eq!(odd.held.len(), 4);
         // Read back, the ConfigMap stays written in place.
         let now_held = held(&now);
         let again = super::in_place(now_held.iter().map(|(i, w)| (i, *w)), std::iter::empty());
