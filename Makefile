@@ -35,8 +35,8 @@ test: ## Everything: unit, property, CRD and upstream-compatibility tests, binar
 # Seconds each fuzz target runs for in `make fuzz` (`make test` runs each for 2).
 FUZZ_SECONDS ?= 60
 
-fuzz: ## Fuzz the template engine, JSONPath subset, label selectors and CEL compilation (FUZZ_SECONDS each)
-	FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release -p ks-hub --test fuzz -- --nocapture --test-threads 1
+fuzz: ## Fuzz the template engine, JSONPath subset, label selectors, CEL compilation and its cost estimate (FUZZ_SECONDS each)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release -p ks-hub --test fuzz --test cel_estimate -- --nocapture --test-threads 1
 
 crds: ## Regenerate config/crds/ from the Rust API types
 	KS_UPDATE_CRDS=1 $(CARGO) test -p ks-shared --test crd_drift committed_crds_match_the_types

@@ -49,6 +49,7 @@ ks_tests::stack_main!(
         stack_test!(a_policy_replaced_by_another_keeps_the_wec_objects, PATH),
         stack_test!(a_deeply_nested_object_is_an_error_not_an_outage, PATH),
         stack_test!(a_policys_templates_cannot_take_the_hub_down, PATH),
+        stack_test!(a_collectors_expression_cannot_take_the_hub_down, PATH),
         stack_test!(a_full_mailbox_holds_back_only_its_wecs_status, AGENT_PATH),
         stack_test!(the_hub_controllers_run_in_separate_processes, AGENT_PATH),
     ]
@@ -980,23 +981,30 @@ async fn a_deeply_nested_object_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::R
     })
     .await?;
 
-    let other = format!("{id}-other");
-    let yaml = workload(&other, 1, |i| config_map(&other, i, ""));
-    let other_file = tools.scratch_file("yaml", &yaml)?;
-    tools.kubectl("wds1", &["apply", "-f", &other_file])?;
-    delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &other, 1).await?;
-
-    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &other_file])?;
-    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
+    another_policy_delivers(&ctx, &tools, &id, &file).await?;
     tools.kubectl("wds1", &["delete", "-f", &crd])?;
     Ok(())
 }
 
-/// A policy whose templates are small and legal but print about 80 MB for its two WECs (each
-/// ConfigMap 400 kB from 1.5 kB, under what one ManifestWork may hold): the hub expands them only
-/// up to its growth bounds and says so on the Binding, and another policy delivers meanwhile. The
-/// hub's resident memory, before and at its peak, is printed.
-async fn a_policys_templates_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Result<()> {
+/// Another policy delivers: test `id`'s other workload, one ConfigMap, reaches both WECs. Then
+/// that workload and the one of `file` are deleted.
+async fn another_policy_delivers(ctx: &Ctx, tools: &Tools, id: &str, file: &str) -> anyhow::Result<()> {
+    let other = format!("{id}-other");
+    let other_file = tools.scratch_file("yaml", &workload(&other, 1, |i| config_map(&other, i, "")))?;
+    tools.kubectl("wds1", &["apply", "-f", &other_file])?;
+    delivered(ctx, &ApiResource::erase::<ConfigMap>(&()), &other, 1).await?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &other_file])?;
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", file])?;
+    Ok(())
+}
+
+/// Runs `hostile` while following hub-wds1's resident memory, then prints it before and at its
+/// peak `during` what `hostile` did.
+async fn watching_hub_memory<T>(
+    ctx: &Ctx,
+    during: &str,
+    hostile: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
     let hub = ctx
         .stack
         .procs
@@ -1004,6 +1012,17 @@ async fn a_policys_templates_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Resul
         .context("hub-wds1 is not running")?;
     let before = rss_kib(hub) as f64 / 1024.0;
     let usage = Usage::start(vec![hub]);
+    let outcome = hostile.await;
+    let (peak, _) = usage.read();
+    eprintln!("hub-wds1 resident memory: {before:.0} MiB before, at most {peak:.0} MiB {during}");
+    outcome
+}
+
+/// A policy whose templates are small and legal but print about 80 MB for its two WECs (each
+/// ConfigMap 400 kB from 1.5 kB, under what one ManifestWork may hold): the hub expands them only
+/// up to its growth bounds and says so on the Binding, and another policy delivers meanwhile. The
+/// hub's resident memory, before and at its peak, is printed.
+async fn a_policys_templates_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "growth")?;
     let id = ctx.unique_name("growth");
     let printed = r#"{{printf \"%10000s\" .clusterName}}"#.repeat(40);
@@ -1014,28 +1033,69 @@ async fn a_policys_templates_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Resul
         )
     };
     let file = tools.scratch_file("yaml", &workload(&id, 100, templated))?;
-    tools.kubectl("wds1", &["apply", "-f", &file])?;
     let bindings: Api<ks_shared::api::Binding> = Api::all(ctx.client("wds1").await?);
-    let reported = wait_for("the Binding to report its templates' growth", DEADLINE, || async {
-        let status = bindings.get_opt(&id).await?.and_then(|b| b.status);
-        let errors = status.map(|s| s.errors).unwrap_or_default();
-        Ok(errors
-            .iter()
-            .any(|e| e.contains("not expanded: the Binding's templates add more than 4 MiB for this WEC")))
-    })
-    .await;
-    let (peak, _) = usage.read();
-    eprintln!("hub-wds1 resident memory: {before:.0} MiB before, at most {peak:.0} MiB while the templates expanded");
-    reported?;
+    let applied_and_reported = async {
+        tools.kubectl("wds1", &["apply", "-f", &file])?;
+        wait_for("the Binding to report its templates' growth", DEADLINE, || async {
+            let status = bindings.get_opt(&id).await?.and_then(|b| b.status);
+            let errors = status.map(|s| s.errors).unwrap_or_default();
+            Ok(errors
+                .iter()
+                .any(|e| e.contains("not expanded: the Binding's templates add more than 4 MiB for this WEC")))
+        })
+        .await
+    };
+    watching_hub_memory(&ctx, "while the templates expanded", applied_and_reported).await?;
+    another_policy_delivers(&ctx, &tools, &id, &file).await
+}
 
-    let other = format!("{id}-other");
-    let other_file = tools.scratch_file("yaml", &workload(&other, 1, |i| config_map(&other, i, "")))?;
-    tools.kubectl("wds1", &["apply", "-f", &other_file])?;
-    delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &other, 1).await?;
-
-    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &other_file])?;
-    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &file])?;
-    Ok(())
+/// Defect: the cost estimate of a StatusCollector's CEL counted comprehension ranges only from
+/// the object and the reports, never literal lists, and never the bytes built. Two nested `map`s
+/// over literal lists of 150, each cell a 20 kB annotation plus a character, took the hub from
+/// about 55 MiB to 1,129 MiB, past its chart's 1 GiB limit. The evaluation is now refused before
+/// it runs, the error is on the StatusCollector, and other policies keep delivering.
+async fn a_collectors_expression_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "cel")?;
+    let id = ctx.unique_name("cel");
+    let list = format!("[{}]", vec!["1"; 150].join(","));
+    let cells = format!("{list}.map(a, {list}.map(b, obj.metadata.annotations.big + 'x')).size()");
+    let big = "a".repeat(20_000);
+    let object = |i: usize| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm-{i}, namespace: {id}, labels: {{fault: \"{id}\"}}, \
+             annotations: {{big: \"{big}\"}}}}\n"
+        )
+    };
+    let collector = format!(
+        "---\napiVersion: control.kubestellar.io/v1alpha1\nkind: StatusCollector\nmetadata: {{name: {id}}}\n\
+         spec: {{limit: 10, select: [{{name: cells, def: \"{cells}\"}}]}}\n"
+    );
+    let policy = format!(
+        "---\napiVersion: control.kubestellar.io/v1alpha1\nkind: BindingPolicy\nmetadata: {{name: {id}}}\n\
+         spec:\n  clusterSelectors: [{{matchLabels: {{location-group: edge}}}}]\n\
+         \x20 downsync: [{{objectSelectors: [{{matchLabels: {{fault: \"{id}\"}}}}], statusCollectors: [{id}]}}]\n"
+    );
+    let namespace = format!("apiVersion: v1\nkind: Namespace\nmetadata: {{name: {id}, labels: {{fault: \"{id}\"}}}}\n");
+    let file = tools.scratch_file("yaml", &format!("{namespace}---\n{}{collector}{policy}", object(0)))?;
+    let collectors: Api<ks_shared::api::StatusCollector> = Api::all(ctx.client("wds1").await?);
+    let applied_and_reported = async {
+        tools.kubectl("wds1", &["apply", "-f", &file])?;
+        wait_for(
+            "the StatusCollector to report the refused evaluation",
+            DEADLINE,
+            || async {
+                let status = collectors.get_opt(&id).await?.and_then(|c| c.status);
+                let errors = status.map(|s| s.errors).unwrap_or_default();
+                Ok(errors.iter().any(|e| {
+                    e.contains("evaluation could build up to")
+                        && e.ends_with("more than the 67108864 left of the 67108864 one object's evaluations may build")
+                }))
+            },
+        )
+        .await
+    };
+    watching_hub_memory(&ctx, "while the collector ran", applied_and_reported).await?;
+    another_policy_delivers(&ctx, &tools, &id, &file).await
 }
 
 /// One WEC cannot fill the ITS: the add-on's quota in its mailbox refuses WorkStatuses beyond the

@@ -14,7 +14,8 @@ use serde_json::Value as Json;
 
 use super::cells::{null_cell, number_cell, to_cell};
 use super::compile::{Collector, Column, Combined, Form, Op};
-use super::expression::{Budget, ENV, Expression, MAX_EVALUATION_COST, to_cel, widest};
+use super::estimate::{Scope, Shape};
+use super::expression::{Budget, ENV, Expression, to_cel};
 
 /// What one WEC reported on the workload object.
 #[derive(Clone, Copy, Debug, Default)]
@@ -36,7 +37,7 @@ pub struct WecReport<'a> {
 /// - `returned`: `{status}`, `null` when nothing was reported;
 /// - `propagation`: `{lastReturnedUpdateTimestamp, lastGeneration, lastGenerationIsApplied,
 ///   lastCurrencyUpdateTime}`, times being the zero time (year 1) before the first update.
-fn row_variables(report: &WecReport) -> [(&'static str, Cel); 3] {
+fn row_variables(report: &WecReport) -> [(&'static str, Cel, Shape); 3] {
     let details = report.details;
     let propagation = HashMap::from([
         ("lastReturnedUpdateTimestamp", timestamp(report.last_returned_update)),
@@ -50,12 +51,18 @@ fn row_variables(report: &WecReport) -> [(&'static str, Cel); 3] {
             timestamp(details.map(|d| &d.last_currency_update_time)),
         ),
     ]);
+    let propagation_shape = Shape::record(&propagation.keys().map(|k| (*k, Shape::SCALAR)).collect::<Vec<_>>());
     let returned = HashMap::from([("status", report.status.map_or(Cel::Null, to_cel))]);
+    let status_shape = report.status.map_or(Shape::SCALAR, Shape::of);
     let inventory = HashMap::from([("name", Cel::from(report.wec.to_string()))]);
     [
-        ("inventory", inventory.into()),
-        ("returned", returned.into()),
-        ("propagation", propagation.into()),
+        (
+            "inventory",
+            inventory.into(),
+            Shape::record(&[("name", Shape::text(report.wec.len()))]),
+        ),
+        ("returned", returned.into(), Shape::record(&[("status", status_shape)])),
+        ("propagation", propagation.into(), propagation_shape),
     ]
 }
 
@@ -79,53 +86,84 @@ pub fn combine(collectors: &[&Collector], object: &Json, reports: &[WecReport]) 
     reports.sort_by(|a, b| a.wec.cmp(b.wec));
     reports.dedup_by(|a, b| a.wec == b.wec);
 
-    let mut root = Context::with_env(ENV.clone());
-    root.add_variable_from_value("obj", object_without_status(object));
-    let object_widest = widest(object);
-    let left = Budget::new(MAX_EVALUATION_COST);
+    let (root, object_shape) = root(object);
+    let left = Budget::per_object();
     let rows: Vec<Row> = reports
         .iter()
-        .map(|report| {
-            let mut scope = root.new_inner_scope();
-            for (name, value) in row_variables(report) {
-                scope.add_variable_from_value(name, value);
-            }
-            let widest = object_widest.max(report.status.map_or(0, widest));
-            Row {
-                wec: report.wec,
-                scope,
-                widest,
-                left: &left,
-            }
-        })
+        .map(|r| Row::new(&root, &object_shape, r, &left))
         .collect();
     collectors.iter().map(|c| c.evaluate(&rows)).collect()
 }
 
-fn object_without_status(object: &Json) -> Cel {
-    match object {
-        Json::Object(map) => {
-            let mut map = map.clone();
-            map.remove("status");
-            to_cel(&Json::Object(map))
-        }
-        other => to_cel(other),
-    }
+/// For the fuzz target that holds the estimate to what evaluations allocate: compiles
+/// `expression` and prepares it as a cell of one WEC's row (`obj` being `object`, and
+/// `returned.status` being `status`), then gives `measure` the most bytes it is estimated to
+/// hold at once (what it builds and what it holds for a moment) and a function that evaluates it
+/// as `combine` does.
+#[doc(hidden)]
+pub fn probe<T>(
+    expression: &str,
+    object: &Json,
+    status: &Json,
+    measure: impl FnOnce(u64, &dyn Fn() -> Result<(), String>) -> T,
+) -> Result<T, String> {
+    let expression = super::expression::compile(expression)?;
+    let (root, object_shape) = root(object);
+    let report = WecReport {
+        wec: "wec1",
+        status: Some(status),
+        ..Default::default()
+    };
+    let left = Budget::per_object();
+    let row = Row::new(&root, &object_shape, &report, &left);
+    let estimate = expression.estimate(&row.shapes);
+    let estimated = estimate.built.saturating_add(estimate.transient);
+    Ok(measure(estimated, &|| row.run(&expression).map(drop)))
 }
 
-/// One WEC's row: its name, the CEL scope holding its variables, and the longest list or map
-/// in them.
+/// The scope every row shares: `obj`, the object without its status, and its bound.
+fn root(object: &Json) -> (Context<'static, 'static>, Shape) {
+    let object = object_without_status(object);
+    let mut root = Context::with_env(ENV.clone());
+    root.add_variable_from_value("obj", to_cel(&object));
+    (root, Shape::of(&object))
+}
+
+fn object_without_status(object: &Json) -> Json {
+    let mut object = object.clone();
+    if let Json::Object(map) = &mut object {
+        map.remove("status");
+    }
+    object
+}
+
+/// One WEC's row: its name, the CEL scope holding its variables, and their bounds.
 struct Row<'c> {
     wec: &'c str,
     scope: Context<'c, 'c>,
-    widest: usize,
+    shapes: Scope<'static>,
     /// What is left of the object's evaluation budget, shared by its rows.
     left: &'c Budget,
 }
 
-impl Row<'_> {
+impl<'c> Row<'c> {
+    fn new(root: &'c Context<'c, 'c>, object: &Shape, report: &WecReport<'c>, left: &'c Budget) -> Row<'c> {
+        let mut scope = root.new_inner_scope();
+        let mut shapes = vec![("obj", object.clone())];
+        for (name, value, shape) in row_variables(report) {
+            scope.add_variable_from_value(name, value);
+            shapes.push((name, shape));
+        }
+        Row {
+            wec: report.wec,
+            scope,
+            shapes,
+            left,
+        }
+    }
+
     fn run(&self, expression: &Expression) -> Result<Cel, String> {
-        expression.run(&self.scope, self.widest, self.left)
+        expression.run(&self.scope, &self.shapes, self.left)
     }
 }
 

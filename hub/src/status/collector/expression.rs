@@ -2,6 +2,7 @@
 //! each is compiled within limits (length, depth, comprehension nesting) and run within a budget
 //! shared by one object's evaluations, and a panic in either is an error, not a crash.
 
+use std::cell::Cell;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, LazyLock};
 
@@ -9,6 +10,8 @@ use cel::common::ast::{EntryExpr, Expr};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, IdedExpr, Program, Value as Cel};
 use serde_json::Value as Json;
+
+use super::estimate::{Estimate, Scope, estimate};
 
 /// The standard CEL environment; no Kubernetes libraries, as upstream.
 pub(super) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
@@ -41,11 +44,16 @@ const MAX_EXPRESSION_DEPTH: usize = 64;
 /// level multiplies the work by the length of a list.
 const MAX_COMPREHENSION_NESTING: usize = 2;
 /// The most work the evaluations for one object (every collector, row and cell) may take, in
-/// syntax-tree nodes visited, estimated before each evaluation: the expression's nodes times
-/// the longest list (or map) in its inputs once per level of comprehension nesting. A step takes
+/// syntax-tree nodes visited, estimated before each evaluation (`estimate`). A step takes
 /// 0.1–0.2 µs in a debug build, so an object's status takes at most about 2 s: a `map` over
 /// 100,000 items fits, two nested over 1,000 do not.
 pub(super) const MAX_EVALUATION_COST: u64 = 10_000_000;
+/// The most bytes the evaluations for one object may build, estimated before each evaluation:
+/// strings and lists made by `+`, `map`, `filter`, literals and conversions. With the hub's
+/// evaluations running on its two runtime threads, they hold at most 128 MiB of its 1 GiB.
+pub(super) const MAX_EVALUATION_BYTES: u64 = 64 << 20;
+/// The longest evaluation error kept: the evaluator's messages print the values involved.
+const MAX_ERROR_LENGTH: usize = 1024;
 /// The stack the CEL parser and evaluator need. The parser recurses up to 96 levels (its own
 /// limit) and, in a debug build, a level takes about 100 KiB; 20 nested parentheses overflowed a
 /// 2 MiB thread stack and aborted the process. Parsing runs on a thread of this size, and the
@@ -73,7 +81,7 @@ pub(super) fn compile(expression: &str) -> Result<Expression, String> {
             .map_err(|_| "failed to parse expression: the CEL parser failed".to_string())
     })?;
     let program = parsed.map_err(|e| format!("failed to parse expression: {e}"))?;
-    let Shape { depth, nesting, nodes } = shape(program.expression());
+    let Syntax { depth, nesting } = shape(program.expression());
     if depth > MAX_EXPRESSION_DEPTH {
         return Err(format!(
             "failed to check expression: nested {depth} deep, more than {MAX_EXPRESSION_DEPTH}"
@@ -87,11 +95,7 @@ pub(super) fn compile(expression: &str) -> Result<Expression, String> {
     let mut undeclared = BTreeSet::new();
     collect_undeclared(program.expression(), &mut Vec::new(), &mut undeclared);
     if undeclared.is_empty() {
-        return Ok(Expression {
-            program,
-            nodes,
-            nesting,
-        });
+        return Ok(Expression { program });
     }
     let names: Vec<String> = undeclared.iter().map(|n| format!("'{n}'")).collect();
     Err(format!(
@@ -133,71 +137,100 @@ fn collect_undeclared<'e>(expr: &'e IdedExpr, bound: &mut Vec<&'e str>, out: &mu
     }
 }
 
-/// A compiled expression, with what bounds the work of evaluating it.
+/// A compiled expression.
 #[derive(Debug)]
 pub(super) struct Expression {
     program: Program,
-    nodes: usize,
-    nesting: usize,
 }
 
 impl Expression {
-    /// Runs it over `scope`, whose longest list or map has `widest` items, unless that would
-    /// cost more than the budget `left`, which it then spends. A panic in the third-party
-    /// evaluator becomes an error for this row only.
-    pub(super) fn run(&self, scope: &Context, widest: usize, left: &Budget) -> Result<Cel, String> {
-        let cost = evaluation_cost(self.nodes, self.nesting, widest);
-        if cost > left.get() {
+    /// What evaluating it over variables bounded by `shapes` may take.
+    pub(super) fn estimate(&self, shapes: &Scope) -> Estimate {
+        estimate(self.program.expression(), &mut shapes.to_vec())
+    }
+
+    /// Runs it over `scope`, whose variables `shapes` bound, unless what it may take (steps and
+    /// bytes built) is more than the budget `left`, which it then spends. A panic in the
+    /// third-party evaluator becomes an error for this row only.
+    pub(super) fn run(&self, scope: &Context, shapes: &Scope, left: &Budget) -> Result<Cel, String> {
+        let Estimate { steps, built, .. } = self.estimate(shapes);
+        if steps > left.steps.get() {
             return Err(format!(
-                "evaluation would take up to {cost} steps ({} nodes, comprehensions nested {} deep over up to {widest} items), more than the {} left of the {MAX_EVALUATION_COST} one object's evaluations may take",
-                self.nodes,
-                self.nesting,
-                left.get()
+                "evaluation would take up to {steps} steps, more than the {} left of the {MAX_EVALUATION_COST} one object's evaluations may take",
+                left.steps.get()
             ));
         }
-        left.set(left.get() - cost);
+        if built > left.bytes.get() {
+            return Err(format!(
+                "evaluation could build up to {built} bytes, more than the {} left of the {MAX_EVALUATION_BYTES} one object's evaluations may build",
+                left.bytes.get()
+            ));
+        }
+        left.steps.set(left.steps.get() - steps);
+        left.bytes.set(left.bytes.get() - built);
         match ks_shared::crash::catching(|| self.program.execute(scope)) {
-            Ok(result) => result.map_err(|e| e.to_string()),
+            Ok(result) => result.map_err(|e| bounded_message(&e)),
             Err(_) => Err("the CEL evaluator failed".to_string()),
         }
     }
 }
 
 /// What is left of the evaluation budget of one object, spent by its expressions in turn.
-pub(super) type Budget = std::cell::Cell<u64>;
-
-/// The estimated work of evaluating an expression of `nodes` nodes with comprehensions nested
-/// `nesting` deep over inputs whose longest list or map has `widest` items.
-fn evaluation_cost(nodes: usize, nesting: usize, widest: usize) -> u64 {
-    let per_level = widest.max(1) as u64;
-    (0..nesting).fold(nodes as u64, |cost, _| cost.saturating_mul(per_level))
+pub(super) struct Budget {
+    steps: Cell<u64>,
+    bytes: Cell<u64>,
 }
 
-/// The length of the longest list or map in `json`, at any depth.
-pub(super) fn widest(json: &Json) -> usize {
-    match json {
-        Json::Array(items) => items.iter().map(widest).fold(items.len(), usize::max),
-        Json::Object(map) => map.values().map(widest).fold(map.len(), usize::max),
-        _ => 0,
+impl Budget {
+    pub(super) fn new(steps: u64, bytes: u64) -> Budget {
+        Budget {
+            steps: Cell::new(steps),
+            bytes: Cell::new(bytes),
+        }
+    }
+
+    /// The budget of one object's evaluations.
+    pub(super) fn per_object() -> Budget {
+        Budget::new(MAX_EVALUATION_COST, MAX_EVALUATION_BYTES)
     }
 }
 
-/// How big an expression's syntax tree is.
+/// An error's message, at most [`MAX_ERROR_LENGTH`] bytes of it, written no further.
+fn bounded_message(error: &impl std::fmt::Display) -> String {
+    struct Bounded(String);
+    impl std::fmt::Write for Bounded {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let room = MAX_ERROR_LENGTH - self.0.len();
+            if s.len() <= room {
+                self.0.push_str(s);
+                return Ok(());
+            }
+            let cut = (0..=room).rev().find(|&i| s.is_char_boundary(i)).unwrap_or(0);
+            self.0.push_str(&s[..cut]);
+            Err(std::fmt::Error)
+        }
+    }
+    let mut message = Bounded(String::new());
+    if std::fmt::Write::write_fmt(&mut message, format_args!("{error}")).is_err() {
+        message.0.push('…');
+    }
+    message.0
+}
+
+/// How deep an expression's syntax tree is.
 #[derive(Clone, Copy, Default)]
-struct Shape {
+struct Syntax {
     depth: usize,
     /// How deeply comprehensions nest.
     nesting: usize,
-    nodes: usize,
 }
 
 /// The shape of `expr`'s syntax tree.
-fn shape(expr: &IdedExpr) -> Shape {
+fn shape(expr: &IdedExpr) -> Syntax {
     let deepest = |children: &mut dyn Iterator<Item = &IdedExpr>| {
-        children.map(shape).fold(Shape::default(), |a, b| Shape {
+        children.map(shape).fold(Syntax::default(), |a, b| Syntax {
             depth: a.depth.max(b.depth),
             nesting: a.nesting.max(b.nesting),
-            nodes: a.nodes + b.nodes,
         })
     };
     let children = match &expr.expr {
@@ -209,18 +242,16 @@ fn shape(expr: &IdedExpr) -> Shape {
         Expr::Comprehension(c) => {
             let outer = deepest(&mut [&c.iter_range, &c.accu_init].into_iter());
             let inner = deepest(&mut [&c.loop_cond, &c.loop_step, &c.result].into_iter());
-            Shape {
+            Syntax {
                 depth: outer.depth.max(inner.depth),
                 nesting: outer.nesting.max(inner.nesting + 1),
-                nodes: outer.nodes + inner.nodes,
             }
         }
-        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Shape::default(),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Syntax::default(),
     };
-    Shape {
+    Syntax {
         depth: children.depth + 1,
         nesting: children.nesting,
-        nodes: children.nodes + 1,
     }
 }
 
@@ -262,6 +293,7 @@ pub(super) fn to_cel(json: &Json) -> Cel {
 mod tests {
     use serde_json::json;
 
+    use super::super::estimate::Shape as ShapeBound;
     use super::*;
 
     /// Runs `f` on a thread with the stack of the hub's runtime threads.
@@ -293,11 +325,17 @@ mod tests {
     #[test]
     fn expressions_at_the_limits_run_on_the_hubs_stack() {
         let program = compile(&format!("1{}", "+1".repeat(60))).unwrap();
-        let budget = || Budget::new(MAX_EVALUATION_COST);
-        let sum = on_hub_stack(|| program.run(&Context::default(), 0, &budget()));
+        let sum = on_hub_stack(|| program.run(&Context::default(), &Scope::new(), &Budget::per_object()));
         assert_eq!(sum, Ok(Cel::Int(61)));
         let program = compile("[1, 2].map(a, [1, 2].map(b, a * b))").unwrap();
-        assert!(on_hub_stack(|| program.run(&Context::default(), 0, &budget())).is_ok());
+        assert!(on_hub_stack(|| program.run(&Context::default(), &Scope::new(), &Budget::per_object())).is_ok());
+    }
+
+    /// A scope with `obj` as `object`, and its bound.
+    fn subject(object: &Json) -> (Context<'static, 'static>, Scope<'static>) {
+        let mut scope = Context::with_env(ENV.clone());
+        scope.add_variable_from_value("obj", to_cel(object));
+        (scope, vec![("obj", ShapeBound::of(object))])
     }
 
     #[test]
@@ -305,34 +343,80 @@ mod tests {
         let nested = compile("obj.l.map(x, obj.l.map(y, y)).size()").unwrap();
         let single = compile("obj.l.map(x, x).size()").unwrap();
         let big = |n: usize| json!({"l": (0..n).collect::<Vec<_>>()});
-        let subject = |n: usize| {
-            let mut scope = Context::with_env(ENV.clone());
-            scope.add_variable_from_value("obj", to_cel(&big(n)));
-            scope
-        };
         // 100 items nested twice, 100,000 once: within the budget, which they spend.
-        let left = Budget::new(MAX_EVALUATION_COST);
-        assert_eq!(nested.run(&subject(100), widest(&big(100)), &left), Ok(Cel::Int(100)));
-        assert_eq!(
-            single.run(&subject(100_000), widest(&big(100_000)), &left),
-            Ok(Cel::Int(100_000))
-        );
-        assert!(left.get() < MAX_EVALUATION_COST - 1_000_000);
+        let left = Budget::per_object();
+        let (scope, shapes) = subject(&big(100));
+        assert_eq!(nested.run(&scope, &shapes, &left), Ok(Cel::Int(100)));
+        let (scope, shapes) = subject(&big(100_000));
+        assert_eq!(single.run(&scope, &shapes, &left), Ok(Cel::Int(100_000)));
+        assert!(left.steps.get() < MAX_EVALUATION_COST - 100_000);
         // 100,000 items nested twice would take hours: refused before it starts.
-        let refused = nested
-            .run(
-                &subject(100_000),
-                widest(&big(100_000)),
-                &Budget::new(MAX_EVALUATION_COST),
-            )
-            .unwrap_err();
+        let refused = nested.run(&scope, &shapes, &Budget::per_object()).unwrap_err();
         assert!(refused.starts_with("evaluation would take up to"), "{refused}");
         assert!(
-            refused.ends_with("over up to 100000 items), more than the 10000000 left of the 10000000 one object's evaluations may take"),
+            refused.ends_with("steps, more than the 10000000 left of the 10000000 one object's evaluations may take"),
             "{refused}"
         );
         // What one object's evaluations spent is not there for the next expression of that object.
-        let spent = Budget::new(10);
-        assert!(single.run(&subject(100), widest(&big(100)), &spent).is_err());
+        let (scope, shapes) = subject(&big(100));
+        assert!(
+            single
+                .run(&scope, &shapes, &Budget::new(10, MAX_EVALUATION_BYTES))
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn literal_ranges_and_the_bytes_they_build_count() {
+        // Nested maps over literal lists, each cell a copy of a large annotation: tens of GB if
+        // run, with no list in the object longer than one item.
+        let list = format!("[{}]", vec!["1"; 150].join(", "));
+        let hostile = compile(&format!(
+            "{list}.map(a, {list}.map(b, obj.metadata.annotations.big + 'x')).size()"
+        ))
+        .unwrap();
+        let object = json!({"metadata": {"annotations": {"big": "a".repeat(200_000)}}});
+        let (scope, shapes) = subject(&object);
+        let refused = hostile.run(&scope, &shapes, &Budget::per_object()).unwrap_err();
+        assert!(refused.starts_with("evaluation could build up to"), "{refused}");
+        assert!(
+            refused.ends_with("bytes, more than the 67108864 left of the 67108864 one object's evaluations may build"),
+            "{refused}"
+        );
+        // Steps too: a literal range counts its items.
+        let counting = compile(&format!("{list}.map(a, {list}.map(b, {list}.all(c, c == 1)))")).unwrap_err();
+        assert!(counting.contains("nested 3 deep"), "{counting}");
+        let steps = compile(&format!("{list}.map(a, {list}.map(b, a + b)).size()")).unwrap();
+        let spent = Budget::per_object();
+        assert_eq!(steps.run(&scope, &shapes, &spent), Ok(Cel::Int(150)));
+        assert!(
+            spent.steps.get() < MAX_EVALUATION_COST - 150 * 150,
+            "{}",
+            spent.steps.get()
+        );
+        // A list grown by `+` counts what it was made of.
+        let grown = compile("(obj.l + obj.l + obj.l).map(x, (obj.l + obj.l).map(y, obj.s + obj.s)).size()").unwrap();
+        let object = json!({"l": vec![1; 100], "s": "a".repeat(10_000)});
+        let (scope, shapes) = subject(&object);
+        let refused = grown.run(&scope, &shapes, &Budget::per_object()).unwrap_err();
+        assert!(refused.starts_with("evaluation could build up to"), "{refused}");
+        // A legitimate collector over a large object runs.
+        let usual = compile("obj.spec.containers.map(c, c.name + ':' + c.image)").unwrap();
+        let object = json!({
+            "metadata": {"annotations": {"last-applied": "a".repeat(100_000)}},
+            "spec": {"containers": (0..20).map(|i| json!({"name": format!("c{i}"), "image": "registry/app:1"})).collect::<Vec<_>>()},
+        });
+        let (scope, shapes) = subject(&object);
+        assert!(usual.run(&scope, &shapes, &Budget::per_object()).is_ok());
+    }
+
+    #[test]
+    fn an_error_message_is_cut_where_it_would_print_a_large_value() {
+        let program = compile("obj.s + 1").unwrap();
+        let object = json!({"s": "é".repeat(100_000)});
+        let (scope, shapes) = subject(&object);
+        let error = program.run(&scope, &shapes, &Budget::per_object()).unwrap_err();
+        assert!(error.len() <= MAX_ERROR_LENGTH + '…'.len_utf8(), "{}", error.len());
+        assert!(error.ends_with('…'), "{error}");
     }
 }

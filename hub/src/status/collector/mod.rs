@@ -14,6 +14,7 @@
 
 mod cells;
 mod compile;
+mod estimate;
 mod evaluate;
 mod expression;
 #[cfg(test)]
@@ -24,7 +25,7 @@ use ks_shared::api::NamedStatusCombination;
 use ks_shared::names::{REPORT_NAMESPACE, combined_status_label};
 
 pub use compile::Collector;
-pub use evaluate::{WecReport, combine};
+pub use evaluate::{WecReport, combine, probe};
 pub use expression::CEL_STACK;
 
 use crate::binding::ObjectIdentity;
