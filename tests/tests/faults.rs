@@ -9,6 +9,7 @@ use anyhow::{Context, ensure};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use ks_shared::api::WorkStatus;
 use ks_shared::names::{AGENT_INSTALL_NAMESPACE, ORIGIN_BINDING_LABEL, STATUS_ADDON_HUB_SECRET};
 use ks_shared::ocm::ManifestWork;
 use ks_tests::faults::WecLosses;
@@ -50,6 +51,7 @@ ks_tests::stack_main!(
         stack_test!(a_deeply_nested_object_is_an_error_not_an_outage, PATH),
         stack_test!(a_policys_templates_cannot_take_the_hub_down, PATH),
         stack_test!(a_collectors_expression_cannot_take_the_hub_down, PATH),
+        stack_test!(a_wecs_forged_reports_cannot_take_the_hub_down, PATH),
         stack_test!(a_full_mailbox_holds_back_only_its_wecs_status, AGENT_PATH),
         stack_test!(the_hub_controllers_run_in_separate_processes, AGENT_PATH),
     ]
@@ -1096,6 +1098,53 @@ async fn a_collectors_expression_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::R
     };
     watching_hub_memory(&ctx, "while the collector ran", applied_and_reported).await?;
     another_policy_delivers(&ctx, &tools, &id, &file).await
+}
+
+/// Defect: the hub cached every WorkStatus labelled with its WDS whole, and a WEC's agent
+/// credential may write any WorkStatus in its mailbox: 100 forged reports of 1 MB each grew the
+/// hub by as much. A status larger than the hub keeps is refused (counted in
+/// `kubestellar_status_refused_reports_total` and said in the hub's log), and other policies keep
+/// delivering.
+async fn a_wecs_forged_reports_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Result<()> {
+    const FORGED: usize = 100;
+    let tools = Tools::new(&ctx, "forged")?;
+    let id = ctx.unique_name("forged");
+    let mailbox: Api<WorkStatus> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    let hub = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
+    let refused = || {
+        let (_, text) = ks_tests::process::http_get(hub, "/metrics");
+        ks_tests::metrics::sum(&text, "kubestellar_status_refused_reports_total")
+    };
+    let refused_before = refused();
+    let blob = "x".repeat(1_000_000);
+    let forged = async {
+        for i in 0..FORGED {
+            let name = format!("{id}-{i}");
+            let report = serde_json::json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
+                "metadata": {"name": name, "labels": {"transport.kubestellar.io/originWdsName": "wds1"}},
+                "spec": {"sourceRef": {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap",
+                                       "name": name, "namespace": id}}});
+            let apply = PatchParams::apply("ks-tests").force();
+            mailbox.patch(&name, &apply, &Patch::Apply(&report)).await?;
+            let status = serde_json::json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
+                "status": {"blob": blob}});
+            mailbox.patch_status(&name, &apply, &Patch::Apply(&status)).await?;
+        }
+        wait_for("the hub to refuse the forged reports", DEADLINE, || async {
+            Ok(refused() - refused_before >= FORGED as f64)
+        })
+        .await
+    };
+    let outcome = watching_hub_memory(&ctx, "while the forged reports came", forged).await;
+    let delete = ListParams::default().labels("transport.kubestellar.io/originWdsName=wds1");
+    for report in mailbox.list(&delete).await?.items {
+        if report.name_any().starts_with(&id) {
+            mailbox.delete(&report.name_any(), &Default::default()).await?;
+        }
+    }
+    outcome?;
+    let nothing = tools.scratch_file("yaml", "")?;
+    another_policy_delivers(&ctx, &tools, &id, &nothing).await
 }
 
 /// One WEC cannot fill the ITS: the add-on's quota in its mailbox refuses WorkStatuses beyond the

@@ -11,6 +11,8 @@ pub struct Metrics {
     pub common: ControllerMetrics,
     /// CombinedStatus writes and deletions.
     pub combined_status_writes: Counter,
+    /// WorkStatuses seen with a status too large to keep.
+    pub refused_reports: Counter,
 }
 
 impl Metrics {
@@ -23,10 +25,16 @@ impl Metrics {
             writes: "Writes of a workload object's .status (returning or clearing it)",
             queue_depth: "Workload objects, Bindings and StatusCollectors waiting to be checked",
         };
-        self.common.register(registry, &help).register(
+        let ours = self.common.register(registry, &help);
+        ours.register(
             "combined_status_writes",
             "CombinedStatus writes and deletions",
             self.combined_status_writes.clone(),
+        );
+        ours.register(
+            "refused_reports",
+            "WorkStatuses seen with a status larger than the hub keeps (256 KiB), kept as none",
+            self.refused_reports.clone(),
         );
     }
 }

@@ -18,6 +18,14 @@ use serde_json::value::RawValue;
 use super::plan::{WecStatus, last_status_update};
 use super::state::WorkloadRef;
 
+/// The largest `.status` the cache keeps, in bytes of JSON. A WEC's agent credential may write
+/// any WorkStatus in its mailbox; a larger status is refused (kept as none, counted and said by
+/// the controller), so that forged reports cost the hub little. Objects' statuses are rarely a
+/// tenth of this.
+pub const MAX_RETURNED_STATUS: usize = 256 << 10;
+/// The longest trace annotation value kept: a `traceparent` is 55 characters.
+const MAX_TRACE_VALUE: usize = 1024;
+
 /// One cached WorkStatus; its type is WorkStatus's.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(from = "SentWorkStatus")]
@@ -35,6 +43,8 @@ pub struct CachedWorkStatus {
     trace: Vec<(String, String)>,
     /// The incarnation of the WDS object it reports on, when its agent says.
     wds_uid: Option<Box<str>>,
+    /// The size of a `.status` larger than [`MAX_RETURNED_STATUS`], refused.
+    pub refused: Option<usize>,
 }
 
 impl CachedWorkStatus {
@@ -96,6 +106,11 @@ impl From<SentWorkStatus> for CachedWorkStatus {
         metadata.managed_fields = None;
         metadata.labels = None;
         metadata.owner_references = None;
+        let refused = status
+            .as_ref()
+            .map(|s| s.get().len())
+            .filter(|&len| len > MAX_RETURNED_STATUS);
+        let status = status.filter(|_| refused.is_none());
         let source = spec.source_ref;
         let named = !source.resource.is_empty() && !source.name.is_empty();
         CachedWorkStatus {
@@ -111,8 +126,11 @@ impl From<SentWorkStatus> for CachedWorkStatus {
             status,
             last_update,
             details: status_details,
-            trace: trace.filter(|(key, _)| is_trace_annotation(key)).collect(),
+            trace: trace
+                .filter(|(key, value)| is_trace_annotation(key) && value.len() <= MAX_TRACE_VALUE)
+                .collect(),
             wds_uid,
+            refused,
         }
     }
 }
@@ -152,6 +170,27 @@ mod tests {
         let from_list = serde_json::from_str::<ObjectList<_>>(&list).unwrap().items.remove(0);
         let from_tree = serde_json::from_value(serde_json::from_str(report).unwrap()).unwrap();
         [from_event, from_list, from_tree]
+    }
+
+    #[test]
+    fn a_status_too_large_and_a_long_trace_value_are_not_kept() {
+        let large = format!(r#"{{"blob":"{}"}}"#, "x".repeat(MAX_RETURNED_STATUS));
+        let report = REPORT
+            .replace(
+                r#""status":{"replicas":1,"conditions":[{"type":"Available","status":"False","message":"a \"quoted\" ü"}]}"#,
+                &format!(r#""status":{large}"#),
+            )
+            .replace("00-abc-def-01", &"0".repeat(MAX_TRACE_VALUE + 1));
+        assert_ne!(report, REPORT);
+        for cached in parsed_every_way(&report) {
+            assert_eq!(cached.refused, Some(large.len()));
+            let read = cached.wec_status("uid-web", true);
+            assert_eq!((read.status, read.trace.len()), (None, 0));
+            assert!(read.details.is_some(), "what else it says is kept");
+        }
+        for cached in parsed_every_way(REPORT) {
+            assert_eq!(cached.refused, None);
+        }
     }
 
     #[test]

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use super::collector::Collector;
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
+use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
 use super::state::{BindingView, Bindings, CachedName, EvaluationErrors, Index, WorkloadRef};
 use super::writes;
 use crate::binding::ObjectIdentity;
@@ -201,6 +202,7 @@ impl StatusController {
         match input {
             Input::WorkStatus((namespace, name)) => {
                 let found = self.stores.work_statuses.get(&ObjectRef::new(&name).within(&namespace));
+                found.as_deref().into_iter().for_each(|w| self.refuse_if_too_large(w));
                 let key = found.and_then(|w| w.reported.clone());
                 // The object it reports on, also when only its status changed.
                 work.objects.extend(key.as_deref().cloned());
@@ -209,6 +211,7 @@ impl StatusController {
             }
             Input::WorkStatusesListed => {
                 let all = self.stores.work_statuses.state();
+                all.iter().for_each(|w| self.refuse_if_too_large(w));
                 let entries: Vec<_> = all
                     .iter()
                     .filter_map(|w| Some((cached_name(&**w), w.reported.clone()?)))
@@ -337,6 +340,18 @@ impl StatusController {
         let retry = failure(err) == Failure::Transient;
         tracing::warn!(%what, error = %err, retry, "status write failed");
         retry
+    }
+
+    /// Counts and says a WorkStatus seen with a status too large to keep.
+    fn refuse_if_too_large(&self, report: &CachedWorkStatus) {
+        if let Some(bytes) = report.refused {
+            self.metrics.refused_reports.inc();
+            let (mailbox, name) = cached_name(report);
+            tracing::warn!(
+                %mailbox, %name, bytes,
+                "a WorkStatus's status is larger than the {MAX_RETURNED_STATUS} bytes the hub keeps: not returned"
+            );
+        }
     }
 
     /// What each WEC reported on the object (the incarnation with `uid`; `returned`: it has
