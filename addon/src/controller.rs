@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::grants::Grants;
 use crate::health::{self, AVAILABLE, Health, REASON_INVALID_CONFIG};
+use crate::hub_rbac::sized_from;
 use crate::manifests::{self, recorded_digest};
 use crate::metrics::{Metrics, Object};
 use crate::registration;
@@ -194,7 +195,7 @@ pub async fn run(
     // mailbox is rendered again, and no other (rendering every add-on for each mailbox's first
     // group cost the ITS four reads per add-on each time: some 5,000 renders at 102 WECs).
     let (grants_changed, regrant) = tokio::sync::mpsc::unbounded_channel();
-    let grants = Grants::start(client.clone(), grants_changed, shutdown.clone());
+    let grants = Grants::start(client.clone(), grants_changed, sized_from, shutdown.clone());
     let addons_store = controller.store();
     let regrant = futures::stream::unfold(regrant, |mut r| async move { r.recv().await.map(|m| (m, r)) })
         .flat_map(move |mailbox| futures::stream::iter(regranted(&addons_store.state(), mailbox)));
@@ -350,7 +351,7 @@ async fn apply_manifest_work(
     settings: &AgentSettings,
     owner: OwnerReference,
 ) -> Result<ManifestWork, ReconcileError> {
-    let desired = manifests::manifest_work(cluster, settings, &context.grants.groups(cluster), owner);
+    let desired = manifests::manifest_work(cluster, settings, &context.grants.delivered(cluster).groups, owner);
     let name = desired.name_any();
     let works: Api<ManifestWork> = Api::namespaced(context.client.clone(), cluster);
     let what = format!("ManifestWork {cluster}/{name}");
@@ -391,10 +392,10 @@ async fn apply_mailbox_objects(context: &Context, cluster: &str, owner: OwnerRef
     let binding = crate::hub_rbac::role_binding(cluster, owner.clone());
     let bindings: Api<RoleBinding> = Api::namespaced(context.client.clone(), cluster);
     apply_if_changed(context, &bindings, &binding, Object::HubRoleBinding).await?;
-    let max = context.defaults.max_work_statuses;
-    if max == 0 {
+    let delivered = context.grants.delivered(cluster);
+    let Some(max) = context.defaults.max_work_statuses.for_mailbox(delivered.objects) else {
         return Ok(());
-    }
+    };
     let quota = crate::hub_rbac::mailbox_quota(cluster, owner, max);
     let quotas: Api<ResourceQuota> = Api::namespaced(context.client.clone(), cluster);
     apply_if_changed(context, &quotas, &quota, Object::MailboxQuota).await

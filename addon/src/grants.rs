@@ -1,15 +1,16 @@
-//! Which API groups each WEC's agent may read: those of the objects KubeStellar delivers there,
-//! from the ManifestWorks in the WEC's mailbox that carry a KubeStellar label (the ones the agent
-//! reports on): our transport's API groups annotation, or, on a ManifestWork without it (written
-//! by upstream's transport, or by hand as ocm-status-addon's tests do), the apiVersions of its
-//! manifests, read once per generation. Only the ManifestWorks' metadata is watched.
+//! What KubeStellar delivers to each WEC, from the ManifestWorks in its mailbox that carry a
+//! KubeStellar label (the ones the agent reports on): which API groups its agent may read (our
+//! transport's API groups annotation) and how many objects there are, for which its agent keeps
+//! WorkStatuses (the object count annotation). On a ManifestWork without them (written by
+//! upstream's transport, or by hand as ocm-status-addon's tests do) both are read from its
+//! manifests, once per generation. Only the ManifestWorks' metadata is watched.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
-use ks_shared::names::{API_GROUPS_ANNOTATION, is_kubestellar_label};
+use ks_shared::names::{API_GROUPS_ANNOTATION, OBJECT_COUNT_ANNOTATION, is_kubestellar_label};
 use ks_shared::ocm::{ManifestWork, manifest_group};
 use ks_shared::runtime::watch_health::{self, WatchRole};
 use kube::api::{Api, PartialObjectMeta};
@@ -19,25 +20,40 @@ use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedSender;
 use tokio_util::sync::CancellationToken;
 
-/// The delivered API groups per mailbox, kept from a metadata watch of the ManifestWorks.
+/// The delivered API groups and object counts per mailbox, kept from a metadata watch of the
+/// ManifestWorks.
 #[derive(Clone)]
 pub struct Grants {
     works: Store<PartialObjectMeta<ManifestWork>>,
-    /// The groups of ManifestWorks without the annotation, by (namespace, name), with the
+    /// What was read of the ManifestWorks without the annotations, by (namespace, name), with the
     /// generation they were read at.
     read: Arc<Mutex<Read>>,
     /// Whether the ManifestWorks have been listed once.
     listed: Arc<AtomicBool>,
 }
 
-/// Groups read from ManifestWorks: by (namespace, name), with the generation read.
-type Read = BTreeMap<(String, String), (i64, BTreeSet<String>)>;
+/// What was read of ManifestWorks: by (namespace, name), with the generation read.
+type Read = BTreeMap<(String, String), (i64, Delivered)>;
+
+/// What one ManifestWork, or all of a mailbox's, deliver.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Delivered {
+    /// API groups (never the core group).
+    pub groups: BTreeSet<String>,
+    /// Objects.
+    pub objects: usize,
+}
 
 impl Grants {
-    /// Starts watching until `shutdown`; sends on `changed` the mailbox whose groups changed, or
-    /// `None` when a (re-)list changed some (after the first complete list, every mailbox counts
-    /// as changed).
-    pub fn start(client: Client, changed: UnboundedSender<Option<String>>, shutdown: CancellationToken) -> Grants {
+    /// Starts watching until `shutdown`; sends on `changed` the mailbox whose groups, or whose
+    /// object count as `step` rounds it, changed, or `None` when a (re-)list changed some (after
+    /// the first complete list, every mailbox counts as changed).
+    pub fn start(
+        client: Client,
+        changed: UnboundedSender<Option<String>>,
+        step: fn(usize) -> u64,
+        shutdown: CancellationToken,
+    ) -> Grants {
         // Metadata-only requests: the manifests are not read (but see `read_unannotated`). Of
         // every ManifestWork: no label selector says "any KubeStellar label".
         let api: Api<PartialObjectMeta<ManifestWork>> = Api::all(client.clone());
@@ -53,7 +69,7 @@ impl Grants {
         };
         let store = grants.clone();
         tokio::spawn(async move {
-            let mut known: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            let mut known: BTreeMap<String, (BTreeSet<String>, u64)> = BTreeMap::new();
             let events = events.take_until(shutdown.cancelled_owned());
             futures::pin_mut!(events);
             while let Some(event) = events.next().await {
@@ -77,9 +93,10 @@ impl Grants {
                 };
                 let mut any = false;
                 for mailbox in mailboxes {
-                    let groups = store.groups(&mailbox);
-                    if known.get(&mailbox) != Some(&groups) {
-                        known.insert(mailbox, groups);
+                    let Delivered { groups, objects } = store.delivered(&mailbox);
+                    let now = (groups, step(objects));
+                    if known.get(&mailbox) != Some(&now) {
+                        known.insert(mailbox, now);
                         any = true;
                     }
                 }
@@ -97,21 +114,24 @@ impl Grants {
         self.listed.load(Ordering::Acquire)
     }
 
-    /// The API groups delivered to `mailbox` (never the core group).
-    pub fn groups(&self, mailbox: &str) -> BTreeSet<String> {
+    /// What is delivered to `mailbox`.
+    pub fn delivered(&self, mailbox: &str) -> Delivered {
         let read = self.read.lock().unwrap_or_else(PoisonError::into_inner);
-        self.works
-            .state()
+        let mut delivered = Delivered::default();
+        let works = self.works.state();
+        for work in works
             .iter()
             .filter(|w| w.namespace().as_deref() == Some(mailbox) && is_kubestellar(w))
-            .flat_map(|w| match w.annotations().get(API_GROUPS_ANNOTATION) {
-                Some(annotation) => groups_of(Some(annotation)),
-                None => read
-                    .get(&(mailbox.to_string(), w.name_any()))
-                    .map(|(_, groups)| groups.clone())
-                    .unwrap_or_default(),
-            })
-            .collect()
+        {
+            let one = annotated(work).or_else(|| {
+                let (_, read) = read.get(&(mailbox.to_string(), work.name_any()))?;
+                Some(read.clone())
+            });
+            let Delivered { groups, objects } = one.unwrap_or_default();
+            delivered.groups.extend(groups);
+            delivered.objects += objects;
+        }
+        delivered
     }
 
     /// Reads the groups of the ManifestWorks in `namespace` (all when `None`) that lack the
@@ -128,7 +148,7 @@ impl Grants {
             works
                 .iter()
                 .filter(|w| namespace.is_none() || w.namespace().as_deref() == namespace)
-                .filter(|w| is_kubestellar(w) && !w.annotations().contains_key(API_GROUPS_ANNOTATION))
+                .filter(|w| is_kubestellar(w) && annotated(w).is_none())
                 .map(|w| {
                     (
                         w.namespace().unwrap_or_default(),
@@ -147,16 +167,15 @@ impl Grants {
                 .await
             {
                 Ok(Some(work)) => {
-                    let groups = work
-                        .spec
-                        .workload
-                        .manifests
+                    let manifests = &work.spec.workload.manifests;
+                    let groups = manifests
                         .iter()
                         .map(|m| manifest_group(m))
                         .filter(|g| is_group_name(g))
                         .map(str::to_string)
                         .collect();
-                    let read = (generation, groups);
+                    let objects = manifests.len();
+                    let read = (generation, Delivered { groups, objects });
                     self.read
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
@@ -164,7 +183,7 @@ impl Grants {
                 }
                 Ok(None) => {}
                 Err(err) => {
-                    tracing::warn!(namespace = %ns, name = %name, error = %err, "reading a ManifestWork's API groups failed")
+                    tracing::warn!(namespace = %ns, name = %name, error = %err, "reading what a ManifestWork delivers failed")
                 }
             }
         }
@@ -181,8 +200,17 @@ fn is_kubestellar(work: &PartialObjectMeta<ManifestWork>) -> bool {
     work.labels().keys().any(|k| is_kubestellar_label(k))
 }
 
+/// What a ManifestWork's annotations say it delivers: both are needed, or its manifests are read.
+fn annotated(work: &PartialObjectMeta<ManifestWork>) -> Option<Delivered> {
+    let annotations = work.annotations();
+    let groups = groups_of(Some(annotations.get(API_GROUPS_ANNOTATION)?));
+    let objects = annotations.get(OBJECT_COUNT_ANNOTATION)?.parse().ok()?;
+    Some(Delivered { groups, objects })
+}
+
 /// Keeps of a ManifestWork's metadata what the grants read: identity, generation, KubeStellar
-/// labels and the API groups annotation (most ManifestWorks on an ITS are not KubeStellar's).
+/// labels and the API groups and object count annotations (most ManifestWorks on an ITS are not
+/// KubeStellar's).
 fn keep_what_grants(work: &mut PartialObjectMeta<ManifestWork>) {
     let meta = &mut work.metadata;
     meta.managed_fields = None;
@@ -192,7 +220,7 @@ fn keep_what_grants(work: &mut PartialObjectMeta<ManifestWork>) {
         labels.retain(|k, _| is_kubestellar_label(k));
     }
     if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.retain(|k, _| k == API_GROUPS_ANNOTATION);
+        annotations.retain(|k, _| k == API_GROUPS_ANNOTATION || k == OBJECT_COUNT_ANNOTATION);
     }
 }
 
@@ -262,11 +290,12 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_keeps_kubestellar_labels_and_the_api_groups_annotation() {
+    fn the_cache_keeps_kubestellar_labels_and_the_api_groups_and_object_count_annotations() {
         let mut kept = work(
             &[("managed-by.kubestellar.io/something", "true"), ("app", "web")],
             &[
                 (API_GROUPS_ANNOTATION, "example.io"),
+                (OBJECT_COUNT_ANNOTATION, "3"),
                 ("kubectl.kubernetes.io/last-applied-configuration", "{}"),
             ],
         );
@@ -281,13 +310,25 @@ mod tests {
         );
         assert_eq!(
             kept.metadata.annotations,
-            Some(BTreeMap::from([(
-                API_GROUPS_ANNOTATION.to_string(),
-                "example.io".to_string()
-            )]))
+            Some(BTreeMap::from([
+                (API_GROUPS_ANNOTATION.to_string(), "example.io".to_string()),
+                (OBJECT_COUNT_ANNOTATION.to_string(), "3".to_string())
+            ]))
         );
         assert_eq!((kept.metadata.generation, kept.name_any()), (Some(3), "w".to_string()));
         assert!(is_kubestellar(&kept));
+        let delivered = Delivered {
+            groups: BTreeSet::from(["example.io".to_string()]),
+            objects: 3,
+        };
+        assert_eq!(annotated(&kept), Some(delivered));
+    }
+
+    #[test]
+    fn a_manifest_work_without_both_annotations_or_with_a_bad_count_is_read() {
+        let only_groups = work(&[], &[(API_GROUPS_ANNOTATION, "example.io")]);
+        let bad_count = work(&[], &[(API_GROUPS_ANNOTATION, ""), (OBJECT_COUNT_ANNOTATION, "-1")]);
+        assert_eq!((annotated(&only_groups), annotated(&bad_count)), (None, None));
     }
 
     #[test]

@@ -84,9 +84,51 @@ pub fn role_binding(cluster: &str, owner: OwnerReference) -> RoleBinding {
     }
 }
 
+/// How many WorkStatuses the agent keeps in a mailbox it may fill: one per object delivered there
+/// (`--max-work-statuses`), sized from the deliveries (`auto`) or fixed, or no quota.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum WorkStatusQuota {
+    /// Sized from what is delivered to the mailbox ([`sized_from`]).
+    Auto,
+    /// At most this many; 0: no quota.
+    Fixed(u64),
+}
+
+impl std::str::FromStr for WorkStatusQuota {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<WorkStatusQuota, String> {
+        match text {
+            "auto" => Ok(WorkStatusQuota::Auto),
+            count => count
+                .parse()
+                .map(WorkStatusQuota::Fixed)
+                .map_err(|_| format!("{count:?} is neither auto nor a number of WorkStatuses (0: no quota)")),
+        }
+    }
+}
+
+impl WorkStatusQuota {
+    /// The most WorkStatuses for a mailbox that `objects` are delivered to; `None`: no quota.
+    pub fn for_mailbox(self, objects: usize) -> Option<u64> {
+        match self {
+            WorkStatusQuota::Auto => Some(sized_from(objects)),
+            WorkStatusQuota::Fixed(0) => None,
+            WorkStatusQuota::Fixed(max) => Some(max),
+        }
+    }
+}
+
+/// The quota for a mailbox that `objects` are delivered to: twice as many (a report of each of
+/// an object's two incarnations, for a moment) and 64 more, rounded up to a power of two, so that
+/// it changes only when the deliveries double or halve and never lags just behind them.
+pub fn sized_from(objects: usize) -> u64 {
+    (2 * objects as u64 + 64).next_power_of_two()
+}
+
 /// The ResourceQuota in `cluster`'s namespace: at most `max` WorkStatuses, so one WEC's agent
 /// cannot fill the hub's etcd.
-pub fn mailbox_quota(cluster: &str, owner: OwnerReference, max: u32) -> ResourceQuota {
+pub fn mailbox_quota(cluster: &str, owner: OwnerReference, max: u64) -> ResourceQuota {
     let hard = BTreeMap::from([(WORK_STATUS_COUNT.to_string(), Quantity(max.to_string()))]);
     ResourceQuota {
         metadata: meta(MAILBOX_QUOTA, cluster, owner, digest(&hard)),
@@ -116,6 +158,23 @@ mod tests {
             assert!(!rule.api_groups.iter().flatten().any(|g| g == "*"));
             assert!(!rule.resources.iter().flatten().any(|r| r == "*"));
         }
+    }
+
+    #[test]
+    fn the_quota_is_sized_from_the_deliveries_or_fixed() {
+        assert_eq!(
+            [0, 1, 32, 33, 100, 5_000].map(sized_from),
+            [64, 128, 128, 256, 512, 16_384]
+        );
+        assert_eq!(WorkStatusQuota::Auto.for_mailbox(100), Some(512));
+        assert_eq!(WorkStatusQuota::Fixed(7).for_mailbox(100), Some(7));
+        assert_eq!(WorkStatusQuota::Fixed(0).for_mailbox(100), None);
+        assert_eq!("auto".parse(), Ok(WorkStatusQuota::Auto));
+        assert_eq!("0".parse(), Ok(WorkStatusQuota::Fixed(0)));
+        assert_eq!(
+            "lots".parse::<WorkStatusQuota>(),
+            Err(r#""lots" is neither auto nor a number of WorkStatuses (0: no quota)"#.to_string())
+        );
     }
 
     #[test]

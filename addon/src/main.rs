@@ -63,12 +63,18 @@ struct Args {
     #[arg(long, env = "KS_AGENT_IMAGE", default_value = DEFAULT_AGENT_IMAGE, value_name = "IMAGE")]
     agent_image: String,
     /// The most WorkStatuses the agent of one WEC may keep in its mailbox on the ITS (a
-    /// ResourceQuota there), so that one WEC cannot fill the ITS's etcd; it needs one per object
-    /// delivered to its WEC. 0: no quota. Needs the ITS's kube-controller-manager to run its
+    /// ResourceQuota there), so that one WEC cannot fill the ITS's etcd: `auto` sizes it from the
+    /// objects delivered to that WEC (twice as many and 64 more, rounded up to a power of two), a
+    /// number fixes it, 0 sets none. Needs the ITS's kube-controller-manager to run its
     /// resourcequota controller: until that controller has counted, the apiserver refuses every
-    /// WorkStatus in the namespace.
-    #[arg(long, env = "KS_MAX_WORK_STATUSES", default_value_t = 0, value_name = "COUNT")]
-    max_work_statuses: u32,
+    /// WorkStatus in the namespace (set 0 on an ITS without one).
+    #[arg(
+        long,
+        env = "KS_MAX_WORK_STATUSES",
+        default_value = "auto",
+        value_name = "auto|COUNT"
+    )]
+    max_work_statuses: hub_rbac::WorkStatusQuota,
     /// Namespace of the agent on each WEC, unless a cluster's AddOnDeploymentConfig says otherwise.
     #[arg(long, env = "KS_AGENT_INSTALL_NAMESPACE", default_value = AGENT_INSTALL_NAMESPACE, value_name = "NAMESPACE")]
     agent_install_namespace: String,

@@ -24,9 +24,8 @@ pub const OTLP_ENDPOINT_VARIABLE: &str = "OTLP_ENDPOINT";
 pub struct Defaults {
     pub image: String,
     pub install_namespace: String,
-    /// The most WorkStatuses an agent may keep in its cluster's mailbox (a ResourceQuota);
-    /// 0: no quota.
-    pub max_work_statuses: u32,
+    /// The most WorkStatuses an agent may keep in its cluster's mailbox (a ResourceQuota).
+    pub max_work_statuses: crate::hub_rbac::WorkStatusQuota,
     /// Where agents send traces (OTLP/gRPC); `None`: no tracing.
     pub otlp_endpoint: Option<String>,
 }
@@ -165,7 +164,7 @@ mod tests {
 
     fn defaults() -> Defaults {
         Defaults {
-            max_work_statuses: 100,
+            max_work_statuses: crate::hub_rbac::WorkStatusQuota::Fixed(100),
             image: "ghcr.io/kubestellar-rs/ks-agent:0.1.0".into(),
             install_namespace: "open-cluster-management-agent-addon".into(),
             otlp_endpoint: Some("http://jaeger-collector.tracing:4317".into()),

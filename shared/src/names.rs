@@ -25,6 +25,10 @@ pub const CONTENT_DIGEST_ANNOTATION: &str = "transport.kubestellar.io/content-di
 /// these groups (and no wider), reading only the ManifestWorks' metadata. Not an upstream name.
 pub const API_GROUPS_ANNOTATION: &str = "transport.kubestellar.io/api-groups";
 
+/// Annotation on a ManifestWork: how many objects it holds, in decimal. The status add-on sizes
+/// each WEC's quota on WorkStatuses from the sum over its mailbox. Not an upstream name.
+pub const OBJECT_COUNT_ANNOTATION: &str = "transport.kubestellar.io/object-count";
+
 /// Annotation the transport puts on each object it wraps in a ManifestWork: the object's
 /// `metadata.generation` in the WDS, in decimal. It reaches the WEC with the object, and the
 /// status agent reports it as `WorkStatus.statusDetails.lastGeneration` (0 when absent).

@@ -1101,50 +1101,83 @@ async fn a_collectors_expression_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::R
 }
 
 /// Defect: the hub cached every WorkStatus labelled with its WDS whole, and a WEC's agent
-/// credential may write any WorkStatus in its mailbox: 100 forged reports of 1 MB each grew the
-/// hub by as much. A status larger than the hub keeps is refused (counted in
-/// `kubestellar_status_refused_reports_total` and said in the hub's log), and other policies keep
+/// credential may write any WorkStatus in its mailbox, as many as it likes: 100 forged reports
+/// of 1 MB each grew the hub by as much, and 2,000 would fill the ITS's etcd. Now the mailbox's
+/// quota, sized by the add-on from what is delivered there, refuses forged reports beyond it; a
+/// status larger than the hub keeps is refused (counted in
+/// `kubestellar_status_refused_reports_total` and said in the hub's log); other policies keep
 /// delivering.
 async fn a_wecs_forged_reports_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Result<()> {
-    const FORGED: usize = 100;
     let tools = Tools::new(&ctx, "forged")?;
     let id = ctx.unique_name("forged");
-    let mailbox: Api<WorkStatus> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    let its = ctx.client("its1").await?;
+    let mailbox: Api<WorkStatus> = Api::namespaced(its.clone(), "cluster1");
+    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(its, "cluster1");
+    // 40 objects delivered: the quota grows to at least 2 × 40 + 64 (what the add-on's
+    // README says), whatever else the mailbox holds.
+    let file = tools.scratch_file("yaml", &workload(&id, 40, |i| config_map(&id, i, "")))?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, 40).await?;
+    let hard = || async {
+        let quota = quotas.get("addon-status-workstatuses").await?;
+        let hard = quota
+            .spec
+            .and_then(|s| s.hard)
+            .and_then(|h| h.get("count/workstatuses.control.kubestellar.io").cloned())
+            .context("cluster1's mailbox has a quota on WorkStatuses")?;
+        hard.0.parse::<usize>().context("the quota is a plain number")
+    };
+    wait_for("cluster1's quota to grow with what is delivered", DEADLINE, || async {
+        Ok(hard().await? >= 2 * 40 + 64)
+    })
+    .await?;
+    let hard = hard().await?;
     let hub = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
     let refused = || {
         let (_, text) = ks_tests::process::http_get(hub, "/metrics");
         ks_tests::metrics::sum(&text, "kubestellar_status_refused_reports_total")
     };
     let refused_before = refused();
-    let blob = "x".repeat(1_000_000);
-    let forged = async {
-        for i in 0..FORGED {
-            let name = format!("{id}-{i}");
+    let blob = "x".repeat(300_000);
+    let forge = async {
+        let mut forged = 0;
+        loop {
+            ensure!(
+                forged <= hard,
+                "{forged} forged WorkStatuses got past a quota of {hard}"
+            );
+            let name = format!("{id}-{forged}");
             let report = serde_json::json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
                 "metadata": {"name": name, "labels": {"transport.kubestellar.io/originWdsName": "wds1"}},
                 "spec": {"sourceRef": {"group": "", "version": "v1", "resource": "configmaps", "kind": "ConfigMap",
                                        "name": name, "namespace": id}}});
             let apply = PatchParams::apply("ks-tests").force();
-            mailbox.patch(&name, &apply, &Patch::Apply(&report)).await?;
+            match mailbox.patch(&name, &apply, &Patch::Apply(&report)).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 403 && e.message.contains("exceeded quota") => break,
+                Err(err) => return Err(err.into()),
+            }
             let status = serde_json::json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "WorkStatus",
                 "status": {"blob": blob}});
             mailbox.patch_status(&name, &apply, &Patch::Apply(&status)).await?;
+            forged += 1;
         }
         wait_for("the hub to refuse the forged reports", DEADLINE, || async {
-            Ok(refused() - refused_before >= FORGED as f64)
+            Ok(refused() - refused_before >= forged as f64)
         })
-        .await
+        .await?;
+        Ok(forged)
     };
-    let outcome = watching_hub_memory(&ctx, "while the forged reports came", forged).await;
+    let outcome = watching_hub_memory(&ctx, "while the forged reports came", forge).await;
     let delete = ListParams::default().labels("transport.kubestellar.io/originWdsName=wds1");
     for report in mailbox.list(&delete).await?.items {
         if report.name_any().starts_with(&id) {
             mailbox.delete(&report.name_any(), &Default::default()).await?;
         }
     }
-    outcome?;
-    let nothing = tools.scratch_file("yaml", "")?;
-    another_policy_delivers(&ctx, &tools, &id, &nothing).await
+    let forged = outcome?;
+    eprintln!("{forged} forged reports of 300 kB before cluster1's quota of {hard} WorkStatuses refused the next");
+    another_policy_delivers(&ctx, &tools, &id, &file).await
 }
 
 /// One WEC cannot fill the ITS: the add-on's quota in its mailbox refuses WorkStatuses beyond the

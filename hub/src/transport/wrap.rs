@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use ks_shared::names::{
-    API_GROUPS_ANNOTATION, CONTENT_DIGEST_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION, ORIGIN_BINDING_LABEL,
-    ORIGIN_WDS_LABEL, is_trace_annotation,
+    API_GROUPS_ANNOTATION, CONTENT_DIGEST_ANNOTATION, OBJECT_COUNT_ANNOTATION, ORIGIN_BINDING_GENERATION_ANNOTATION,
+    ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, is_trace_annotation,
 };
 use ks_shared::ocm::{
     ManagedCluster, ManifestConfigOption, ManifestWork, ManifestWorkSpec, ManifestsTemplate, ResourceIdentifier,
@@ -191,6 +191,7 @@ pub fn wrap(
                 ),
                 (CONTENT_DIGEST_ANNOTATION.to_string(), digest),
                 (API_GROUPS_ANNOTATION.to_string(), api_groups(&manifests)),
+                (OBJECT_COUNT_ANNOTATION.to_string(), manifests.len().to_string()),
             ])),
             labels: Some(labels),
             ..Default::default()
@@ -474,6 +475,10 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
     let annotations = kept.metadata.annotations.get_or_insert_default();
     annotations.insert(CONTENT_DIGEST_ANNOTATION.to_string(), digest);
     annotations.insert(API_GROUPS_ANNOTATION.to_string(), groups);
+    annotations.insert(
+        OBJECT_COUNT_ANNOTATION.to_string(),
+        kept.spec.workload.manifests.len().to_string(),
+    );
     kept
 }
 
@@ -597,8 +602,8 @@ impl super::Plugin for Ocm {
 /// Whether an existing ManifestWork already says what `desired` says. The stored manifests are
 /// what the apiserver made of ours, so they are compared through the digest of what we sent, plus
 /// what others could change without touching it: our labels and which objects it holds. The
-/// Binding generation annotation alone is no reason to write; a missing API groups annotation
-/// (a ManifestWork written before there was one) is.
+/// Binding generation annotation alone is no reason to write; a missing API groups or object
+/// count annotation (a ManifestWork written before there was one) is.
 pub fn same_content(existing: &CachedWork, desired: &ManifestWork) -> bool {
     let ours = |metadata: &ObjectMeta, held: Vec<Identity>| {
         let labels = origin_labels_of(metadata.labels.as_ref());
@@ -607,6 +612,7 @@ pub fn same_content(existing: &CachedWork, desired: &ManifestWork) -> bool {
             labels,
             annotation(CONTENT_DIGEST_ANNOTATION),
             annotation(API_GROUPS_ANNOTATION),
+            annotation(OBJECT_COUNT_ANNOTATION),
             held,
         )
     };

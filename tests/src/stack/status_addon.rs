@@ -14,9 +14,6 @@ use serde_json::json;
 
 use super::{JAEGER_OTLP_GRPC, Stack, kubelet, wait_for};
 
-/// The add-on's `--max-work-statuses` in the stack: a quota in every mailbox, as a careful
-/// operator would set.
-pub const MAX_WORK_STATUSES: u32 = 100_000;
 /// The add-on chart's release on its1, and its namespace (as the chart's README suggests).
 pub const ADDON_RELEASE: &str = "ks-status-addon";
 pub const ADDON_NAMESPACE: &str = "open-cluster-management";
@@ -30,14 +27,14 @@ const CONFIG_ANNOTATION: &str = "stack.kubestellar-rs.local/config";
 
 impl Stack {
     /// Installs (or upgrades) the status add-on chart on its1 with the stack's settings: its
-    /// metrics port, a WorkStatus quota per mailbox, and traces from ks-addon and every agent
-    /// to the stack's Jaeger.
+    /// metrics port and traces from ks-addon and every agent to the stack's Jaeger (and, by the
+    /// chart's default, a WorkStatus quota in every mailbox sized from what is delivered there).
     pub(super) async fn install_status_addon(&self) -> anyhow::Result<()> {
         let repo = self.state.parent().context("state directory has a parent")?;
         let chart = repo.join(ADDON_CHART);
         let otlp = format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}");
         let mut values = json!({
-            "controller": {"port": self.addon_port(), "maxWorkStatuses": MAX_WORK_STATUSES, "otlpEndpoint": otlp},
+            "controller": {"port": self.addon_port(), "otlpEndpoint": otlp},
             "agent": {"otlpEndpoint": otlp},
         });
         let config = config_digest(&chart, &values)?;
