@@ -120,11 +120,15 @@ impl WorkStatusQuota {
 }
 
 /// The quota for a mailbox that `objects` are delivered to: twice as many (a report of each of
-/// an object's two incarnations, for a moment) and 64 more, rounded up to a power of two, so that
-/// it changes only when the deliveries double or halve and never lags just behind them.
+/// an object's two incarnations, for a moment) and 64 more, rounded up to a power of two and at
+/// least 128, so that it changes only when the deliveries double or halve (not with a WEC's
+/// first object) and never lags just behind them.
 pub fn sized_from(objects: usize) -> u64 {
-    (2 * objects as u64 + 64).next_power_of_two()
+    (2 * objects as u64 + 64).next_power_of_two().max(MIN_QUOTA)
 }
+
+/// The smallest quota [`sized_from`] gives.
+const MIN_QUOTA: u64 = 128;
 
 /// The ResourceQuota in `cluster`'s namespace: at most `max` WorkStatuses, so one WEC's agent
 /// cannot fill the hub's etcd.
@@ -164,7 +168,7 @@ mod tests {
     fn the_quota_is_sized_from_the_deliveries_or_fixed() {
         assert_eq!(
             [0, 1, 32, 33, 100, 5_000].map(sized_from),
-            [64, 128, 128, 256, 512, 16_384]
+            [128, 128, 128, 256, 512, 16_384]
         );
         assert_eq!(WorkStatusQuota::Auto.for_mailbox(100), Some(512));
         assert_eq!(WorkStatusQuota::Fixed(7).for_mailbox(100), Some(7));

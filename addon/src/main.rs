@@ -64,8 +64,8 @@ struct Args {
     agent_image: String,
     /// The most WorkStatuses the agent of one WEC may keep in its mailbox on the ITS (a
     /// ResourceQuota there), so that one WEC cannot fill the ITS's etcd: `auto` sizes it from the
-    /// objects delivered to that WEC (twice as many and 64 more, rounded up to a power of two), a
-    /// number fixes it, 0 sets none. Needs the ITS's kube-controller-manager to run its
+    /// objects delivered to that WEC (twice as many and 64 more, rounded up to a power of two, at
+    /// least 128), a number fixes it, 0 sets none. Needs the ITS's kube-controller-manager to run its
     /// resourcequota controller: until that controller has counted, the apiserver refuses every
     /// WorkStatus in the namespace (set 0 on an ITS without one).
     #[arg(

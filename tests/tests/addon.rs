@@ -21,12 +21,11 @@ use k8s_openapi::api::authorization::v1::{ResourceAttributes, SubjectAccessRevie
 use k8s_openapi::api::certificates::v1::CertificateSigningRequest;
 use k8s_openapi::api::core::v1::{ResourceQuota, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use ks_shared::api::WorkStatus;
 use ks_shared::names::{self, is_kubestellar_label};
 use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn, ManifestWork};
 use ks_tests::harness::{Ctx, StackTest, repo_root, run, wait_until};
-use ks_tests::stack::status_addon::{ADDON_NAMESPACE, ADDON_RELEASE};
+use ks_tests::stack::status_addon::{ADDON_NAMESPACE, ADDON_RELEASE, QUOTA_KEY, sized_mailbox_quota};
 use ks_tests::stack::{ADDON_PROCESS, JAEGER_OTLP_GRPC, Stack};
 use ks_tests::tools::Tools;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -334,51 +333,21 @@ async fn impostor_is_not_approved(hub: &Client, log: &Path) -> anyhow::Result<()
 }
 
 /// The quota on WorkStatuses in `wec`'s mailbox (the stack leaves `--max-work-statuses` at its
-/// default, `auto`) is sized from what KubeStellar delivers there: at least two WorkStatuses per
-/// object and 64 more, at most twice that, and a power of two (so that it changes only when the
-/// deliveries double); and it counts exactly the WorkStatuses there: its key names them right.
+/// default, `auto`) is sized from what KubeStellar delivers there, and counts exactly the
+/// WorkStatuses there: its key names them right.
 async fn mailbox_quota_counts_work_statuses(hub: &Client, wec: &str) -> anyhow::Result<()> {
+    sized_mailbox_quota(hub, wec, PROMPTLY).await?;
     let quotas: Api<ResourceQuota> = Api::namespaced(hub.clone(), wec);
     let statuses: Api<WorkStatus> = Api::namespaced(hub.clone(), wec);
-    let works: Api<ManifestWork> = Api::namespaced(hub.clone(), wec);
-    let key = "count/workstatuses.control.kubestellar.io";
-    // The apiserver writes counts in canonical form: 1024 may be "1024" or "1Ki".
-    let count = |q: Option<&Quantity>| {
-        let text = q?.0.as_str();
-        match text.strip_suffix("Ki").or_else(|| text.strip_suffix('k')) {
-            Some(thousands) if text.ends_with("Ki") => thousands.parse::<u64>().ok().map(|n| n * 1024),
-            Some(thousands) => thousands.parse::<u64>().ok().map(|n| n * 1000),
-            None => text.parse::<u64>().ok(),
-        }
-    };
-    let seen = std::sync::Mutex::new(String::new());
-    let waited = ks_tests::stack::wait_for(
-        "the mailbox quota to be sized and count the WorkStatuses",
-        PROMPTLY,
-        || async {
-            let Some(quota) = quotas.get_opt("addon-status-workstatuses").await? else {
-                return Ok(false);
-            };
-            let delivered: u64 = works
-                .list(&ListParams::default())
-                .await?
-                .items
-                .iter()
-                .filter(|w| w.labels().keys().any(|k| is_kubestellar_label(k)))
-                .map(|w| w.spec.workload.manifests.len() as u64)
-                .sum();
-            let status = quota.status.unwrap_or_default();
-            let hard = count(status.hard.unwrap_or_default().get(key));
-            let used = count(status.used.unwrap_or_default().get(key));
-            let listed = statuses.list(&ListParams::default()).await?.items.len() as u64;
-            *seen.lock().unwrap() =
-                format!("{delivered} objects delivered, quota {hard:?}, used {used:?}, {listed} WorkStatuses");
-            let least = 2 * delivered + 64;
-            Ok(hard.is_some_and(|h| h.is_power_of_two() && h >= least && h < 2 * least) && used == Some(listed))
-        },
-    )
-    .await;
-    waited.with_context(|| format!("last seen: {}", seen.lock().unwrap()))
+    ks_tests::stack::wait_for("the mailbox quota to count the WorkStatuses", PROMPTLY, || async {
+        let Some(quota) = quotas.get_opt("addon-status-workstatuses").await? else {
+            return Ok(false);
+        };
+        let used = quota.status.and_then(|s| s.used?.remove(QUOTA_KEY));
+        let listed = statuses.list(&ListParams::default()).await?.items.len();
+        Ok(used.is_some_and(|u| u.0 == listed.to_string()))
+    })
+    .await
 }
 
 /// With the certificate the registration agent got for `wec`'s agent, WorkStatuses can be

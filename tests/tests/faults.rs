@@ -15,6 +15,7 @@ use ks_shared::ocm::ManifestWork;
 use ks_tests::faults::WecLosses;
 use ks_tests::harness::{Ctx, run_one_at_a_time};
 use ks_tests::measure::{Usage, rss_kib};
+use ks_tests::stack::status_addon::sized_mailbox_quota;
 use ks_tests::stack::{ADDON_PROCESS, HUB_MAX_NUM_WRAPPED, HubOptions, Stack, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, app_yaml, policy_yaml, singleton_policy_yaml};
@@ -1105,39 +1106,37 @@ async fn a_collectors_expression_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::R
 /// of 1 MB each grew the hub by as much, and 2,000 would fill the ITS's etcd. Now the mailbox's
 /// quota, sized by the add-on from what is delivered there, refuses forged reports beyond it; a
 /// status larger than the hub keeps is refused (counted in
-/// `kubestellar_status_refused_reports_total` and said in the hub's log); other policies keep
-/// delivering.
+/// `kubestellar_status_refused_reports_total` and said in the hub's log); a report on an object
+/// not sent to its WEC is cached without what it reports (counted in
+/// `kubestellar_status_withheld_reports_total`); other policies keep delivering.
 async fn a_wecs_forged_reports_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "forged")?;
     let id = ctx.unique_name("forged");
     let its = ctx.client("its1").await?;
     let mailbox: Api<WorkStatus> = Api::namespaced(its.clone(), "cluster1");
-    let quotas: Api<k8s_openapi::api::core::v1::ResourceQuota> = Api::namespaced(its, "cluster1");
     // 40 objects delivered: the quota grows to at least 2 × 40 + 64 (what the add-on's
     // README says), whatever else the mailbox holds.
     let file = tools.scratch_file("yaml", &workload(&id, 40, |i| config_map(&id, i, "")))?;
     tools.kubectl("wds1", &["apply", "-f", &file])?;
     delivered(&ctx, &ApiResource::erase::<ConfigMap>(&()), &id, 40).await?;
-    let hard = || async {
-        let quota = quotas.get("addon-status-workstatuses").await?;
-        let hard = quota
-            .spec
-            .and_then(|s| s.hard)
-            .and_then(|h| h.get("count/workstatuses.control.kubestellar.io").cloned())
-            .context("cluster1's mailbox has a quota on WorkStatuses")?;
-        hard.0.parse::<usize>().context("the quota is a plain number")
-    };
-    wait_for("cluster1's quota to grow with what is delivered", DEADLINE, || async {
-        Ok(hard().await? >= 2 * 40 + 64)
-    })
-    .await?;
-    let hard = hard().await?;
+    let (hard, _) = sized_mailbox_quota(&its, "cluster1", DEADLINE).await?;
+    ensure!(
+        hard >= 2 * 40 + 64,
+        "cluster1's quota of {hard} did not grow with 40 objects delivered"
+    );
+    let hard = hard as usize;
     let hub = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
-    let refused = || {
-        let (_, text) = ks_tests::process::http_get(hub, "/metrics");
-        ks_tests::metrics::sum(&text, "kubestellar_status_refused_reports_total")
+    let counted = |name: &'static str| {
+        move || {
+            let (_, text) = ks_tests::process::http_get(hub, "/metrics");
+            ks_tests::metrics::sum(&text, name)
+        }
     };
-    let refused_before = refused();
+    let (refused, withheld) = (
+        counted("kubestellar_status_refused_reports_total"),
+        counted("kubestellar_status_withheld_reports_total"),
+    );
+    let (refused_before, withheld_before) = (refused(), withheld());
     let blob = "x".repeat(300_000);
     let forge = async {
         let mut forged = 0;
@@ -1162,9 +1161,14 @@ async fn a_wecs_forged_reports_cannot_take_the_hub_down(ctx: Ctx) -> anyhow::Res
             mailbox.patch_status(&name, &apply, &Patch::Apply(&status)).await?;
             forged += 1;
         }
-        wait_for("the hub to refuse the forged reports", DEADLINE, || async {
-            Ok(refused() - refused_before >= forged as f64)
-        })
+        // Each too large, and each on an object not sent to cluster1.
+        wait_for(
+            "the hub to refuse and withhold the forged reports",
+            DEADLINE,
+            || async {
+                Ok(refused() - refused_before >= forged as f64 && withheld() - withheld_before >= forged as f64)
+            },
+        )
         .await?;
         Ok(forged)
     };
@@ -1191,6 +1195,14 @@ async fn a_full_mailbox_holds_back_only_its_wecs_status(ctx: Ctx) -> anyhow::Res
     let its = ctx.client("its1").await?;
     // The add-on's quota (addon/src/hub_rbac.rs MAILBOX_QUOTA).
     let quotas: Api<ResourceQuota> = Api::namespaced(its.clone(), "cluster1");
+    // Sized from what is delivered now (a test before may have taken objects away), and left so
+    // by the one object this test adds: the add-on rewrites the limit only when the deliveries
+    // cross a power of two, and would otherwise put room back while the test wants none.
+    let (sized, objects) = sized_mailbox_quota(&its, "cluster1", DEADLINE).await?;
+    ensure!(
+        2 * (objects + 1) + 64 <= sized,
+        "one more object would resize cluster1's quota of {sized}"
+    );
     let quota = quotas.get("addon-status-workstatuses").await?;
     let hard = |q: &ResourceQuota| {
         q.spec

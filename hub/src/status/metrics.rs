@@ -13,6 +13,8 @@ pub struct Metrics {
     pub combined_status_writes: Counter,
     /// WorkStatuses seen with a status too large to keep.
     pub refused_reports: Counter,
+    /// WorkStatuses cached without what they report, their object not sent to their WEC.
+    pub withheld_reports: Counter,
 }
 
 impl Metrics {
@@ -35,6 +37,11 @@ impl Metrics {
             "refused_reports",
             "WorkStatuses seen with a status larger than the hub keeps (256 KiB), kept as none",
             self.refused_reports.clone(),
+        );
+        ours.register(
+            "withheld_reports",
+            "WorkStatuses seen on an object not sent to their WEC, cached without what they report",
+            self.withheld_reports.clone(),
         );
     }
 }

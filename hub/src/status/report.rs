@@ -45,9 +45,24 @@ pub struct CachedWorkStatus {
     wds_uid: Option<Box<str>>,
     /// The size of a `.status` larger than [`MAX_RETURNED_STATUS`], refused.
     pub refused: Option<usize>,
+    /// Whether its status and trace were left out because no Binding sends the object it
+    /// reports on to its WEC when it was cached ([`CachedWorkStatus::withhold`]).
+    pub withheld: bool,
 }
 
 impl CachedWorkStatus {
+    /// Leaves out what it reports (its status, details and trace): kept for a report on an
+    /// object no Binding sends to its WEC, which a WEC's agent credential can write as often as
+    /// its quota allows. Its name and the object it names stay, so that the report is fetched
+    /// whole if a Binding comes to send that object there.
+    pub fn withhold(&mut self) {
+        self.status = None;
+        self.details = None;
+        self.trace.clear();
+        self.last_update = None;
+        self.withheld = true;
+    }
+
     /// What the WEC reported on the WDS object with `uid`, `.status` parsed (the CRD admits only
     /// objects there). Nothing yet, as from a WEC that has not reported, while it reports on
     /// another incarnation (one deleted since, under the same name), or, to an object that has
@@ -56,6 +71,9 @@ impl CachedWorkStatus {
     /// controllers catch up its status is its predecessor's. A report naming no incarnation (an
     /// agent before this one, or upstream's, which keeps no `statusDetails`) is taken as it is.
     pub fn wec_status(&self, uid: &str, returned: bool) -> WecStatus {
+        if self.withheld {
+            return WecStatus::default();
+        }
         let current = match self.wds_uid.as_deref() {
             None => true,
             Some(reported) => {
@@ -131,6 +149,7 @@ impl From<SentWorkStatus> for CachedWorkStatus {
                 .collect(),
             wds_uid,
             refused,
+            withheld: false,
         }
     }
 }
@@ -190,6 +209,20 @@ mod tests {
         }
         for cached in parsed_every_way(REPORT) {
             assert_eq!(cached.refused, None);
+        }
+    }
+
+    #[test]
+    fn a_withheld_report_keeps_only_what_it_is_about() {
+        for mut cached in parsed_every_way(REPORT) {
+            cached.withhold();
+            let read = cached.wec_status("uid-web", true);
+            assert!(read.status.is_none() && read.details.is_none() && read.trace.is_empty());
+            assert_eq!(
+                cached.reported.as_deref(),
+                Some(&WorkloadRef::new("apps", "deployments", "ns", "web"))
+            );
+            assert!(cached.withheld && cached.status.is_none() && cached.trace.is_empty());
         }
     }
 

@@ -4,6 +4,7 @@
 //! changes in and learn which objects, Bindings and collectors to look at again.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use itertools::{EitherOrBoth, Itertools};
 use ks_shared::api::{Binding, BindingPolicy, Destination, DownsyncModulation};
@@ -90,6 +91,33 @@ impl BindingView {
     }
 }
 
+/// The WECs each object is sent to, kept from [`Bindings`] by the controller and read by the
+/// WorkStatus cache as reports come: only a report from a WEC its object is sent to is kept
+/// whole. Clones share it.
+#[derive(Clone, Debug, Default)]
+pub struct Delivered(Arc<RwLock<BTreeMap<WorkloadRef, BTreeSet<String>>>>);
+
+impl Delivered {
+    /// Whether the object is sent to the WEC whose mailbox is `mailbox`.
+    pub fn to(&self, mailbox: &str, key: &WorkloadRef) -> bool {
+        let wecs = self.0.read().unwrap_or_else(PoisonError::into_inner);
+        wecs.get(key).is_some_and(|w| w.contains(mailbox))
+    }
+
+    /// Takes from `bindings` where the objects `keys` are sent now.
+    pub fn update<'k>(&self, bindings: &Bindings, keys: impl IntoIterator<Item = &'k WorkloadRef>) {
+        let mut wecs = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        for key in keys {
+            let now = bindings.wecs_of(key);
+            if now.is_empty() {
+                wecs.remove(key);
+            } else {
+                wecs.insert(key.clone(), now);
+            }
+        }
+    }
+}
+
 /// Every Binding's view, and which Bindings list each object.
 #[derive(Default)]
 pub struct Bindings {
@@ -148,6 +176,15 @@ impl Bindings {
 
     pub fn names(&self) -> Vec<String> {
         self.views.keys().cloned().collect()
+    }
+
+    /// The WECs some Binding sends the object to.
+    pub fn wecs_of(&self, key: &WorkloadRef) -> BTreeSet<String> {
+        let names = self.by_object.get(key).into_iter().flatten();
+        let views = names.filter_map(|name| self.views.get(name));
+        views
+            .flat_map(|view| view.destinations.iter().map(|d| d.cluster_id.clone()))
+            .collect()
     }
 
     /// The Bindings listing the object, each with its entry for it.
@@ -331,6 +368,28 @@ mod tests {
 
     fn keys(names: &[&str]) -> BTreeSet<WorkloadRef> {
         names.iter().map(|n| key(n)).collect()
+    }
+
+    #[test]
+    fn an_object_is_delivered_to_the_wecs_of_the_bindings_sending_it() {
+        let mut bindings = Bindings::default();
+        let delivered = Delivered::default();
+        let mut change = |name: &str, view: Option<BindingView>| {
+            let changed = bindings.set(name, view);
+            delivered.update(&bindings, &changed);
+        };
+        change("one", Some(view(&["c1"], &[("a", "1")])));
+        change("two", Some(view(&["c2"], &[("a", "1"), ("b", "1")])));
+        let sent = |wec: &str, name: &str| delivered.to(wec, &key(name));
+        let now = [sent("c1", "a"), sent("c2", "a"), sent("c1", "b"), sent("c2", "b")];
+        assert_eq!(now, [true, true, false, true]);
+        // A Binding's WECs changing moves all its objects; one going takes its objects away.
+        change("two", Some(view(&["c3"], &[("a", "1"), ("b", "1")])));
+        assert_eq!([sent("c2", "b"), sent("c3", "b"), sent("c1", "a")], [false, true, true]);
+        change("one", None);
+        assert_eq!([sent("c1", "a"), sent("c3", "a")], [false, true]);
+        change("two", None);
+        assert!(!sent("c3", "a") && !sent("c3", "b"));
     }
 
     #[test]

@@ -104,7 +104,7 @@ where
 fn trimmed_store<K>(
     api: Api<K>,
     config: watcher::Config,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
     stop: CancellationToken,
     on: impl FnMut(Seen<'_, K>) + Send + 'static,
 ) -> Store<K>
@@ -146,11 +146,12 @@ pub fn without_managed_fields<K: Resource>(object: &mut K) {
 }
 
 /// [`watch_into_inputs`], caching only what `trim` leaves of each object: for objects whose
-/// large parts the controller never reads again.
+/// large parts the controller never reads again, or whose parts it keeps only while it needs
+/// them (`trim` may consult the controller's state).
 pub fn watch_trimmed_into_inputs<K, I>(
     api: Api<K>,
     config: watcher::Config,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
     stop: &CancellationToken,
     inputs: &UnboundedSender<I>,
     changed: fn(&K) -> Option<I>,
@@ -171,7 +172,7 @@ where
 pub fn watch_seen_into_inputs<K, I>(
     api: Api<K>,
     config: watcher::Config,
-    trim: fn(&mut K),
+    trim: impl FnMut(&mut K) + Send + 'static,
     stop: &CancellationToken,
     inputs: &UnboundedSender<I>,
     mut on: impl FnMut(Seen<'_, K>) -> Option<I> + Send + 'static,

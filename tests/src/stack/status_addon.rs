@@ -158,6 +158,48 @@ fn config_digest(chart: &Path, values: &serde_json::Value) -> anyhow::Result<Str
     Ok(format!("{:016x}", hasher.finish()))
 }
 
+/// The key the add-on's mailbox quota limits.
+pub const QUOTA_KEY: &str = "count/workstatuses.control.kubestellar.io";
+
+/// Waits until the add-on's quota on WorkStatuses in `wec`'s mailbox on the ITS `its` is sized
+/// from what KubeStellar delivers there (the chart's default, `auto`): at least two WorkStatuses
+/// per object and 64 more, at most twice that or 128, and a power of two, so that it changes only
+/// when the deliveries double. Returns that limit and the objects delivered.
+pub async fn sized_mailbox_quota(its: &kube::Client, wec: &str, deadline: Duration) -> anyhow::Result<(u64, u64)> {
+    use k8s_openapi::api::core::v1::ResourceQuota;
+    use ks_shared::names::is_kubestellar_label;
+    use ks_shared::ocm::ManifestWork;
+    use kube::ResourceExt;
+    use kube::api::ListParams;
+
+    let quotas: Api<ResourceQuota> = Api::namespaced(its.clone(), wec);
+    let works: Api<ManifestWork> = Api::namespaced(its.clone(), wec);
+    let seen = std::sync::Mutex::new((None, 0));
+    let what = format!("{wec}'s WorkStatus quota to be sized from what is delivered there");
+    let waited = wait_for(&what, deadline, || async {
+        let hard = quotas
+            .get_opt("addon-status-workstatuses")
+            .await?
+            .and_then(|q| q.spec?.hard?.remove(QUOTA_KEY))
+            .and_then(|q| q.0.parse::<u64>().ok());
+        let delivered: u64 = works
+            .list(&ListParams::default())
+            .await?
+            .items
+            .iter()
+            .filter(|w| w.labels().keys().any(|k| is_kubestellar_label(k)))
+            .map(|w| w.spec.workload.manifests.len() as u64)
+            .sum();
+        *seen.lock().unwrap() = (hard, delivered);
+        let least = 2 * delivered + 64;
+        Ok(hard.is_some_and(|h| h.is_power_of_two() && h >= least && (h < 2 * least || h == 128)))
+    })
+    .await;
+    let (hard, delivered) = *seen.lock().unwrap();
+    waited.with_context(|| format!("last seen: quota {hard:?}, {delivered} objects delivered"))?;
+    Ok((hard.unwrap_or_default(), delivered))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

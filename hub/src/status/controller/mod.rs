@@ -17,12 +17,13 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use ks_shared::api::{CombinedStatus, condition_type};
+use ks_shared::api::{Binding, CombinedStatus, condition_type};
 use ks_shared::names::{REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::runtime::{Backoff, Failure, failure};
+use kube::api::Api;
 use kube::discovery::ApiResource;
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::{Value as Json, json};
 use tokio::sync::mpsc;
@@ -33,7 +34,7 @@ use super::collector::Collector;
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
 use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
-use super::state::{BindingView, Bindings, CachedName, EvaluationErrors, Index, WorkloadRef};
+use super::state::{BindingView, Bindings, CachedName, Delivered, EvaluationErrors, Index, WorkloadRef};
 use super::writes;
 use crate::binding::ObjectIdentity;
 use crate::informers::{CachedObject, WorkloadInformers};
@@ -54,6 +55,16 @@ pub struct Settings {
 /// The UID of the object a CombinedStatus summarises: its name is `<objectUID>.<policyUID>`.
 fn summarised_uid(name: &str) -> Option<String> {
     name.split_once('.').map(|(uid, _)| uid.to_string())
+}
+
+/// What the controller takes of a Binding: nothing once it is being deleted, as it no longer
+/// asks for anything.
+fn live_view(binding: &Binding) -> Option<BindingView> {
+    binding
+        .metadata
+        .deletion_timestamp
+        .is_none()
+        .then(|| BindingView::of(binding))
 }
 
 /// What is waiting to be reconciled.
@@ -85,7 +96,7 @@ pub async fn run(
     shutdown: CancellationToken,
 ) {
     let (inputs, mut received) = mpsc::unbounded_channel();
-    let stores = Stores::start(&wds, &its, &settings.wds_name, &inputs, &shutdown);
+    let stores = Stores::start(&wds, &inputs, &shutdown);
     // A status written over in the WDS (by hand, by another writer) is written back at once:
     // a change of status only does not change the Bindings, which bring every other change.
     let mut status_changes = informers.status_changes();
@@ -93,13 +104,38 @@ pub async fn run(
         _ = shutdown.cancelled() => return,
         _ = stores.filled() => {}
     }
+    // Every Binding known before the first report is cached, so that reports on what is
+    // delivered are kept whole from the start.
+    let mut bindings = Bindings::default();
+    let delivered = Delivered::default();
+    for binding in stores.bindings.state() {
+        let changed = bindings.set(&binding.name_any(), live_view(&binding));
+        delivered.update(&bindings, &changed);
+    }
+    let withheld = settings.metrics.withheld_reports.clone();
+    let work_statuses = watches::reports(
+        &its,
+        &settings.wds_name,
+        delivered.clone(),
+        withheld,
+        &inputs,
+        &shutdown,
+    );
+    tokio::select! {
+        _ = shutdown.cancelled() => return,
+        _ = work_statuses.wait_until_ready() => {}
+    }
     let mut controller = StatusController {
         wds,
+        its,
         informers,
         stores,
+        work_statuses,
+        fetched: BTreeMap::new(),
         metrics: settings.metrics,
         after_transport: settings.after_transport,
-        bindings: Bindings::default(),
+        bindings,
+        delivered,
         reports: Index::default(),
         combined: Index::default(),
         errors: EvaluationErrors::default(),
@@ -154,11 +190,19 @@ struct Compiled {
 
 struct StatusController {
     wds: Client,
+    its: Client,
     informers: WorkloadInformers,
     stores: Stores,
+    /// This WDS's WorkStatuses, those on objects not sent to their WEC withheld.
+    work_statuses: Store<CachedWorkStatus>,
+    /// Reports cached withheld whose object has been sent to their WEC since, fetched whole;
+    /// until the cache's next word on them.
+    fetched: BTreeMap<CachedName, Arc<CachedWorkStatus>>,
     metrics: Metrics,
     after_transport: bool,
     bindings: Bindings,
+    /// Where `bindings` send each object, for the WorkStatus cache.
+    delivered: Delivered,
     /// WorkStatuses by the object they report on (the WorkStatus cache's copy of its reference).
     reports: Index<Arc<WorkloadRef>>,
     /// CombinedStatuses by the UID of the object they summarise (the first part of their name):
@@ -201,8 +245,9 @@ impl StatusController {
     fn handle(&mut self, input: Input, work: &mut Work) {
         match input {
             Input::WorkStatus((namespace, name)) => {
-                let found = self.stores.work_statuses.get(&ObjectRef::new(&name).within(&namespace));
+                let found = self.work_statuses.get(&ObjectRef::new(&name).within(&namespace));
                 found.as_deref().into_iter().for_each(|w| self.refuse_if_too_large(w));
+                self.fetched.remove(&(namespace.clone(), name.clone()));
                 let key = found.and_then(|w| w.reported.clone());
                 // The object it reports on, also when only its status changed.
                 work.objects.extend(key.as_deref().cloned());
@@ -210,8 +255,9 @@ impl StatusController {
                 work.objects.extend(moved.into_iter().map(Arc::unwrap_or_clone));
             }
             Input::WorkStatusesListed => {
-                let all = self.stores.work_statuses.state();
+                let all = self.work_statuses.state();
                 all.iter().for_each(|w| self.refuse_if_too_large(w));
+                self.fetched.clear();
                 let entries: Vec<_> = all
                     .iter()
                     .filter_map(|w| Some((cached_name(&**w), w.reported.clone()?)))
@@ -261,12 +307,13 @@ impl StatusController {
             .stores
             .bindings
             .get(&ObjectRef::new(name))
-            .filter(|b| b.metadata.deletion_timestamp.is_none())
-            .map(|b| BindingView::of(&b));
+            .and_then(|b| live_view(&b));
         if view.is_some() {
             work.bindings.insert(name.to_string());
         }
-        work.objects.extend(self.bindings.set(name, view));
+        let changed = self.bindings.set(name, view);
+        self.delivered.update(&self.bindings, &changed);
+        work.objects.extend(changed);
     }
 
     /// A new spec (or a new or deleted collector) changes every result it takes part in; a
@@ -342,6 +389,29 @@ impl StatusController {
         retry
     }
 
+    /// Fetches whole the reports on `key` that were cached withheld, from WECs it is sent to
+    /// now: a report that came before the Binding sending its object there.
+    async fn fetch_withheld(&mut self, key: &WorkloadRef) -> kube::Result<()> {
+        let withheld: Vec<CachedName> = self
+            .reports
+            .of(key)
+            .filter(|(mailbox, name)| {
+                let cached = self.work_statuses.get(&ObjectRef::new(name).within(mailbox));
+                cached.is_some_and(|c| c.withheld)
+                    && !self.fetched.contains_key(&(mailbox.clone(), name.clone()))
+                    && self.delivered.to(mailbox, key)
+            })
+            .cloned()
+            .collect();
+        for (mailbox, name) in withheld {
+            let api: Api<CachedWorkStatus> = Api::namespaced(self.its.clone(), &mailbox);
+            if let Some(report) = api.get_opt(&name).await? {
+                self.fetched.insert((mailbox, name), Arc::new(report));
+            }
+        }
+        Ok(())
+    }
+
     /// Counts and says a WorkStatus seen with a status too large to keep.
     fn refuse_if_too_large(&self, report: &CachedWorkStatus) {
         if let Some(bytes) = report.refused {
@@ -368,7 +438,10 @@ impl StatusController {
                 let [(namespace, name)] = names.as_slice() else {
                     return None;
                 };
-                let found = self.stores.work_statuses.get(&ObjectRef::new(name).within(namespace))?;
+                let found = match self.fetched.get(&(namespace.clone(), name.clone())) {
+                    Some(fetched) => fetched.clone(),
+                    None => self.work_statuses.get(&ObjectRef::new(name).within(namespace))?,
+                };
                 Some((wec.to_string(), found.wec_status(uid, returned)))
             })
             .collect()
@@ -385,6 +458,7 @@ impl StatusController {
             self.applied.remove(key);
             return Ok(self.errors.set(key, BTreeMap::new()));
         };
+        self.fetch_withheld(key).await?;
         let selecting = self.bindings.selecting(key);
         let uid = object.uid().unwrap_or_default();
         let wecs = self.wec_statuses(key, &uid, plan::owns_status(object.managed_fields()));
