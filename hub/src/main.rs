@@ -125,6 +125,18 @@ struct Args {
     /// kubestellar_workload_unsynced_resources until its cache fills.
     #[arg(long, env = "KS_CACHE_SYNC_TIMEOUT", default_value_t = 30, value_name = "SECONDS")]
     cache_sync_timeout: u64,
+    /// MiB of data the process that evaluates StatusCollectors' CEL may hold. Each evaluation is
+    /// estimated and refused beyond its budget before it runs (64 MiB built for one object); this
+    /// bounds what the estimate cannot see: the process is ended, the evaluation reported as
+    /// failed on the collector, and a new one started.
+    #[arg(long, env = "KS_CEL_MEMORY", default_value_t = 256, value_name = "MIB",
+          value_parser = clap::value_parser!(u64).range(64..))]
+    cel_memory: u64,
+    /// Seconds that process may take for one object's evaluations before it is stopped and they
+    /// are reported as failed.
+    #[arg(long, env = "KS_CEL_DEADLINE", default_value_t = 10, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    cel_deadline: u64,
 }
 
 /// What `--controllers` can name.
@@ -134,6 +146,15 @@ const CONTROLLERS: [&str; 3] = ["binding", "transport", "status"];
 const DEFAULT_HTTP_ADDRESS: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 8080);
 
 fn main() -> anyhow::Result<()> {
+    // Started by the status controller to evaluate CEL (`status::sandbox`), not by users.
+    let mut command = std::env::args().skip(1);
+    if command.next().as_deref() == Some(ks_hub::status::sandbox::WORKER_COMMAND) {
+        let memory = command
+            .next()
+            .and_then(|m| m.parse().ok())
+            .context("the worker's memory limit")?;
+        return ks_hub::status::sandbox::serve(memory);
+    }
     // The status controller evaluates users' CEL expressions on these threads: the third-party
     // evaluator recurses deeply, with large frames (see `CEL_STACK`).
     tokio::runtime::Builder::new_multi_thread()
@@ -173,6 +194,7 @@ async fn run() -> anyhow::Result<()> {
     let Some(Spaces { wds, its, wds_lease }) = spaces(&args, &fence, &shutdown).await? else {
         return Ok(serving.stopped().await?);
     };
+    let this_program = std::env::current_exe().context("this executable, to run the CEL worker")?;
     let settings = ks_hub::Settings {
         filter: ResourceFilter::from_api_groups(&args.api_groups),
         cache_sync_timeout: Duration::from_secs(args.cache_sync_timeout),
@@ -186,6 +208,13 @@ async fn run() -> anyhow::Result<()> {
             wds_name: args.wds_name.clone(),
             after_transport: with("transport"),
             metrics: status_metrics,
+            sandbox: ks_hub::status::sandbox::Sandbox::new(
+                this_program.clone(),
+                ks_hub::status::sandbox::Limits {
+                    memory: args.cel_memory << 20,
+                    deadline: Duration::from_secs(args.cel_deadline),
+                },
+            ),
         }),
         transport: with("transport").then(|| ks_hub::transport::controller::Settings {
             wds_name: args.wds_name.clone(),

@@ -11,6 +11,7 @@ pub mod controller;
 mod metrics;
 pub mod plan;
 pub mod report;
+pub mod sandbox;
 pub mod singleton;
 pub mod state;
 mod writes;

@@ -7,14 +7,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 use ks_shared::api::{
-    CombinedStatus, CombinedStatusFields, Condition, StatusCollectorStatus, StatusDetails, condition_reason,
-    condition_type,
+    CombinedStatus, CombinedStatusFields, Condition, NamedStatusCombination, StatusCollectorStatus, StatusDetails,
+    condition_reason, condition_type,
 };
 use ks_shared::names::{combined_status_label, field_manager};
 use serde_json::Value as Json;
 
 use super::aggregate::aggregate_status;
-use super::collector::{Collector, WecReport, combine, combined_status_metadata, evaluation_errors};
+use super::collector::{Collector, WecReport, combined_status_metadata, evaluation_errors};
 use super::singleton::{Report, Returned, Selecting, decide, status_never_returned};
 use super::state::{BindingCollector, BindingView, Entry, WorkloadRef};
 use crate::binding::ObjectIdentity;
@@ -133,12 +133,14 @@ pub struct Subject<'a> {
 /// The CombinedStatuses an object calls for, one per Binding whose entry for it names
 /// StatusCollectors (docs/upstream-behaviour.md#combinedstatus), with the evaluation errors of
 /// each (Binding, collector) pair. `collector` gives the valid collector of a name; missing and
-/// invalid ones are left out.
+/// invalid ones are left out. `combine` evaluates them ([`super::collector::combine`], here or in
+/// the sandbox).
 pub fn combined_statuses<'c>(
     subject: &Subject,
     selecting: &[(&str, &BindingView, &Entry)],
     wecs: &BTreeMap<String, WecStatus>,
     collector: impl Fn(&str) -> Option<&'c Collector>,
+    combine: impl Fn(&[&Collector], &Json, &[WecReport]) -> Vec<NamedStatusCombination>,
 ) -> (Vec<CombinedStatus>, BTreeMap<BindingCollector, Vec<String>>) {
     let mut combined = Vec::new();
     let mut errors = BTreeMap::new();
@@ -257,6 +259,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::status::collector::combine;
 
     fn entry(singleton: bool, multi_wec: bool, collectors: &[&str]) -> Entry {
         Entry {
@@ -393,7 +396,8 @@ mod tests {
             ("cluster2", Some(json!({"availableReplicas": "x"}))),
         ]);
         let selecting = [("p", &both, &with), ("q", &both, &without)];
-        let (combined, errors) = combined_statuses(&subject, &selecting, &wecs, |n| (n == "sum").then_some(&sum));
+        let sum_named = |n: &str| (n == "sum").then_some(&sum);
+        let (combined, errors) = combined_statuses(&subject, &selecting, &wecs, sum_named, combine);
         assert_eq!(combined.len(), 1);
         assert_eq!(combined[0].metadata.name.as_deref(), Some("obj-uid.bp-uid"));
         let result = &combined[0].spec.results[0];

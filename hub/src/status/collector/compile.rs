@@ -9,6 +9,8 @@ use super::expression::{Expression, compile};
 #[derive(Debug)]
 pub struct Collector {
     pub(super) name: String,
+    /// What it was compiled from.
+    spec: StatusCollectorSpec,
     pub(super) filter: Option<Expression>,
     pub(super) form: Form,
     /// The most rows reported ([`row_limit`]).
@@ -96,6 +98,7 @@ impl Collector {
         };
         Ok(Collector {
             name: name.to_string(),
+            spec: spec.clone(),
             filter,
             form,
             limit: row_limit(spec.limit),
@@ -104,6 +107,10 @@ impl Collector {
 
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    pub fn spec(&self) -> &StatusCollectorSpec {
+        &self.spec
     }
 }
 

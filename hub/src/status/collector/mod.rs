@@ -110,9 +110,10 @@ pub fn evaluation_errors(subject: &str, result: &NamedStatusCombination) -> Vec<
             e.error
         )
     });
-    let aggregations = result
-        .aggregation_errors
-        .iter()
-        .map(|e| format!("{subject}, {}: {}", column(&e.column_name), e.error));
+    // One without a column is the whole evaluation's (`sandbox`).
+    let aggregations = result.aggregation_errors.iter().map(|e| match e.column_name.as_str() {
+        "" => format!("{subject}: {}", e.error),
+        name => format!("{subject}, {}: {}", column(name), e.error),
+    });
     rows.chain(aggregations).collect()
 }

@@ -30,10 +30,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::collector::Collector;
+use super::collector::{Collector, WecReport};
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
 use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
+use super::sandbox::{Request, Sandbox};
 use super::state::{BindingView, Bindings, CachedName, Delivered, EvaluationErrors, Index, WorkloadRef};
 use super::writes;
 use crate::binding::ObjectIdentity;
@@ -50,6 +51,8 @@ pub struct Settings {
     /// carries the resourceVersion) and delay delivery by the transport's retry.
     pub after_transport: bool,
     pub metrics: Metrics,
+    /// Where StatusCollectors are evaluated.
+    pub sandbox: Sandbox,
 }
 
 /// The UID of the object a CombinedStatus summarises: its name is `<objectUID>.<policyUID>`.
@@ -134,6 +137,7 @@ pub async fn run(
         fetched: BTreeMap::new(),
         metrics: settings.metrics,
         after_transport: settings.after_transport,
+        sandbox: settings.sandbox,
         bindings,
         delivered,
         reports: Index::default(),
@@ -200,6 +204,7 @@ struct StatusController {
     fetched: BTreeMap<CachedName, Arc<CachedWorkStatus>>,
     metrics: Metrics,
     after_transport: bool,
+    sandbox: Sandbox,
     bindings: Bindings,
     /// Where `bindings` send each object, for the WorkStatus cache.
     delivered: Delivered,
@@ -490,7 +495,11 @@ impl StatusController {
             uid: &uid,
             object: &whole,
         };
-        let combine = || plan::combined_statuses(&subject, &selecting, &wecs, |c| self.valid_collector(c));
+        let sandboxed = |collectors: &[&Collector], object: &Json, reports: &[WecReport]| {
+            self.sandbox.evaluate(&Request::new(collectors, object, reports))
+        };
+        let collector = |c: &str| self.valid_collector(c);
+        let combine = || plan::combined_statuses(&subject, &selecting, &wecs, collector, sandboxed);
         // CEL evaluation is CPU work (bounded by its budget): the runtime moves this worker's
         // other tasks elsewhere meanwhile, on a thread it starts or wakes for them. Without
         // collectors there is no CEL to run, and no reason for that thread.
