@@ -9,6 +9,7 @@
 //! One request or answer is one line of JSON on the worker's standard input or output.
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -22,6 +23,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
 
 use super::collector::{CEL_STACK, Collector, WecReport, combine};
+
+/// The signal a process ends with when an allocation fails.
+const SIGABRT: i32 = 6;
 
 /// The argument that makes `ks-hub` a worker.
 pub const WORKER_COMMAND: &str = "cel-worker";
@@ -191,11 +195,16 @@ impl Sandbox {
                 ));
             }
             Ok(Err(RecvTimeoutError::Disconnected)) | Err(_) => {
-                let status = running.child.wait().map(|s| s.to_string()).unwrap_or_default();
-                return Err(format!(
-                    "the evaluation ended its worker ({status}): it needed more than the {} MiB it may hold",
-                    self.limits.memory >> 20
-                ));
+                let status = running.child.wait().ok();
+                let shown = status.map(|s| s.to_string()).unwrap_or_default();
+                // An allocation refused by the limit aborts the process.
+                if status.and_then(|s| s.signal()) == Some(SIGABRT) {
+                    return Err(format!(
+                        "the evaluation ended its worker ({shown}): it needed more than the {} MiB it may hold",
+                        self.limits.memory >> 20
+                    ));
+                }
+                return Err(format!("the evaluation ended its worker ({shown})"));
             }
         };
         serde_json::from_str(&answer).map_err(|e| format!("the CEL worker's answer: {e}"))

@@ -2,9 +2,12 @@
 //! the bytes it may build, from an upper bound of every value it can make. Inputs are bounded by
 //! their [`Shape`]; literals by what they are; lists built by `map`, `filter` and `+` by the
 //! lengths of what they are built from, so a literal `[1, 1, …]` ranged over counts as much as a
-//! list in the object. Sound for the standard library the collectors' environment has (the only
+//! list in the object; and every value a name or a field selection gives counts again, as the
+//! evaluator copies it. Sound for the standard library the collectors' environment has (the only
 //! functions that build large values are `+`, the list and map literals, `map`, `filter`,
-//! `string` and `bytes`); any other function counts as if it built the sum of its arguments.
+//! `string` and `bytes`; `matches` holds a compiled regular expression for a moment); any other
+//! function counts as if it built the sum of its arguments. The fuzz target
+//! `hub/tests/cel_estimate.rs` holds the estimate to what evaluations really hold.
 
 use std::sync::Arc;
 
@@ -23,8 +26,8 @@ const REGEX_MEMORY: u64 = 48 << 20;
 const REGEX_STEPS: u64 = 100_000;
 
 /// An upper bound of a value: its length (items of a list or map, what a comprehension ranges
-/// over), the memory its content takes, and a bound of each of its elements (map values and keys, list
-/// items), if it has any.
+/// over), the memory its content takes, and a bound of each of its elements (map values and
+/// keys, list items), if it has any.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(super) struct Shape {
     pub(super) items: u64,
