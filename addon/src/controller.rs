@@ -392,6 +392,10 @@ async fn apply_mailbox_objects(context: &Context, cluster: &str, owner: OwnerRef
     let binding = crate::hub_rbac::role_binding(cluster, owner.clone());
     let bindings: Api<RoleBinding> = Api::namespaced(context.client.clone(), cluster);
     apply_if_changed(context, &bindings, &binding, Object::HubRoleBinding).await?;
+    // Sized only from a listed cache (`reconcile_addon` waits for the first list), never below
+    // twice what is delivered and 64 more: a smaller quota never refuses the agent's own
+    // reports, and a quota lowered below what the mailbox holds deletes nothing, it only refuses
+    // new WorkStatuses. `apply_if_changed` leaves a ResourceQuota of that name that is not ours.
     let delivered = context.grants.delivered(cluster);
     let Some(max) = context.defaults.max_work_statuses.for_mailbox(delivered.objects) else {
         return Ok(());

@@ -201,6 +201,8 @@ fn is_kubestellar(work: &PartialObjectMeta<ManifestWork>) -> bool {
 }
 
 /// What a ManifestWork's annotations say it delivers: both are needed, or its manifests are read.
+/// A count that does not parse is no count (its manifests are read), never zero, which would
+/// shrink the WEC's quota below what is delivered.
 fn annotated(work: &PartialObjectMeta<ManifestWork>) -> Option<Delivered> {
     let annotations = work.annotations();
     let groups = groups_of(Some(annotations.get(API_GROUPS_ANNOTATION)?));

@@ -1,7 +1,7 @@
 //! StatusCollector evaluations in their worker process (`ks-hub cel-worker`), run as the hub runs
 //! them: an evaluation that needs more memory than the worker may hold, or more time than the
 //! deadline, is an error for its collectors, the hub goes on, and the next evaluation gets a new
-//! worker.
+//! worker; a worker that cannot be started is no answer at all, not an empty one.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -30,11 +30,16 @@ fn evaluate(sandbox: &Sandbox, collector: &Collector, object: &Json) -> Vec<Name
         status: Some(&status),
         ..Default::default()
     };
-    sandbox.evaluate(&Request::new(&[collector], object, &[report]))
+    sandbox
+        .evaluate(&Request::new(&[collector], object, &[report]))
+        .expect("a worker answers")
 }
 
 fn sandbox(memory_mib: u64, deadline: Duration) -> Sandbox {
-    let program = PathBuf::from(env!("CARGO_BIN_EXE_ks-hub"));
+    sandbox_of(PathBuf::from(env!("CARGO_BIN_EXE_ks-hub")), memory_mib, deadline)
+}
+
+fn sandbox_of(program: PathBuf, memory_mib: u64, deadline: Duration) -> Sandbox {
     let limits = Limits {
         memory: memory_mib << 20,
         deadline,
@@ -84,5 +89,19 @@ fn an_evaluation_beyond_the_workers_memory_or_time_is_an_error_and_the_next_gets
     assert!(
         evaluate(&sandbox, &replicas, &small)[0].rows.len() == 1,
         "a new worker answers"
+    );
+}
+
+#[test]
+fn without_a_worker_there_is_no_answer_rather_than_an_empty_one() {
+    let missing = sandbox_of(PathBuf::from("/nonexistent/ks-hub"), 64, Duration::from_secs(1));
+    let replicas = selecting("replicas", "returned.status.replicas");
+    let request = Request::new(&[&replicas], &json!({}), &[]);
+    let unavailable = missing.evaluate(&request).expect_err("no worker, no answer");
+    assert!(
+        unavailable
+            .to_string()
+            .starts_with("StatusCollectors cannot be evaluated now: no CEL worker: starting /nonexistent/ks-hub"),
+        "{unavailable}"
     );
 }

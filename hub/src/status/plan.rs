@@ -134,14 +134,14 @@ pub struct Subject<'a> {
 /// StatusCollectors (docs/upstream-behaviour.md#combinedstatus), with the evaluation errors of
 /// each (Binding, collector) pair. `collector` gives the valid collector of a name; missing and
 /// invalid ones are left out. `combine` evaluates them ([`super::collector::combine`], here or in
-/// the sandbox).
-pub fn combined_statuses<'c>(
+/// the sandbox); when it cannot, there is no outcome, not an empty one.
+pub fn combined_statuses<'c, E>(
     subject: &Subject,
     selecting: &[(&str, &BindingView, &Entry)],
     wecs: &BTreeMap<String, WecStatus>,
     collector: impl Fn(&str) -> Option<&'c Collector>,
-    combine: impl Fn(&[&Collector], &Json, &[WecReport]) -> Vec<NamedStatusCombination>,
-) -> (Vec<CombinedStatus>, BTreeMap<BindingCollector, Vec<String>>) {
+    combine: impl Fn(&[&Collector], &Json, &[WecReport]) -> Result<Vec<NamedStatusCombination>, E>,
+) -> Result<CombinedOutcome, E> {
     let mut combined = Vec::new();
     let mut errors = BTreeMap::new();
     let key = WorkloadRef::new(
@@ -173,7 +173,7 @@ pub fn combined_statuses<'c>(
                 }
             })
             .collect();
-        let results = combine(&collectors, subject.object, &reports);
+        let results = combine(&collectors, subject.object, &reports)?;
         for result in &results {
             let lines = evaluation_errors(&key.to_string(), result);
             errors.insert((binding.to_string(), result.name.clone()), lines);
@@ -183,8 +183,12 @@ pub fn combined_statuses<'c>(
             spec: CombinedStatusFields { results },
         });
     }
-    (combined, errors)
+    Ok((combined, errors))
 }
+
+/// The CombinedStatuses an object calls for, and the evaluation errors of each (Binding,
+/// collector) pair.
+pub type CombinedOutcome = (Vec<CombinedStatus>, BTreeMap<BindingCollector, Vec<String>>);
 
 /// Whether an existing CombinedStatus lacks something of `desired`: one of its labels or its
 /// owner, or the same results. Labels and owners others add are theirs.
@@ -397,7 +401,8 @@ mod tests {
         ]);
         let selecting = [("p", &both, &with), ("q", &both, &without)];
         let sum_named = |n: &str| (n == "sum").then_some(&sum);
-        let (combined, errors) = combined_statuses(&subject, &selecting, &wecs, sum_named, combine);
+        let here = |c: &[&Collector], o: &Json, r: &[WecReport]| Ok::<_, ()>(combine(c, o, r));
+        let (combined, errors) = combined_statuses(&subject, &selecting, &wecs, sum_named, here).unwrap();
         assert_eq!(combined.len(), 1);
         assert_eq!(combined[0].metadata.name.as_deref(), Some("obj-uid.bp-uid"));
         let result = &combined[0].spec.results[0];

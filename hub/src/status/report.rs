@@ -128,6 +128,8 @@ impl From<SentWorkStatus> for CachedWorkStatus {
             .as_ref()
             .map(|s| s.get().len())
             .filter(|&len| len > MAX_RETURNED_STATUS);
+        // Kept as none, as from a WEC that has not reported: the object's returned status is left
+        // as it was (`plan::returned_status` leaves it), never emptied by a refused report.
         let status = status.filter(|_| refused.is_none());
         let source = spec.source_ref;
         let named = !source.resource.is_empty() && !source.name.is_empty();

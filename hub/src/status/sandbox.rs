@@ -67,13 +67,18 @@ impl Request {
         }
     }
 
-    /// Its answer, computed here.
+    /// Its answer, computed here. A collector that does not compile here (the parent compiled it,
+    /// so only for want of a thread or memory) answers with that error, never with nothing: a
+    /// result left out would empty its part of the CombinedStatus.
     fn answer(&self) -> Vec<NamedStatusCombination> {
-        let compiled: Vec<Collector> = self
-            .collectors
-            .iter()
-            .filter_map(|(name, spec)| Collector::new(name, spec).ok())
-            .collect();
+        let mut compiled = Vec::new();
+        let mut failed = Vec::new();
+        for (name, spec) in &self.collectors {
+            match Collector::new(name, spec) {
+                Ok(collector) => compiled.push(collector),
+                Err(errors) => failed.push(failure(name, &errors.join("; "))),
+            }
+        }
         let collectors: Vec<&Collector> = compiled.iter().collect();
         let reports: Vec<WecReport> = self
             .reports
@@ -85,7 +90,11 @@ impl Request {
                 details: r.details.as_ref(),
             })
             .collect();
-        combine(&collectors, &self.object, &reports)
+        let mut answer = combine(&collectors, &self.object, &reports);
+        answer.extend(failed);
+        answer.sort_by(|a, b| a.name.cmp(&b.name));
+        answer.dedup_by(|a, b| a.name == b.name);
+        answer
     }
 
     /// The answer when the evaluation failed: each collector's result says why.
@@ -93,15 +102,19 @@ impl Request {
         let mut names: Vec<&str> = self.collectors.iter().map(|(name, _)| name.as_str()).collect();
         names.sort_unstable();
         names.dedup();
-        let failed = |name: &str| NamedStatusCombination {
-            name: name.to_string(),
-            aggregation_errors: vec![AggregationError {
-                column_name: String::new(),
-                error: why.to_string(),
-            }],
-            ..Default::default()
-        };
-        names.into_iter().map(failed).collect()
+        names.into_iter().map(|name| failure(name, why)).collect()
+    }
+}
+
+/// A collector's result that is only the error of its whole evaluation.
+fn failure(name: &str, why: &str) -> NamedStatusCombination {
+    NamedStatusCombination {
+        name: name.to_string(),
+        aggregation_errors: vec![AggregationError {
+            column_name: String::new(),
+            error: why.to_string(),
+        }],
+        ..Default::default()
     }
 }
 
@@ -136,6 +149,19 @@ pub struct Limits {
     pub deadline: Duration,
 }
 
+/// Why an evaluation got no answer from the worker: the machine's fault, not the expression's.
+#[derive(Debug, thiserror::Error)]
+#[error("StatusCollectors cannot be evaluated now: {0}")]
+pub struct Unavailable(String);
+
+/// How asking the worker failed.
+enum Failed {
+    /// The evaluation needed more memory or time than the worker has.
+    Expression(String),
+    /// The worker could not be started, or ended or answered otherwise.
+    Worker(String),
+}
+
 /// Evaluations in a worker process, started when first needed and again after one failed.
 /// Clones share the worker.
 #[derive(Clone, Debug)]
@@ -164,50 +190,60 @@ impl Sandbox {
         }
     }
 
-    /// Evaluates in the worker; blocks until it answers, fails or runs out of time. A failure
-    /// is each collector's error, said in the hub's log too.
-    pub fn evaluate(&self, request: &Request) -> Vec<NamedStatusCombination> {
+    /// Evaluates in the worker; blocks until it answers, fails or runs out of time. An
+    /// evaluation that ran out of the worker's memory or time is each collector's error (the
+    /// expression's doing), said in the hub's log too. A worker that could not be started, or
+    /// ended or answered otherwise, is [`Unavailable`]: the caller writes nothing from it and
+    /// tries again, rather than empty every CombinedStatus for a fault of the machine.
+    pub fn evaluate(&self, request: &Request) -> Result<Vec<NamedStatusCombination>, Unavailable> {
         let mut worker = self.worker.lock().unwrap_or_else(PoisonError::into_inner);
-        match self.ask(&mut worker, request) {
-            Ok(answer) => answer,
-            Err(why) => {
-                *worker = None;
+        let asked = self.ask(&mut worker, request);
+        if asked.is_err() {
+            *worker = None;
+        }
+        match asked {
+            Ok(answer) => Ok(answer),
+            Err(Failed::Expression(why)) => {
                 tracing::warn!(error = %why, "a StatusCollector evaluation failed in its worker");
-                request.failed(&why)
+                Ok(request.failed(&why))
             }
+            Err(Failed::Worker(why)) => Err(Unavailable(why)),
         }
     }
 
-    fn ask(&self, worker: &mut Option<Worker>, request: &Request) -> Result<Vec<NamedStatusCombination>, String> {
+    fn ask(&self, worker: &mut Option<Worker>, request: &Request) -> Result<Vec<NamedStatusCombination>, Failed> {
         if worker.is_none() {
-            *worker = Some(self.start().map_err(|e| format!("no CEL worker: {e:#}"))?);
+            let started = self
+                .start()
+                .map_err(|e| Failed::Worker(format!("no CEL worker: {e:#}")))?;
+            *worker = Some(started);
         }
         let running = worker.as_mut().expect("started above");
-        let mut line = serde_json::to_vec(request).map_err(|e| e.to_string())?;
+        let mut line = serde_json::to_vec(request).map_err(|e| Failed::Worker(e.to_string()))?;
         line.push(b'\n');
         let sent = running.input.write_all(&line).and_then(|()| running.input.flush());
         let answer = match sent.map(|()| running.answers.recv_timeout(self.limits.deadline)) {
             Ok(Ok(answer)) => answer,
             Ok(Err(RecvTimeoutError::Timeout)) => {
-                return Err(format!(
+                return Err(Failed::Expression(format!(
                     "the evaluation took longer than {} s and was stopped",
                     self.limits.deadline.as_secs_f64()
-                ));
+                )));
             }
             Ok(Err(RecvTimeoutError::Disconnected)) | Err(_) => {
                 let status = running.child.wait().ok();
                 let shown = status.map(|s| s.to_string()).unwrap_or_default();
                 // An allocation refused by the limit aborts the process.
                 if status.and_then(|s| s.signal()) == Some(SIGABRT) {
-                    return Err(format!(
+                    return Err(Failed::Expression(format!(
                         "the evaluation ended its worker ({shown}): it needed more than the {} MiB it may hold",
                         self.limits.memory >> 20
-                    ));
+                    )));
                 }
-                return Err(format!("the evaluation ended its worker ({shown})"));
+                return Err(Failed::Worker(format!("the CEL worker ended ({shown})")));
             }
         };
-        serde_json::from_str(&answer).map_err(|e| format!("the CEL worker's answer: {e}"))
+        serde_json::from_str(&answer).map_err(|e| Failed::Worker(format!("the CEL worker's answer: {e}")))
     }
 
     fn start(&self) -> anyhow::Result<Worker> {
@@ -236,5 +272,38 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ks_shared::api::NamedExpression;
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_collector_the_worker_cannot_compile_answers_with_its_error() {
+        let select = |def: &str| StatusCollectorSpec {
+            select: vec![NamedExpression {
+                name: "c".into(),
+                def: def.into(),
+            }],
+            ..Default::default()
+        };
+        let request = Request {
+            collectors: vec![("bad".into(), select("1 +")), ("good".into(), select("1"))],
+            object: json!({}),
+            reports: vec![],
+        };
+        let answer = request.answer();
+        let names: Vec<&str> = answer.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["bad", "good"]);
+        let error = &answer[0].aggregation_errors[0].error;
+        assert!(
+            error.starts_with("select expression (c) invalid: failed to parse expression"),
+            "{error}"
+        );
+        assert!(answer[1].aggregation_errors.is_empty());
     }
 }

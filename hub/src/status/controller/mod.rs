@@ -503,16 +503,19 @@ impl StatusController {
         // CEL evaluation is CPU work (bounded by its budget): the runtime moves this worker's
         // other tasks elsewhere meanwhile, on a thread it starts or wakes for them. Without
         // collectors there is no CEL to run, and no reason for that thread.
-        let (desired, errors) = if collecting {
+        let outcome = if collecting {
             tokio::task::block_in_place(combine)
         } else {
             combine()
         };
-        let changed = self.errors.set(key, errors);
         let started = SystemTime::now();
         if self.write_status(key, &object, &resource, action).await? {
             trace_propagation(key, &wecs, started);
         }
+        // Without an evaluation the CombinedStatuses stay as they are (none is emptied), and
+        // the object is tried again.
+        let (desired, errors) = outcome.map_err(|unavailable| kube::Error::Service(unavailable.into()))?;
+        let changed = self.errors.set(key, errors);
         self.write_combined(&uid, desired).await?;
         Ok(changed)
     }
