@@ -18,7 +18,9 @@ use anyhow::Context;
 use clap::Parser;
 use ks_shared::cli::{CommonArgs, Process, retry_until_done};
 use ks_shared::client::{Limits, limited_client};
+use ks_shared::crds::{self, Space};
 use ks_shared::names::AGENT_INSTALL_NAMESPACE;
+use ks_shared::names::field_manager;
 
 use crate::metrics::Metrics;
 use crate::settings::Defaults;
@@ -133,6 +135,17 @@ async fn main() -> anyhow::Result<()> {
                 return;
             }
             tracing::info!(image = %defaults.image, namespace = %defaults.install_namespace, "add-on registered");
+            // Helm installs a chart's CRDs once and never upgrades them: the WorkStatus CRD is
+            // brought to this version's (server-side apply, so only its schema fields are
+            // ours), or an upgraded agent's new fields would be pruned and written again and
+            // again.
+            let crds = || crds::install(&its, Space::Its, field_manager::ADDON);
+            if retry_until_done("installing the WorkStatus CRD into the ITS", &token, crds)
+                .await
+                .is_none()
+            {
+                return;
+            }
             let mut tasks = vec![tokio::spawn(approver::run(its.clone(), metrics.clone(), token.clone()))];
             if args.install_all {
                 tasks.push(tokio::spawn(install::install_on_every_cluster(

@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
-use ks_shared::api::{SourceRef, StatusDetails, WorkStatus};
+use ks_shared::api::{Health, SourceRef, StatusDetails, WorkStatus};
 use ks_shared::names::WDS_UID_ANNOTATION;
 use serde::Deserialize;
 use serde_json::{Map, Value};
@@ -22,6 +22,7 @@ pub struct Existing {
     pub metadata: ObjectMeta,
     pub source_ref: SourceRef,
     pub status_details: Option<StatusDetails>,
+    pub health: Option<Health>,
     pub status: Option<Map<String, Value>>,
 }
 
@@ -45,6 +46,7 @@ impl From<WorkStatus> for Existing {
             metadata,
             source_ref: ws.spec.spec.source_ref,
             status_details: ws.spec.status_details,
+            health: ws.spec.health,
             status: ws.status.map(|s| s.0),
         }
     }

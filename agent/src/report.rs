@@ -12,7 +12,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use ks_shared::api::{SourceRef, StatusDetails};
+use ks_shared::api::{Health, SourceRef, StatusDetails};
+use ks_shared::health;
 use ks_shared::names::{self, SINGLETON_STATUS_LABEL, WDS_GENERATION_ANNOTATION, WDS_UID_ANNOTATION};
 use ks_shared::ocm::ManifestWork;
 use kube::api::DynamicObject;
@@ -41,6 +42,8 @@ pub struct Desired {
     pub last_generation_is_applied: bool,
     /// The object's `.status`; `None` for objects without one.
     pub status: Option<Map<String, Value>>,
+    /// The verdict on the object, from the whole of it as the WEC has it.
+    pub health: Health,
 }
 
 /// Whether a manifest is a Secret.
@@ -126,6 +129,7 @@ pub fn desired(key: &Key, object: &DynamicObject, manifest_work: &ManifestWork) 
         last_generation,
         last_generation_is_applied,
         status,
+        health: health::judge(&key.gvr.group, &key.kind, object.metadata.generation, &object.data),
     })
 }
 
@@ -134,7 +138,7 @@ pub fn desired(key: &Key, object: &DynamicObject, manifest_work: &ManifestWork) 
 pub enum Plan {
     /// Already as desired (or absent and not wanted).
     Nothing,
-    /// Server-side apply `main` (metadata, spec, statusDetails) and/or `status` (to the status
+    /// Server-side apply `main` (metadata, spec, statusDetails, health) and/or `status` (to the status
     /// subresource), each only when it differs; `main` first unless `status_first`.
     Apply {
         main: Option<Value>,
@@ -165,6 +169,7 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
         generation_same
             && existing_uid == desired.wds_uid.as_deref()
             && e.source_ref == desired.source_ref
+            && e.health.as_ref() == Some(&desired.health)
             && e.metadata
                 .owner_references
                 .iter()
@@ -209,6 +214,7 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
             },
             "spec": {"sourceRef": desired.source_ref},
             "statusDetails": details,
+            "health": desired.health,
         })
     });
     let status = (!status_same).then(|| {
@@ -248,7 +254,7 @@ fn wds_uid_of(metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
 mod tests {
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{FieldsV1, ManagedFieldsEntry};
     use k8s_openapi::jiff::Timestamp;
-    use ks_shared::api::WorkStatus;
+    use ks_shared::api::{Verdict, WorkStatus};
 
     use super::*;
     use crate::objects::Gvr;
@@ -351,8 +357,48 @@ mod tests {
         assert_eq!(d.owner.uid, "mw-uid");
         assert_eq!(d.source_ref.kind, "Deployment");
 
+        assert_eq!(
+            d.health.verdict,
+            Verdict::Progressing,
+            "a Deployment without spec.replicas wants 1, updated and available"
+        );
+
         let behind = desired(&key(), &deployment(4, json!({"observedGeneration": 3})), &work(&[KS])).unwrap();
         assert!(!behind.last_generation_is_applied);
+        assert_eq!(
+            (behind.health.verdict, behind.health.reason.as_str()),
+            (Verdict::Progressing, "its controller has seen generation 3 of 4")
+        );
+    }
+
+    #[test]
+    fn a_new_verdict_is_written_with_the_main_apply() {
+        let rolling = json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1});
+        let d = desired(&key(), &deployment(1, rolling), &work(&[KS])).unwrap();
+        let Plan::Apply {
+            main: Some(main),
+            status: Some(status),
+            ..
+        } = plan("cluster1", Some(&d), None, time(5))
+        else {
+            panic!("a new WorkStatus is written whole");
+        };
+        assert_eq!(
+            main["health"],
+            json!({"verdict": "Progressing", "reason": "waiting for its updated replicas to become available"})
+        );
+        let existing = as_written(&main, Some(&status));
+        let done = json!({"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1});
+        let d = desired(&key(), &deployment(1, done), &work(&[KS])).unwrap();
+        let Plan::Apply {
+            main: Some(main),
+            status: Some(_),
+            ..
+        } = plan("cluster1", Some(&d), Some(&existing), time(6))
+        else {
+            panic!("the new verdict and status are written");
+        };
+        assert_eq!(main["health"], json!({"verdict": "Healthy"}));
     }
 
     #[test]

@@ -12,6 +12,7 @@ pub mod crash;
 pub mod crds;
 pub mod credentials;
 pub mod fence;
+pub mod health;
 pub mod leader;
 pub mod names;
 pub mod ocm;

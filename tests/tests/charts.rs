@@ -732,6 +732,22 @@ async fn controller_may_do_exactly_its_job(hub: &Client, namespace: &str, accoun
         (true, "patch", ADDON, "clustermanagementaddons", "", STATUS_ADDON_NAME),
         (true, "create", ADDON, "clustermanagementaddons", "", ""),
         (false, "patch", ADDON, "clustermanagementaddons", "", "another-addon"),
+        (
+            true,
+            "patch",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "",
+            "workstatuses.control.kubestellar.io",
+        ),
+        (
+            false,
+            "patch",
+            "apiextensions.k8s.io",
+            "customresourcedefinitions",
+            "",
+            "manifestworks.work.open-cluster-management.io",
+        ),
         (true, "watch", ADDON, "managedclusteraddons", "", ""),
         (
             true,

@@ -164,16 +164,18 @@ pub fn desired_status(
         observed_generation: resolved,
         conditions: vec![synced, ready],
         errors,
-        // The transport's.
+        // The transport's and the status controller's.
         propagation: None,
+        health: None,
     }
 }
 
 /// Whether the status differs from the one the policy has, in what this controller writes
-/// (ignoring condition order, and the transport's condition and propagation).
+/// (ignoring condition order, the transport's condition and propagation, and the status
+/// controller's condition and health).
 pub fn status_differs(policy: &BindingPolicy, desired: &BindingPolicyStatus) -> bool {
     let Some(current) = &policy.status else { return true };
-    let ours = |c: &&Condition| c.type_ != condition_type::PROPAGATED;
+    let ours = |c: &&Condition| c.type_ != condition_type::PROPAGATED && c.type_ != condition_type::HEALTHY;
     current.observed_generation != desired.observed_generation
         || current.errors != desired.errors
         || current.conditions.iter().filter(ours).count() != desired.conditions.len()
@@ -261,3 +263,40 @@ pub async fn apply_status_request_labels(
 /// Our field manager for the status-request labels on workload objects, apart from everything
 /// else so that applying only these labels never releases other fields.
 const STATUS_REQUEST_FIELD_MANAGER: &str = "kubestellar-status-request";
+
+#[cfg(test)]
+mod tests {
+    use ks_shared::api::BindingPolicySpec;
+
+    use super::*;
+
+    fn condition(type_: &str, status: &str) -> Condition {
+        let now = Time("2026-12-07T06:00:00Z".parse().unwrap());
+        Condition::following(None, now, type_, status, "Some", String::new())
+    }
+
+    #[test]
+    fn the_other_controllers_conditions_are_no_difference() {
+        let ours = vec![
+            condition(condition_type::SYNCED, "True"),
+            condition(condition_type::READY, "True"),
+        ];
+        let desired = BindingPolicyStatus {
+            observed_generation: 2,
+            conditions: ours.clone(),
+            ..Default::default()
+        };
+        let mut policy = BindingPolicy::new("bp", BindingPolicySpec::default());
+        let mut conditions = ours;
+        conditions.push(condition(condition_type::PROPAGATED, "False"));
+        conditions.push(condition(condition_type::HEALTHY, "False"));
+        policy.status = Some(BindingPolicyStatus {
+            observed_generation: 2,
+            conditions,
+            ..Default::default()
+        });
+        assert!(!status_differs(&policy, &desired));
+        policy.status.as_mut().unwrap().conditions.remove(0);
+        assert!(status_differs(&policy, &desired), "one of ours missing");
+    }
+}

@@ -8,6 +8,7 @@
 pub mod aggregate;
 pub mod collector;
 pub mod controller;
+pub mod health;
 mod metrics;
 pub mod plan;
 pub mod report;

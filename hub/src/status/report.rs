@@ -9,7 +9,8 @@
 use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use ks_shared::api::{StatusDetails, WorkStatus, WorkStatusSpec};
+use ks_shared::api::{Health, StatusDetails, Verdict, WorkStatus, WorkStatusSpec};
+use ks_shared::health;
 use ks_shared::names::{WDS_UID_ANNOTATION, is_trace_annotation};
 use serde::Deserialize;
 use serde_json::Value;
@@ -39,6 +40,8 @@ pub struct CachedWorkStatus {
     /// When `.status` was last written (its newest `managedFields` entry touching it).
     last_update: Option<Time>,
     details: Option<StatusDetails>,
+    /// The agent's verdict on the object.
+    health: Option<Health>,
     /// Its trace annotations.
     trace: Vec<(String, String)>,
     /// The incarnation of the WDS object it reports on, when its agent says.
@@ -58,6 +61,7 @@ impl CachedWorkStatus {
     pub fn withhold(&mut self) {
         self.status = None;
         self.details = None;
+        self.health = None;
         self.trace.clear();
         self.last_update = None;
         self.withheld = true;
@@ -94,6 +98,33 @@ impl CachedWorkStatus {
             trace: self.trace.iter().cloned().collect(),
         }
     }
+
+    /// The verdict to count for the WDS object with `uid` at `generation` on this report's WEC:
+    /// the agent's, once the report is about that incarnation and the WEC runs that generation
+    /// (as its WDS generation annotation says, when it says); else what is awaited.
+    pub fn health(&self, uid: &str, generation: Option<i64>) -> Health {
+        let awaited = |verdict, reason: &str| Health {
+            verdict,
+            reason: reason.to_string(),
+        };
+        if self.withheld || self.wds_uid.as_deref().is_some_and(|reported| reported != uid) {
+            return awaited(Verdict::Unknown, "not reported on this object yet");
+        }
+        let running = self.details.as_ref().map_or(0, |d| d.last_generation);
+        if let Some(generation) = generation
+            && running > 0
+            && running < generation
+        {
+            return Health {
+                verdict: Verdict::Progressing,
+                reason: format!("the WEC runs generation {running} of {generation}"),
+            };
+        }
+        match &self.health {
+            Some(health) => health.clone(),
+            None => awaited(Verdict::Unknown, "its agent gives no verdict"),
+        }
+    }
 }
 
 /// A WorkStatus as the apiserver sends it, as far as the cache reads it.
@@ -106,6 +137,8 @@ struct SentWorkStatus {
     #[serde(default)]
     status_details: Option<StatusDetails>,
     #[serde(default)]
+    health: Option<Health>,
+    #[serde(default)]
     status: Option<Box<RawValue>>,
 }
 
@@ -115,6 +148,7 @@ impl From<SentWorkStatus> for CachedWorkStatus {
             mut metadata,
             spec,
             status_details,
+            health,
             status,
         } = sent;
         let last_update = last_status_update(metadata.managed_fields.as_deref().unwrap_or_default());
@@ -146,6 +180,10 @@ impl From<SentWorkStatus> for CachedWorkStatus {
             status,
             last_update,
             details: status_details,
+            health: health.map(|h| Health {
+                reason: health::bounded_reason(h.reason),
+                ..h
+            }),
             trace: trace
                 .filter(|(key, value)| is_trace_annotation(key) && value.len() <= MAX_TRACE_VALUE)
                 .collect(),
@@ -191,6 +229,51 @@ mod tests {
         let from_list = serde_json::from_str::<ObjectList<_>>(&list).unwrap().items.remove(0);
         let from_tree = serde_json::from_value(serde_json::from_str(report).unwrap()).unwrap();
         [from_event, from_list, from_tree]
+    }
+
+    #[test]
+    fn the_agents_verdict_counts_only_for_the_incarnation_and_generation_the_wds_has() {
+        let with_health =
+            |health: &str| REPORT.replace(r#""statusDetails":"#, &format!(r#""health":{health},"statusDetails":"#));
+        let degraded = with_health(r#"{"verdict":"Degraded","reason":"Progressing: ProgressDeadlineExceeded"}"#);
+        for report in parsed_every_way(&degraded) {
+            let said = |uid: &str, generation: Option<i64>| {
+                let health = report.health(uid, generation);
+                (health.verdict, health.reason)
+            };
+            assert_eq!(
+                said("uid-web", Some(3)),
+                (Verdict::Degraded, "Progressing: ProgressDeadlineExceeded".into())
+            );
+            assert_eq!(
+                said("uid-web", None),
+                (Verdict::Degraded, "Progressing: ProgressDeadlineExceeded".into())
+            );
+            assert_eq!(
+                said("uid-web", Some(4)),
+                (Verdict::Progressing, "the WEC runs generation 3 of 4".into())
+            );
+            assert_eq!(
+                said("uid-other", Some(3)).0,
+                Verdict::Unknown,
+                "a predecessor's verdict"
+            );
+            let mut withheld = report.clone();
+            withheld.withhold();
+            assert_eq!(withheld.health("uid-web", Some(3)).verdict, Verdict::Unknown);
+        }
+        let [unjudged, ..] = parsed_every_way(REPORT);
+        assert_eq!(
+            unjudged.health("uid-web", Some(3)).reason,
+            "its agent gives no verdict",
+            "an agent before this one"
+        );
+        let long = with_health(&format!(
+            r#"{{"verdict":"Degraded","reason":"{}"}}"#,
+            "x".repeat(100_000)
+        ));
+        let [forged, ..] = parsed_every_way(&long);
+        assert!(forged.health("uid-web", Some(3)).reason.len() <= ks_shared::health::MAX_REASON);
     }
 
     #[test]

@@ -1,10 +1,13 @@
 //! The status controller's writes, with the field manager `Status`: by server-side apply
 //! (forced: these fields are ours) a workload object's `.status` (status subresource, so labels
-//! and spec are never touched), CombinedStatuses and a StatusCollector's status; by merge patch a
+//! and spec are never touched), CombinedStatuses, a StatusCollector's status and a BindingPolicy's
+//! health; by merge patch a
 //! Binding's `StatusCollectorsAvailable` condition (see [`apply_binding_condition`]).
 
 use k8s_openapi::api::core::v1::Namespace;
-use ks_shared::api::{Binding, CombinedStatus, Condition, StatusCollector, StatusCollectorStatus};
+use ks_shared::api::{
+    Binding, BindingPolicy, CombinedStatus, Condition, PolicyHealth, StatusCollector, StatusCollectorStatus,
+};
 use ks_shared::names::field_manager;
 use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
@@ -89,6 +92,22 @@ fn ignore_code(result: kube::Result<()>, code: u16) -> kube::Result<()> {
         Err(kube::Error::Api(status)) if status.code == code => Ok(()),
         other => other,
     }
+}
+
+/// Sets our part of a BindingPolicy's status: its `health` and `Healthy` condition (server-side
+/// apply, forced: the fields are ours; the binding controller's and the transport's stay
+/// theirs). Only on a policy whose status the binding controller has written, which holds the
+/// fields the schema requires; one deleted meanwhile needs none.
+pub async fn apply_policy_health(
+    wds: &Client,
+    name: &str,
+    health: &PolicyHealth,
+    condition: &Condition,
+) -> kube::Result<()> {
+    let body = json!({"apiVersion": BindingPolicy::api_version(&()), "kind": BindingPolicy::kind(&()),
+                      "metadata": {"name": name}, "status": {"health": health, "conditions": [condition]}});
+    let applied = apply_status(&Api::<BindingPolicy>::all(wds.clone()), name, body).await;
+    ignore_code(applied.map(|_| ()), 404)
 }
 
 /// Sets a StatusCollector's status; one deleted meanwhile needs none.

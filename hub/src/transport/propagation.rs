@@ -90,15 +90,7 @@ pub fn condition(propagation: &Propagation, previous: Option<&Condition>, now: T
     } else {
         ("False", "Propagating", behind.join("; "))
     };
-    Condition {
-        type_: condition_type::PROPAGATED.to_string(),
-        status: status.to_string(),
-        last_transition_time: previous
-            .filter(|p| p.status == status)
-            .map_or(now, |p| p.last_transition_time.clone()),
-        reason: reason.to_string(),
-        message,
-    }
+    Condition::following(previous, now, condition_type::PROPAGATED, status, reason, message)
 }
 
 /// Whether the policy's status says something else than `propagation` and `condition`.

@@ -22,6 +22,7 @@ use super::common::{PolicyStatus, cluster_selectors, label_selectors};
     printcolumn = r#"{"name": "REASON", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].reason"}"#,
     printcolumn = r#"{"name": "WECS", "type": "string", "jsonPath": ".status.propagation.wecs"}"#,
     printcolumn = r#"{"name": "APPLIED", "type": "string", "jsonPath": ".status.propagation.applied"}"#,
+    printcolumn = r#"{"name": "HEALTHY", "type": "string", "jsonPath": ".status.health.healthy"}"#,
     printcolumn = r#"{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name": "MESSAGE", "type": "string", "jsonPath": ".status.conditions[?(@.type=='Ready')].message", "priority": 1}"#
 )]

@@ -4,11 +4,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
+use super::PolicyHealth;
+
 /// A condition on a BindingPolicy or Binding. Upstream requires all five fields.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `Ready`, `Synced`, `StatusCollectorsAvailable` or `Propagated`.
+    /// `Ready`, `Synced`, `StatusCollectorsAvailable`, `Propagated` or `Healthy`.
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
@@ -25,6 +27,8 @@ pub mod condition_type {
     pub const STATUS_COLLECTORS_AVAILABLE: &str = "StatusCollectorsAvailable";
     /// Ours: every object of a BindingPolicy applied and available on every WEC it chose.
     pub const PROPAGATED: &str = "Propagated";
+    /// Ours: every object of a BindingPolicy healthy on every WEC it chose.
+    pub const HEALTHY: &str = "Healthy";
 }
 
 /// Condition reasons defined by upstream.
@@ -52,6 +56,9 @@ pub struct PolicyStatus {
     /// BindingPolicy only: how far its objects got on each WEC (written by the transport).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub propagation: Option<Propagation>,
+    /// BindingPolicy only: its objects' health on each WEC (written by the status controller).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<PolicyHealth>,
 }
 
 /// How far a policy's objects got on its WECs, from OCM's reports on the ManifestWorks.
@@ -81,6 +88,29 @@ pub struct WecPropagation {
     pub applied: i64,
     /// Present on the WEC, as OCM reports.
     pub available: i64,
+}
+
+impl Condition {
+    /// The condition `type_` as now said, following `previous`: its transition time stays that
+    /// of `previous` while its status does not change.
+    pub fn following(
+        previous: Option<&Condition>,
+        now: Time,
+        type_: &str,
+        status: &str,
+        reason: &str,
+        message: String,
+    ) -> Condition {
+        Condition {
+            type_: type_.to_string(),
+            status: status.to_string(),
+            last_transition_time: previous
+                .filter(|p| p.status == status)
+                .map_or(now, |p| p.last_transition_time.clone()),
+            reason: reason.to_string(),
+            message,
+        }
+    }
 }
 
 impl PolicyStatus {

@@ -8,6 +8,7 @@ mod bindingpolicy;
 mod combinedstatus;
 mod common;
 mod customtransform;
+mod health;
 mod statuscollector;
 mod workstatus;
 
@@ -16,6 +17,7 @@ pub use bindingpolicy::*;
 pub use combinedstatus::*;
 pub use common::*;
 pub use customtransform::*;
+pub use health::*;
 pub use statuscollector::*;
 pub use workstatus::*;
 

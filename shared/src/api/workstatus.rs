@@ -6,6 +6,8 @@ use kube::CustomResource;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
+use super::Health;
+
 /// `spec` and the top-level `statusDetails` of a WorkStatus; `status` is the copied `.status`.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -23,6 +25,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name": "KIND", "type": "string", "jsonPath": ".spec.sourceRef.kind"}"#,
     printcolumn = r#"{"name": "OBJECT_NS", "type": "string", "jsonPath": ".spec.sourceRef.namespace"}"#,
     printcolumn = r#"{"name": "OBJECT_NAME", "type": "string", "jsonPath": ".spec.sourceRef.name"}"#,
+    printcolumn = r#"{"name": "HEALTH", "type": "string", "jsonPath": ".health.verdict"}"#,
     printcolumn = r#"{"name": "AGE", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -32,6 +35,9 @@ pub struct WorkStatusFields {
     /// Bookkeeping about the WDS generation; a sibling of `status`, not inside it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status_details: Option<StatusDetails>,
+    /// The agent's verdict on the object (a sibling of `status`, like `statusDetails`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub health: Option<Health>,
 }
 
 /// What the WorkStatus reports on.

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use ks_shared::api::{Binding, CombinedStatus, condition_type};
+use ks_shared::api::{Binding, CombinedStatus, Health, Verdict, condition_type};
 use ks_shared::names::{REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::runtime::{Backoff, Failure, failure};
@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::{Collector, WecReport};
+use super::health;
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
 use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
@@ -254,9 +255,18 @@ impl StatusController {
                 found.as_deref().into_iter().for_each(|w| self.refuse_if_too_large(w));
                 self.fetched.remove(&(namespace.clone(), name.clone()));
                 let key = found.and_then(|w| w.reported.clone());
-                // The object it reports on, also when only its status changed.
+                // The object it reports on, also when only its status changed, and the health
+                // of the policies sending it.
                 work.objects.extend(key.as_deref().cloned());
-                let moved = self.reports.set((namespace, name), key);
+                let moved = self.reports.set((namespace, name), key.clone());
+                for object in key.iter().map(|k| &**k).chain(moved.iter().map(|m| &**m)) {
+                    work.bindings.extend(
+                        self.bindings
+                            .selecting(object)
+                            .into_iter()
+                            .map(|(b, _, _)| b.to_string()),
+                    );
+                }
                 work.objects.extend(moved.into_iter().map(Arc::unwrap_or_clone));
             }
             Input::WorkStatusesListed => {
@@ -273,6 +283,7 @@ impl StatusController {
                     .extend(entries.iter().map(|(_, subject)| (**subject).clone()));
                 let moved = self.reports.replace(entries);
                 work.objects.extend(moved.into_iter().map(Arc::unwrap_or_clone));
+                work.bindings.extend(self.bindings.names());
             }
             Input::CombinedStatus((namespace, name)) => {
                 let found = self.stores.combined.get(&ObjectRef::new(&name).within(&namespace));
@@ -297,6 +308,13 @@ impl StatusController {
                 names.extend(self.bindings.names());
                 names.iter().for_each(|name| self.binding_changed(name, work));
             }
+            // Its health is written from the Binding of the same name.
+            Input::Policy(name) => {
+                work.bindings.insert(name);
+            }
+            Input::PoliciesListed => work
+                .bindings
+                .extend(self.stores.policies.state().iter().map(|p| p.name_any())),
             Input::Collector(name) => self.collector_changed(&name, work),
             Input::CollectorsListed => {
                 let mut names: BTreeSet<String> = self.stores.collectors.state().iter().map(|c| c.name_any()).collect();
@@ -374,6 +392,11 @@ impl StatusController {
             if let Err(err) = self.reconcile_binding(&name).await
                 && self.failed(&err, &format!("Binding {name}"))
             {
+                failed.bindings.insert(name.clone());
+            }
+            if let Err(err) = self.reconcile_health(&name).await
+                && self.failed(&err, &format!("BindingPolicy {name}"))
+            {
                 failed.bindings.insert(name);
             }
         }
@@ -429,6 +452,38 @@ impl StatusController {
         }
     }
 
+    /// The WorkStatus `name` in `mailbox`: as fetched whole when the cache withheld it.
+    fn report(&self, mailbox: &str, name: &str) -> Option<Arc<CachedWorkStatus>> {
+        match self.fetched.get(&(mailbox.to_string(), name.to_string())) {
+            Some(fetched) => Some(fetched.clone()),
+            None => self.work_statuses.get(&ObjectRef::new(name).within(mailbox)),
+        }
+    }
+
+    /// The verdict on the object `key` on `wec`: its one report's there, judged against the
+    /// object the WDS has now (see [`CachedWorkStatus::health`]).
+    fn verdict(&self, key: &WorkloadRef, object: Option<&CachedObject>, wec: &str) -> Health {
+        let unknown = |reason: &str| Health {
+            verdict: Verdict::Unknown,
+            reason: reason.to_string(),
+        };
+        let Some(object) = object else {
+            return unknown("not in the WDS");
+        };
+        let reports: Vec<&CachedName> = self.reports.of(key).filter(|(mailbox, _)| mailbox == wec).collect();
+        let [(mailbox, name)] = reports.as_slice() else {
+            return unknown(if reports.is_empty() {
+                "not reported yet"
+            } else {
+                "more than one report on it"
+            });
+        };
+        match self.report(mailbox, name) {
+            Some(report) => report.health(&object.uid().unwrap_or_default(), object.metadata.generation),
+            None => unknown("not reported yet"),
+        }
+    }
+
     /// What each WEC reported on the object (the incarnation with `uid`; `returned`: it has
     /// had status returned), for the WECs with exactly one WorkStatus for it (more than one
     /// cannot be told apart, so none counts).
@@ -443,10 +498,7 @@ impl StatusController {
                 let [(namespace, name)] = names.as_slice() else {
                     return None;
                 };
-                let found = match self.fetched.get(&(namespace.clone(), name.clone())) {
-                    Some(fetched) => fetched.clone(),
-                    None => self.work_statuses.get(&ObjectRef::new(name).within(namespace))?,
-                };
+                let found = self.report(namespace, name)?;
                 Some((wec.to_string(), found.wec_status(uid, returned)))
             })
             .collect()
@@ -619,6 +671,40 @@ impl StatusController {
             return Ok(());
         }
         writes::apply_binding_condition(&self.wds, &binding, &condition).await
+    }
+
+    /// Sets the policy's `health` and `Healthy` condition when they changed, from the verdicts
+    /// on its Binding's objects on its Binding's WECs.
+    async fn reconcile_health(&self, name: &str) -> kube::Result<()> {
+        let (Some(policy), Some(view)) = (self.stores.policies.get(&ObjectRef::new(name)), self.bindings.get(name))
+        else {
+            return Ok(());
+        };
+        // Until the binding controller has written the status, it misses required fields.
+        let Some(current) = policy
+            .status
+            .as_ref()
+            .filter(|_| policy.metadata.deletion_timestamp.is_none())
+        else {
+            return Ok(());
+        };
+        let objects: Vec<(&WorkloadRef, Option<Arc<CachedObject>>)> =
+            view.entries.keys().map(|key| (key, self.informers.get(key))).collect();
+        let wecs: BTreeSet<&str> = view.destinations.iter().map(|d| d.cluster_id.as_str()).collect();
+        let summary = health::summarize(wecs.into_iter().map(|wec| {
+            let verdicts = objects
+                .iter()
+                .map(move |(key, object)| (*key, self.verdict(key, object.as_deref(), wec)));
+            (wec.to_string(), verdicts)
+        }));
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let condition = health::condition(&summary, current.condition(condition_type::HEALTHY), now);
+        if !health::differs(current, &summary, &condition) {
+            return Ok(());
+        }
+        writes::apply_policy_health(&self.wds, name, &summary, &condition).await?;
+        self.metrics.common.writes.inc();
+        Ok(())
     }
 
     /// Sets the StatusCollector's status (validation or evaluation errors) when it changed.

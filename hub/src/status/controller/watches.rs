@@ -2,7 +2,7 @@
 //! change and re-list reported as an [`Input`], so the controller reconciles from caches and
 //! fetches only a report it withheld before its object was sent to its WEC.
 
-use ks_shared::api::{Binding, CombinedStatus, StatusCollector};
+use ks_shared::api::{Binding, BindingPolicy, CombinedStatus, StatusCollector};
 use ks_shared::names::ORIGIN_WDS_LABEL;
 use ks_shared::runtime::{watch_into_inputs, watch_trimmed_into_inputs, without_managed_fields};
 use kube::api::Api;
@@ -22,6 +22,8 @@ pub(super) enum Input {
     WorkStatusesListed,
     Binding(String),
     BindingsListed,
+    Policy(String),
+    PoliciesListed,
     Collector(String),
     CollectorsListed,
     CombinedStatus(CachedName),
@@ -36,6 +38,8 @@ pub(super) fn cached_name<K: ResourceExt>(object: &K) -> CachedName {
 /// The caches of our own watches in the WDS.
 pub(super) struct Stores {
     pub(super) bindings: Store<Binding>,
+    /// For their health's part of their status.
+    pub(super) policies: Store<BindingPolicy>,
     pub(super) collectors: Store<StatusCollector>,
     pub(super) combined: Store<CombinedStatus>,
 }
@@ -52,6 +56,15 @@ impl Stores {
                 inputs,
                 |b| Some(Input::Binding(b.name_any())),
                 || Input::BindingsListed,
+            ),
+            policies: watch_trimmed_into_inputs(
+                Api::all(wds.clone()),
+                all(),
+                without_managed_fields,
+                stop,
+                inputs,
+                |p| Some(Input::Policy(p.name_any())),
+                || Input::PoliciesListed,
             ),
             collectors: watch_into_inputs(
                 Api::all(wds.clone()),
@@ -75,6 +88,7 @@ impl Stores {
     pub(super) async fn filled(&self) {
         let _ = futures::join!(
             self.bindings.wait_until_ready(),
+            self.policies.wait_until_ready(),
             self.collectors.wait_until_ready(),
             self.combined.wait_until_ready(),
         );
