@@ -9,7 +9,7 @@ use ks_hub::binding::{
     CompiledPolicy, ObjectIdentity, SYSTEM_NAMESPACES, Wec, clause_misses, made_by_the_wds, matching_clauses,
     wec_selected,
 };
-use ks_shared::api::Binding;
+use ks_shared::api::{Binding, Health, Verdict};
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -74,13 +74,15 @@ pub struct WecFinding {
     pub reported_generation: Option<i64>,
     pub generation_applied: Option<bool>,
     pub work_status: Option<String>,
+    /// The status agent's verdict on it there.
+    pub health: Option<Health>,
 }
 
 /// A link of the chain that does not hold.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct BrokenLink {
-    /// `object`, `selection`, `clusters`, `binding`, `delivery`, `apply`, `status`.
+    /// `object`, `selection`, `clusters`, `binding`, `delivery`, `apply`, `status`, `health`.
     pub link: &'static str,
     pub wec: Option<String>,
     pub problem: String,
@@ -171,6 +173,7 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
             reported_generation: details.map(|d| d.last_generation),
             generation_applied: details.map(|d| d.last_generation_is_applied),
             work_status: status.map(|s| s.name_any()),
+            health: status.and_then(|s| s.spec.health.clone()),
         });
     }
     explanation.trace_id = evidence
@@ -389,7 +392,41 @@ fn first_broken(explanation: &Explanation, evidence: &Evidence, generation: Opti
             );
         }
     }
-    None
+    unhealthy(explanation)
+}
+
+/// Every other link holds: the first WEC where the object is not healthy (degraded before
+/// progressing before unknown), as its status agent judges it there.
+fn unhealthy(explanation: &Explanation) -> Option<BrokenLink> {
+    let chosen = explanation.wecs.iter().filter(|w| !w.chosen_by.is_empty());
+    let (wec, health) = chosen
+        .filter_map(|w| Some((w, w.health.as_ref()?)))
+        .filter(|(_, h)| h.verdict != Verdict::Healthy)
+        .min_by_key(|(_, h)| match h.verdict {
+            Verdict::Degraded => 0,
+            Verdict::Progressing => 1,
+            _ => 2,
+        })?;
+    let fix = match health.verdict {
+        Verdict::Degraded => format!(
+            "its controller on {0} reports a failure that waiting will not cure: look at it there \
+             (kubectl --context <{0}> describe …) and fix its spec or what it needs",
+            wec.wec
+        ),
+        Verdict::Progressing => "it is on its way; if it stays so, look at it on the WEC".to_string(),
+        _ => "its status agent cannot judge its status: look at it on the WEC".to_string(),
+    };
+    let problem = if health.reason.is_empty() {
+        format!("it is {} on {}", health.verdict, wec.wec)
+    } else {
+        format!("it is {} on {}: {}", health.verdict, wec.wec, health.reason)
+    };
+    Some(BrokenLink {
+        link: "health",
+        wec: Some(wec.wec.clone()),
+        problem,
+        fix,
+    })
 }
 
 /// For an object the WDS makes for itself (or one in a system namespace), which a clause must
@@ -549,6 +586,33 @@ mod tests {
             ]),
             work_statuses: BTreeMap::from([("cluster1".into(), status.clone()), ("cluster2".into(), status)]),
         }
+    }
+
+    #[test]
+    fn an_object_not_healthy_on_a_wec_is_the_last_link_and_degraded_comes_first() {
+        let mut evidence = healthy();
+        let judged = |verdict: &str, reason: &str| {
+            Some(Health {
+                verdict: serde_json::from_value(json!(verdict)).unwrap(),
+                reason: reason.into(),
+            })
+        };
+        evidence.work_statuses.get_mut("cluster1").unwrap().spec.health = judged("Progressing", "running");
+        evidence.work_statuses.get_mut("cluster2").unwrap().spec.health =
+            judged("Degraded", "Progressing: ProgressDeadlineExceeded");
+        let found = explain(&evidence, None);
+        assert_eq!(found.wecs[1].health.as_ref().unwrap().verdict, Verdict::Degraded);
+        let broken = found.broken.unwrap();
+        assert_eq!((broken.link, broken.wec.as_deref()), ("health", Some("cluster2")));
+        assert_eq!(
+            broken.problem,
+            "it is Degraded on cluster2: Progressing: ProgressDeadlineExceeded"
+        );
+        evidence.work_statuses.get_mut("cluster2").unwrap().spec.health = judged("Healthy", "");
+        let broken = explain(&evidence, None).broken.unwrap();
+        assert_eq!((broken.link, broken.wec.as_deref()), ("health", Some("cluster1")));
+        evidence.work_statuses.get_mut("cluster1").unwrap().spec.health = judged("Healthy", "");
+        assert_eq!(explain(&evidence, None).broken, None);
     }
 
     #[test]

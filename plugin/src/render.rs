@@ -103,6 +103,7 @@ pub fn explanation(found: &Explanation, typed: &str, namespace: &str) -> String 
                     or_dash(w.available.clone()),
                     or_dash(generation),
                     or_dash(w.work_status.clone()),
+                    or_dash(w.health.as_ref().map(|h| h.verdict.to_string())),
                 ]
             })
             .collect();
@@ -116,6 +117,7 @@ pub fn explanation(found: &Explanation, typed: &str, namespace: &str) -> String 
                 "AVAILABLE",
                 "GENERATION",
                 "WORKSTATUS",
+                "HEALTH",
             ],
             &rows,
         );
@@ -161,13 +163,28 @@ pub fn rollout(rows: &[WecRollout]) -> String {
                 of(r.applied),
                 of(r.available),
                 of(r.status_returned),
+                of(r.healthy),
             ]
         })
         .collect();
-    table(
-        &["WEC", "SELECTED", "DELIVERED", "APPLIED", "AVAILABLE", "STATUS"],
+    let mut text = table(
+        &[
+            "WEC",
+            "SELECTED",
+            "DELIVERED",
+            "APPLIED",
+            "AVAILABLE",
+            "STATUS",
+            "HEALTHY",
+        ],
         &cells,
-    )
+    );
+    for row in rows {
+        if let Some(unhealthy) = &row.first_unhealthy {
+            text += &format!("  {}: {unhealthy}\n", row.wec);
+        }
+    }
+    text
 }
 
 /// `trace`'s waterfall, with where Jaeger shows it.

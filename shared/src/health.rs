@@ -33,8 +33,11 @@ pub fn judge(group: &str, kind: &str, generation: Option<i64>, data: &Value) -> 
 }
 
 fn judged(group: &str, kind: &str, generation: Option<i64>, data: &Value) -> Result<Health, String> {
+    // No status yet is an empty one: a kind with a rule waits for what its controller reports
+    // (a Deployment just made is progressing), one without needs none (a ConfigMap is healthy).
+    let empty = Map::new();
     let status = match data.get("status") {
-        None | Some(Value::Null) => return Ok(healthy()),
+        None | Some(Value::Null) => &empty,
         Some(Value::Object(status)) => status,
         Some(_) => return Err("its status is not an object".into()),
     };
@@ -141,7 +144,12 @@ struct Condition<'a> {
 impl Condition<'_> {
     /// `Type: Reason: message`, leaving out what is empty.
     fn said(&self) -> String {
-        [self.type_, self.reason, self.message]
+        self.said_as(self.type_)
+    }
+
+    /// [`Condition::said`] with another type's name.
+    fn said_as(&self, type_: &str) -> String {
+        [type_, self.reason, self.message]
             .into_iter()
             .filter(|s| !s.is_empty())
             .collect::<Vec<_>>()
@@ -289,7 +297,9 @@ fn job(
         .is("Failed", "True")
         .or_else(|| conditions.is("FailureTarget", "True"))
     {
-        return Ok(degraded(failed.said()));
+        // The Job controller says FailureTarget first, Failed once its pods are gone: one
+        // failure, said the same way throughout.
+        return Ok(degraded(failed.said_as("Failed")));
     }
     if conditions.is("Complete", "True").is_some() {
         return Ok(healthy());

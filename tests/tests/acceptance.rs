@@ -754,9 +754,9 @@ metadata: {{name: stray, namespace: {id}}}
         "no trace id: {web:#}"
     );
 
-    // Three objects per WEC: the Namespace and the Deployment applied with status returned, the
-    // orphan delivered but not applied.
-    let expected = ["3", "3/3", "2/3", "2/3", "2/3"];
+    // Three objects per WEC: the Namespace and the Deployment applied with status returned (and
+    // healthy), the orphan delivered but not applied.
+    let expected = ["3", "3/3", "2/3", "2/3", "2/3", "2/3"];
     let mut status = String::new();
     let counted = wait_for("status to count every WEC's objects", DEADLINE, || {
         let table = tools.kubestellar(&["status", &id]);

@@ -1,13 +1,19 @@
 //! The status controller (in ks-hub, run by the stack for wds1) with the real OCM work agents and
 //! our status agents: WEC status comes back into the WDS objects (singleton and summed over
 //! WECs), StatusCollectors become CombinedStatuses, bad collectors and bad WorkStatuses are
-//! reported or ignored, and a hub restarted after a policy change converges to the new policy.
+//! reported or ignored, a hub restarted after a policy change converges to the new policy, and
+//! each object's health on each WEC sums up on its policy.
 
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use ks_shared::api::{Binding, BindingPolicy, CombinedStatus, NamedStatusCombination, StatusCollector, WorkStatus};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Node;
+use ks_shared::api::{
+    Binding, BindingPolicy, CombinedStatus, NamedStatusCombination, StatusCollector, WorkStatus, condition_type,
+};
 use ks_tests::harness::{Ctx, apply, run, wait_until};
+use ks_tests::stack::ocm;
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, app_yaml, policy_yaml, singleton_policy_yaml};
 use kube::Client;
@@ -17,6 +23,7 @@ use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(120);
 const PATH: &[&str] = &["hub-wds1", "ocm-agent-cluster1", "ocm-agent-cluster2"];
+const WECS: [&str; 2] = ["cluster1", "cluster2"];
 
 ks_tests::stack_main!(
     run,
@@ -29,6 +36,8 @@ ks_tests::stack_main!(
         stack_test!(restarted_hub_converges_to_the_new_policy, PATH),
         stack_test!(status_coming_back_leaves_the_binding_alone, PATH),
         stack_test!(a_status_written_over_is_returned_again, PATH),
+        stack_test!(an_object_that_cannot_run_is_degraded_where_it_fails, PATH),
+        stack_test!(a_job_is_progressing_until_it_completes_or_fails, PATH),
     ]
 );
 
@@ -638,4 +647,210 @@ async fn a_status_written_over_is_returned_again(ctx: Ctx) -> anyhow::Result<()>
     )?;
     wait_web(&deployments, "showing cluster1's status again", returned_one).await?;
     cleanup(&ctx, &[singleton], &[], &ns).await
+}
+
+/// A node label key for one test, which only that test's workloads select.
+fn node_label(ctx: &Ctx) -> String {
+    format!("kubestellar.test/{}", ctx.unique_name("health"))
+}
+
+/// Sets (`Some`) or removes (`None`) the label `key` on the kwok node of each WEC in `wecs`.
+async fn label_nodes(ctx: &Ctx, wecs: &[&str], key: &str, value: Option<&str>) -> anyhow::Result<()> {
+    for wec in wecs {
+        let nodes: Api<Node> = Api::all(ctx.client(wec).await?);
+        let patch = json!({"metadata": {"labels": {key: value}}});
+        nodes
+            .patch(ocm::KWOK_NODE_NAME, &PatchParams::default(), &Patch::Merge(&patch))
+            .await?;
+    }
+    Ok(())
+}
+
+/// A policy sending the namespace `ns` and its objects labelled `app: health` to both WECs.
+async fn bind_health(wds: &Client, name: &str, ns: &str) -> anyhow::Result<()> {
+    let policy = json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": name},
+           "spec": {"clusterSelectors": [{"matchLabels": {"location-group": "edge"}}],
+                    "downsync": [{"apiGroup": "", "resources": ["namespaces"], "objectNames": [ns]},
+                                 {"namespaces": [ns], "objectSelectors": [{"matchLabels": {"app": "health"}}]}]}});
+    apply(&Api::<BindingPolicy>::all(wds.clone()), policy).await?;
+    Ok(())
+}
+
+/// One WEC's health counts on the policy: (healthy, progressing, degraded, unknown), and the
+/// first object not healthy there.
+fn wec_health(policy: Option<&BindingPolicy>, wec: &str) -> Option<((i64, i64, i64, i64), String)> {
+    let health = policy?.status.as_ref()?.health.as_ref()?;
+    let w = health.per_wec.iter().find(|w| w.wec == wec)?;
+    Some((
+        (w.healthy, w.progressing, w.degraded, w.unknown),
+        w.first_unhealthy.clone(),
+    ))
+}
+
+fn healthy_condition(policy: Option<&BindingPolicy>) -> Option<(String, String)> {
+    let condition = policy?.status.as_ref()?.condition(condition_type::HEALTHY)?;
+    Some((condition.status.clone(), condition.reason.clone()))
+}
+
+/// A Deployment whose pods no node of cluster1 takes (it selects a node label only cluster2's
+/// node has) passes its progress deadline there: the policy counts it degraded on cluster1 and
+/// healthy on cluster2 (`kubectl get bp` HEALTHY, `status.health`, condition `Healthy`),
+/// `kubectl kubestellar status` shows the HEALTHY counts and why, and `why` names the health
+/// link on cluster1. Once cluster1's node takes it too, the policy turns healthy; the time from
+/// that label to the policy's `Healthy=True` is printed.
+async fn an_object_that_cannot_run_is_degraded_where_it_fails(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "health")?;
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let key = node_label(&ctx);
+    label_nodes(&ctx, &["cluster2"], &key, Some("yes")).await?;
+    let stuck = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "stuck", "labels": {"app": "health"}},
+        "spec": {"replicas": 1, "progressDeadlineSeconds": 2, "selector": {"matchLabels": {"app": "stuck"}},
+                 "template": {"metadata": {"labels": {"app": "stuck"}},
+                              "spec": {"nodeSelector": {&key: "yes"},
+                                       "containers": [{"name": "app", "image": "nginx:1.27"}]}}}});
+    let mut web = deployment(1);
+    web["metadata"]["labels"]["app"] = json!("health");
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &ns);
+    apply(&deployments, stuck).await?;
+    apply(&deployments, web).await?;
+    let policy = ctx.unique_name("health");
+    bind_health(&wds, &policy, &ns).await?;
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let degraded_on_cluster1 = |p: Option<&BindingPolicy>| {
+        wec_health(p, "cluster1").is_some_and(|(counts, first)| {
+            counts == (2, 0, 1, 0) && first.contains("stuck") && first.contains("ProgressDeadlineExceeded")
+        }) && wec_health(p, "cluster2").is_some_and(|(counts, _)| counts == (3, 0, 0, 0))
+            && healthy_condition(p) == Some(("False".into(), "Degraded".into()))
+    };
+    wait_until(
+        policies.clone(),
+        &policy,
+        "degraded on cluster1 only",
+        DEADLINE,
+        degraded_on_cluster1,
+    )
+    .await?;
+    let listed = tools.kubectl("wds1", &["get", "bp", &policy])?;
+    println!("$ kubectl get bp {policy}\n{listed}");
+    anyhow::ensure!(
+        listed
+            .lines()
+            .nth(1)
+            .is_some_and(|row| row.split_whitespace().nth(6) == Some("5/6")),
+        "HEALTHY is not 5/6:\n{listed}"
+    );
+    let status = tools.kubestellar(&["status", &policy])?;
+    println!("$ kubectl kubestellar status {policy}\n{status}");
+    let row = |wec: &str| {
+        status
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(wec))
+            .and_then(|l| l.split_whitespace().last().map(str::to_string))
+    };
+    anyhow::ensure!(
+        row("cluster1").as_deref() == Some("2/3") && row("cluster2").as_deref() == Some("3/3"),
+        "HEALTHY per WEC is not 2/3 and 3/3:\n{status}"
+    );
+    anyhow::ensure!(
+        status.contains(&format!(
+            "cluster1: Deployment {ns}/stuck: Degraded: Progressing: ProgressDeadlineExceeded"
+        )),
+        "status does not say what is degraded:\n{status}"
+    );
+    let why: Value =
+        serde_json::from_str(&tools.kubestellar(&["why", "deployment/stuck", "-n", &ns, "-o", "json"])?)?;
+    anyhow::ensure!(
+        why["broken"]["link"] == "health" && why["broken"]["wec"] == "cluster1",
+        "why does not name the health link on cluster1: {why:#}"
+    );
+    println!(
+        "$ kubectl kubestellar why deployment/stuck -n {ns}\n{}",
+        tools.kubestellar(&["why", "deployment/stuck", "-n", &ns])?
+    );
+
+    let labelled = std::time::Instant::now();
+    label_nodes(&ctx, &["cluster1"], &key, Some("yes")).await?;
+    let all_healthy = |p: Option<&BindingPolicy>| healthy_condition(p) == Some(("True".into(), "Healthy".into()));
+    wait_until(policies, &policy, "healthy on both WECs", DEADLINE, all_healthy).await?;
+    println!(
+        "from the node label on cluster1 to Healthy=True on the policy: {:.2} s",
+        labelled.elapsed().as_secs_f64()
+    );
+    label_nodes(&ctx, &["cluster1", "cluster2"], &key, None).await?;
+    cleanup(&ctx, &[policy], &[], &ns).await
+}
+
+/// A Job waits for a node (cluster1's and cluster2's take it once labelled) and is progressing
+/// until then; it completes and is healthy. A Job past its `activeDeadlineSeconds` fails and is
+/// degraded. The WorkStatuses carry the same verdicts.
+async fn a_job_is_progressing_until_it_completes_or_fails(ctx: Ctx) -> anyhow::Result<()> {
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let key = node_label(&ctx);
+    let job = |name: &str, selector: &str, deadline: Option<i64>| {
+        let mut job = json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "labels": {"app": "health"}},
+            "spec": {"backoffLimit": 0,
+                     "template": {"spec": {"restartPolicy": "Never", "nodeSelector": {selector: "yes"},
+                                           "containers": [{"name": "app", "image": "busybox:1.36"}]}}}});
+        if let Some(seconds) = deadline {
+            job["spec"]["activeDeadlineSeconds"] = json!(seconds);
+        }
+        job
+    };
+    let jobs: Api<Job> = Api::namespaced(wds.clone(), &ns);
+    apply(&jobs, job("later", &key, None)).await?;
+    apply(&jobs, job("doomed", &format!("{key}-never"), Some(2))).await?;
+    let policy = ctx.unique_name("health");
+    bind_health(&wds, &policy, &ns).await?;
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let counts_everywhere = |wanted: (i64, i64, i64, i64)| {
+        move |p: Option<&BindingPolicy>| {
+            WECS.iter()
+                .all(|wec| wec_health(p, wec).is_some_and(|(counts, _)| counts == wanted))
+        }
+    };
+    wait_until(
+        policies.clone(),
+        &policy,
+        "with one Job progressing and one degraded on each WEC",
+        DEADLINE,
+        counts_everywhere((1, 1, 1, 0)),
+    )
+    .await?;
+    let reports: Api<WorkStatus> = Api::namespaced(ctx.client("its1").await?, "cluster1");
+    let verdicts = |reports: &[WorkStatus]| -> std::collections::BTreeMap<String, String> {
+        reports
+            .iter()
+            .filter(|r| r.spec.spec.source_ref.namespace == ns && r.spec.spec.source_ref.kind == "Job")
+            .filter_map(|r| {
+                let health = r.spec.health.as_ref()?;
+                Some((
+                    r.spec.spec.source_ref.name.clone(),
+                    format!("{}: {}", health.verdict, health.reason),
+                ))
+            })
+            .collect()
+    };
+    let said = verdicts(&reports.list(&Default::default()).await?.items);
+    anyhow::ensure!(
+        said.get("later").map(String::as_str) == Some("Progressing: running")
+            && said
+                .get("doomed")
+                .is_some_and(|d| d.starts_with("Degraded: Failed: DeadlineExceeded")),
+        "cluster1's WorkStatuses say {said:?}"
+    );
+    label_nodes(&ctx, &WECS, &key, Some("yes")).await?;
+    wait_until(
+        policies,
+        &policy,
+        "with the completed Job healthy on each WEC",
+        DEADLINE,
+        counts_everywhere((2, 0, 1, 0)),
+    )
+    .await?;
+    label_nodes(&ctx, &WECS, &key, None).await?;
+    cleanup(&ctx, &[policy], &[], &ns).await
 }

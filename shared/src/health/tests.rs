@@ -85,6 +85,16 @@ fn a_job_goes_from_suspended_or_running_to_complete_or_failed() {
     );
     let complete = json!({"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]});
     assert_eq!(verdict("batch", "Job", job(json!({}), complete)).0, Verdict::Healthy);
+    let failing = json!({"conditions": [
+        {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}]});
+    assert_eq!(
+        verdict("batch", "Job", job(json!({}), failing)),
+        (
+            Verdict::Degraded,
+            "Failed: DeadlineExceeded: Job was active longer than specified deadline".into()
+        ),
+        "the failure to come is said as the failure"
+    );
     let failed = json!({"failed": 1, "conditions": [
         {"type": "FailureTarget", "status": "True", "reason": "DeadlineExceeded"},
         {"type": "Failed", "status": "True", "reason": "DeadlineExceeded", "message": "Job was active longer than specified deadline"}
@@ -231,6 +241,15 @@ fn other_kinds_follow_the_ready_available_and_stalled_conventions() {
         (Verdict::Healthy, String::new()),
         "no status: healthy once applied"
     );
+    assert_eq!(
+        verdict(
+            "apps",
+            "Deployment",
+            json!({"metadata": {"generation": 1}, "spec": {"replicas": 2}})
+        ),
+        (Verdict::Progressing, "waiting for its replicas to be updated".into()),
+        "a kind with a rule waits for its controller's first status"
+    );
 }
 
 #[test]
@@ -334,8 +353,8 @@ const KINDS: [(&str, &str); 11] = [
 
 proptest! {
     /// Whatever a WEC's object holds: a verdict with a bounded reason, never a panic; never
-    /// `Healthy` while the object's controller has not seen its generation; a status-less
-    /// object is `Healthy`.
+    /// `Healthy` while the object's controller has not seen its generation; with no status, the
+    /// same verdict as with an empty one.
     #[test]
     fn every_object_gets_a_verdict_and_an_unseen_generation_is_never_healthy(
         kind in prop::sample::select(KINDS.to_vec()),
@@ -355,6 +374,7 @@ proptest! {
             prop_assert_eq!(health.verdict, Verdict::Progressing);
         }
         let bare = json!({"metadata": {"generation": generation}, "spec": object["spec"].clone()});
-        prop_assert_eq!(judged_whole(kind.0, kind.1, &bare).verdict, Verdict::Healthy);
+        let empty = json!({"metadata": {"generation": generation}, "spec": object["spec"].clone(), "status": {}});
+        prop_assert_eq!(judged_whole(kind.0, kind.1, &bare), judged_whole(kind.0, kind.1, &empty));
     }
 }

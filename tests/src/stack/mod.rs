@@ -15,7 +15,7 @@ mod jaeger;
 mod kubeconfig;
 pub mod kubeflex;
 pub mod kubelet;
-mod ocm;
+pub mod ocm;
 mod pki;
 mod procs;
 mod spaces;

@@ -25,6 +25,8 @@ pub const AGENT_NAMESPACE: &str = "open-cluster-management-agent";
 pub const HUB_CREDENTIAL_SECRET: &str = "hub-kubeconfig-secret";
 /// Annotation that tells kwok to manage a Node.
 pub const KWOK_NODE_ANNOTATION: &str = "kwok.x-k8s.io/node";
+/// The one kwok-managed Node of each WEC.
+pub const KWOK_NODE_NAME: &str = "kwok-node-0";
 /// The OCM agents' rate limit towards their WEC (OCM's default is 50), burst twice that.
 const WORK_AGENT_QPS: u32 = 200;
 /// How often the registration agent checks its WEC's apiserver (OCM's default is a minute).
@@ -123,9 +125,9 @@ pub async fn prepare_wec(client: &Client) -> anyhow::Result<()> {
         "apiVersion": "v1",
         "kind": "Node",
         "metadata": {
-            "name": "kwok-node-0",
+            "name": KWOK_NODE_NAME,
             "annotations": {KWOK_NODE_ANNOTATION: "fake"},
-            "labels": {"type": "kwok", "kubernetes.io/hostname": "kwok-node-0", "kubernetes.io/os": "linux"}
+            "labels": {"type": "kwok", "kubernetes.io/hostname": KWOK_NODE_NAME, "kubernetes.io/os": "linux"}
         },
         "status": {
             "allocatable": {"cpu": "32", "memory": "256Gi", "pods": "1000"},
@@ -133,7 +135,7 @@ pub async fn prepare_wec(client: &Client) -> anyhow::Result<()> {
         }
     }))?;
     let nodes: Api<Node> = Api::all(client.clone());
-    match nodes.get_opt("kwok-node-0").await? {
+    match nodes.get_opt(KWOK_NODE_NAME).await? {
         None => {
             nodes.create(&PostParams::default(), &node).await?;
         }
@@ -141,7 +143,7 @@ pub async fn prepare_wec(client: &Client) -> anyhow::Result<()> {
         Some(existing) if existing.spec.as_ref().and_then(|s| s.taints.as_ref()).is_some() => {
             let untaint = json!({"spec": {"taints": null}});
             nodes
-                .patch("kwok-node-0", &PatchParams::default(), &Patch::Merge(&untaint))
+                .patch(KWOK_NODE_NAME, &PatchParams::default(), &Patch::Merge(&untaint))
                 .await?;
         }
         Some(_) => {}
