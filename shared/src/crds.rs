@@ -5,7 +5,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use crate::api::{Binding, BindingPolicy, CombinedStatus, CustomTransform, StatusCollector, WorkStatus};
+use crate::api::{Binding, BindingPolicy, CombinedStatus, CustomTransform, HealthRule, StatusCollector, WorkStatus};
 
 /// Where a CRD is installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +24,7 @@ pub fn all() -> Vec<(Space, CustomResourceDefinition)> {
         (Space::Wds, CustomTransform::crd()),
         (Space::Wds, StatusCollector::crd()),
         (Space::Wds, CombinedStatus::crd()),
+        (Space::Wds, HealthRule::crd()),
         (Space::Its, WorkStatus::crd()),
     ]
     .into_iter()

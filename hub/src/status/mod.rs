@@ -12,6 +12,7 @@ pub mod health;
 mod metrics;
 pub mod plan;
 pub mod report;
+pub mod rules;
 pub mod sandbox;
 pub mod singleton;
 pub mod state;

@@ -31,6 +31,18 @@ pub struct WecStatus {
     pub trace: BTreeMap<String, String>,
 }
 
+impl WecStatus {
+    /// What CEL sees of it, as the row of the WEC `wec`.
+    pub fn report<'a>(&'a self, wec: &'a str) -> WecReport<'a> {
+        WecReport {
+            wec,
+            status: self.status.as_ref(),
+            last_returned_update: self.last_update.as_ref(),
+            details: self.details.as_ref(),
+        }
+    }
+}
+
 /// The workload object a CombinedStatus summarises, from its labels.
 pub fn summarised_object(combined: &CombinedStatus) -> Option<WorkloadRef> {
     let labels = combined.metadata.labels.as_ref()?;
@@ -163,14 +175,12 @@ pub fn combined_statuses<'c, E>(
         let reports: Vec<WecReport> = view
             .destinations
             .iter()
-            .map(|d| {
-                let reported = wecs.get(&d.cluster_id);
-                WecReport {
+            .map(|d| match wecs.get(&d.cluster_id) {
+                Some(reported) => reported.report(&d.cluster_id),
+                None => WecReport {
                     wec: &d.cluster_id,
-                    status: reported.and_then(|r| r.status.as_ref()),
-                    last_returned_update: reported.and_then(|r| r.last_update.as_ref()),
-                    details: reported.and_then(|r| r.details.as_ref()),
-                }
+                    ..Default::default()
+                },
             })
             .collect();
         let results = combine(&collectors, subject.object, &reports)?;

@@ -100,9 +100,10 @@ impl CachedWorkStatus {
     }
 
     /// The verdict to count for the WDS object with `uid` at `generation` on this report's WEC:
-    /// the agent's, once the report is about that incarnation and the WEC runs that generation
-    /// (as its WDS generation annotation says, when it says); else what is awaited.
-    pub fn health(&self, uid: &str, generation: Option<i64>) -> Health {
+    /// once the report is about that incarnation and the WEC runs that generation (as its WDS
+    /// generation annotation says, when it says), `ruled` (a HealthRule's verdict on it) or else
+    /// the agent's; before, what is awaited.
+    pub fn health(&self, uid: &str, generation: Option<i64>, ruled: Option<&Health>) -> Health {
         let awaited = |verdict, reason: &str| Health {
             verdict,
             reason: reason.to_string(),
@@ -120,7 +121,7 @@ impl CachedWorkStatus {
                 reason: format!("the WEC runs generation {running} of {generation}"),
             };
         }
-        match &self.health {
+        match ruled.or(self.health.as_ref()) {
             Some(health) => health.clone(),
             None => awaited(Verdict::Unknown, "its agent gives no verdict"),
         }
@@ -238,7 +239,7 @@ mod tests {
         let degraded = with_health(r#"{"verdict":"Degraded","reason":"Progressing: ProgressDeadlineExceeded"}"#);
         for report in parsed_every_way(&degraded) {
             let said = |uid: &str, generation: Option<i64>| {
-                let health = report.health(uid, generation);
+                let health = report.health(uid, generation, None);
                 (health.verdict, health.reason)
             };
             assert_eq!(
@@ -260,11 +261,25 @@ mod tests {
             );
             let mut withheld = report.clone();
             withheld.withhold();
-            assert_eq!(withheld.health("uid-web", Some(3)).verdict, Verdict::Unknown);
+            assert_eq!(withheld.health("uid-web", Some(3), None).verdict, Verdict::Unknown);
+            let ruled = Health {
+                verdict: Verdict::Healthy,
+                reason: String::new(),
+            };
+            assert_eq!(
+                report.health("uid-web", Some(3), Some(&ruled)),
+                ruled,
+                "a HealthRule's verdict first"
+            );
+            assert_eq!(
+                report.health("uid-web", Some(4), Some(&ruled)).verdict,
+                Verdict::Progressing,
+                "but not on what the WEC does not run yet"
+            );
         }
         let [unjudged, ..] = parsed_every_way(REPORT);
         assert_eq!(
-            unjudged.health("uid-web", Some(3)).reason,
+            unjudged.health("uid-web", Some(3), None).reason,
             "its agent gives no verdict",
             "an agent before this one"
         );
@@ -273,7 +288,7 @@ mod tests {
             "x".repeat(100_000)
         ));
         let [forged, ..] = parsed_every_way(&long);
-        assert!(forged.health("uid-web", Some(3)).reason.len() <= ks_shared::health::MAX_REASON);
+        assert!(forged.health("uid-web", Some(3), None).reason.len() <= ks_shared::health::MAX_REASON);
     }
 
     #[test]

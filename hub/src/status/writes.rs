@@ -1,12 +1,13 @@
 //! The status controller's writes, with the field manager `Status`: by server-side apply
 //! (forced: these fields are ours) a workload object's `.status` (status subresource, so labels
-//! and spec are never touched), CombinedStatuses, a StatusCollector's status and a BindingPolicy's
-//! health; by merge patch a
+//! and spec are never touched), CombinedStatuses, a StatusCollector's or HealthRule's status and a
+//! BindingPolicy's health; by merge patch a
 //! Binding's `StatusCollectorsAvailable` condition (see [`apply_binding_condition`]).
 
 use k8s_openapi::api::core::v1::Namespace;
 use ks_shared::api::{
-    Binding, BindingPolicy, CombinedStatus, Condition, PolicyHealth, StatusCollector, StatusCollectorStatus,
+    Binding, BindingPolicy, CombinedStatus, Condition, HealthRule, HealthRuleStatus, PolicyHealth, StatusCollector,
+    StatusCollectorStatus,
 };
 use ks_shared::names::field_manager;
 use kube::api::{Api, DeleteParams, DynamicObject, ObjectMeta, Patch, PatchParams, PostParams};
@@ -107,6 +108,14 @@ pub async fn apply_policy_health(
     let body = json!({"apiVersion": BindingPolicy::api_version(&()), "kind": BindingPolicy::kind(&()),
                       "metadata": {"name": name}, "status": {"health": health, "conditions": [condition]}});
     let applied = apply_status(&Api::<BindingPolicy>::all(wds.clone()), name, body).await;
+    ignore_code(applied.map(|_| ()), 404)
+}
+
+/// Sets a HealthRule's status; one deleted meanwhile needs none.
+pub async fn apply_rule_status(wds: &Client, name: &str, status: &HealthRuleStatus) -> kube::Result<()> {
+    let body = json!({"apiVersion": HealthRule::api_version(&()), "kind": HealthRule::kind(&()),
+                      "metadata": {"name": name}, "status": status});
+    let applied = apply_status(&Api::<HealthRule>::all(wds.clone()), name, body).await;
     ignore_code(applied.map(|_| ()), 404)
 }
 

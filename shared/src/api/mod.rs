@@ -1,7 +1,7 @@
 //! The `control.kubestellar.io/v1alpha1` API, compatible with upstream KubeStellar.
 //!
-//! BindingPolicy, Binding, CustomTransform, StatusCollector and CombinedStatus live in a WDS;
-//! WorkStatus lives in an ITS mailbox namespace.
+//! BindingPolicy, Binding, CustomTransform, StatusCollector, CombinedStatus and HealthRule live
+//! in a WDS; WorkStatus lives in an ITS mailbox namespace.
 
 mod binding;
 mod bindingpolicy;
@@ -9,6 +9,7 @@ mod combinedstatus;
 mod common;
 mod customtransform;
 mod health;
+mod healthrule;
 mod statuscollector;
 mod workstatus;
 
@@ -18,6 +19,7 @@ pub use combinedstatus::*;
 pub use common::*;
 pub use customtransform::*;
 pub use health::*;
+pub use healthrule::*;
 pub use statuscollector::*;
 pub use workstatus::*;
 

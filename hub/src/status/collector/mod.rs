@@ -28,6 +28,12 @@ pub use compile::Collector;
 pub use evaluate::{WecReport, combine, probe};
 pub use expression::CEL_STACK;
 
+/// Whether `expression` compiles as a collector's expressions do (parsed and checked against
+/// the limits that bound its evaluation); the compiler's error if not.
+pub fn check_expression(expression: &str) -> Result<(), String> {
+    expression::compile(expression).map(drop)
+}
+
 use crate::binding::ObjectIdentity;
 
 /// Name, namespace, the five labels and the owner reference of the CombinedStatus for an object

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use ks_shared::api::{Binding, CombinedStatus, Health, Verdict, condition_type};
+use ks_shared::api::{Binding, CombinedStatus, Health, HealthRuleStatus, Verdict, condition_type};
 use ks_shared::names::{REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::runtime::{Backoff, Failure, failure};
@@ -35,6 +35,7 @@ use super::health;
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
 use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
+use super::rules::Rules;
 use super::sandbox::{Request, Sandbox};
 use super::state::{BindingView, Bindings, CachedName, Delivered, EvaluationErrors, Index, WorkloadRef};
 use super::writes;
@@ -77,17 +78,19 @@ struct Work {
     objects: BTreeSet<WorkloadRef>,
     bindings: BTreeSet<String>,
     collectors: BTreeSet<String>,
+    rules: BTreeSet<String>,
 }
 
 impl Work {
     fn len(&self) -> usize {
-        self.objects.len() + self.bindings.len() + self.collectors.len()
+        self.objects.len() + self.bindings.len() + self.collectors.len() + self.rules.len()
     }
 
     fn append(&mut self, other: &mut Work) {
         self.objects.append(&mut other.objects);
         self.bindings.append(&mut other.bindings);
         self.collectors.append(&mut other.collectors);
+        self.rules.append(&mut other.rules);
     }
 }
 
@@ -145,6 +148,8 @@ pub async fn run(
         combined: Index::default(),
         errors: EvaluationErrors::default(),
         collectors: BTreeMap::new(),
+        rules: Rules::default(),
+        ruled: BTreeMap::new(),
         applied: BTreeMap::new(),
         report_namespace_exists: false,
     };
@@ -216,6 +221,9 @@ struct StatusController {
     combined: Index<String>,
     errors: EvaluationErrors,
     collectors: BTreeMap<String, Compiled>,
+    rules: Rules,
+    /// The verdicts of a HealthRule on each object of its kind, per WEC, as last evaluated.
+    ruled: BTreeMap<WorkloadRef, BTreeMap<String, Health>>,
     /// The status last applied to each object, with what the apiserver stored (or, when it
     /// refused it, what the object had): the same status is not applied again and again when the
     /// apiserver stores something else (pruning, defaults) or refuses it.
@@ -234,6 +242,7 @@ impl StatusController {
             Input::CombinedStatusesListed,
             Input::BindingsListed,
             Input::CollectorsListed,
+            Input::HealthRulesListed,
         ] {
             self.handle(input, &mut work);
         }
@@ -315,6 +324,12 @@ impl StatusController {
             Input::PoliciesListed => work
                 .bindings
                 .extend(self.stores.policies.state().iter().map(|p| p.name_any())),
+            Input::HealthRule(name) => self.rule_changed(&name, work),
+            Input::HealthRulesListed => {
+                let mut names: BTreeSet<String> = self.stores.rules.state().iter().map(|r| r.name_any()).collect();
+                names.extend(self.rules.names());
+                names.iter().for_each(|name| self.rule_changed(name, work));
+            }
             Input::Collector(name) => self.collector_changed(&name, work),
             Input::CollectorsListed => {
                 let mut names: BTreeSet<String> = self.stores.collectors.state().iter().map(|c| c.name_any()).collect();
@@ -371,6 +386,34 @@ impl StatusController {
         work.objects.extend(objects);
     }
 
+    /// A new spec (or a new or deleted rule) changes the verdicts on every object of its kinds,
+    /// and which rule of a kind is used; a status-only update (ours) needs only its own status
+    /// checked.
+    fn rule_changed(&mut self, name: &str, work: &mut Work) {
+        let current = self.stores.rules.get(&ObjectRef::new(name));
+        let generation = current.as_ref().and_then(|r| r.metadata.generation);
+        let kinds = self.rules.set(name, generation, current.as_ref().map(|r| &r.spec));
+        work.rules.insert(name.to_string());
+        if kinds.is_empty() {
+            return;
+        }
+        // The other rules of those kinds: one of them may be used, or unused, now.
+        for rule in self.stores.rules.state() {
+            if kinds.contains(&(rule.spec.group.clone(), rule.spec.kind.clone())) {
+                work.rules.insert(rule.name_any());
+            }
+        }
+        for name in self.bindings.names() {
+            let Some(view) = self.bindings.get(&name) else { continue };
+            for key in view.entries.keys() {
+                let kind = self.informers.api_resource(&key.resource).map(|r| (r.group, r.kind));
+                if kind.is_some_and(|k| kinds.contains(&k)) {
+                    work.objects.insert(key.clone());
+                }
+            }
+        }
+    }
+
     fn valid_collector(&self, name: &str) -> Option<&Collector> {
         self.collectors.get(name)?.collector.as_ref().ok()
     }
@@ -380,7 +423,14 @@ impl StatusController {
         for key in std::mem::take(&mut work.objects) {
             self.metrics.common.reconciles.inc();
             match self.reconcile_object(&key).await {
-                Ok(collectors) => work.collectors.extend(collectors),
+                Ok((collectors, ruled_anew)) => {
+                    work.collectors.extend(collectors);
+                    if ruled_anew {
+                        let selecting = self.bindings.selecting(&key);
+                        work.bindings
+                            .extend(selecting.into_iter().map(|(b, _, _)| b.to_string()));
+                    }
+                }
                 Err(err) => {
                     if self.failed(&err, &key.to_string()) {
                         failed.objects.insert(key);
@@ -405,6 +455,13 @@ impl StatusController {
                 && self.failed(&err, &format!("StatusCollector {name}"))
             {
                 failed.collectors.insert(name);
+            }
+        }
+        for name in std::mem::take(&mut work.rules) {
+            if let Err(err) = self.reconcile_rule(&name).await
+                && self.failed(&err, &format!("HealthRule {name}"))
+            {
+                failed.rules.insert(name);
             }
         }
     }
@@ -478,8 +535,9 @@ impl StatusController {
                 "more than one report on it"
             });
         };
+        let ruled = self.ruled.get(key).and_then(|wecs| wecs.get(wec));
         match self.report(mailbox, name) {
-            Some(report) => report.health(&object.uid().unwrap_or_default(), object.metadata.generation),
+            Some(report) => report.health(&object.uid().unwrap_or_default(), object.metadata.generation, ruled),
             None => unknown("not reported yet"),
         }
     }
@@ -504,26 +562,30 @@ impl StatusController {
             .collect()
     }
 
-    /// Brings one object's returned status and CombinedStatuses in line with the caches;
-    /// returns the StatusCollectors whose evaluation errors changed.
-    async fn reconcile_object(&mut self, key: &WorkloadRef) -> kube::Result<BTreeSet<String>> {
+    /// Brings one object's returned status and CombinedStatuses in line with the caches, and
+    /// takes its HealthRule's verdicts; returns the StatusCollectors whose evaluation errors
+    /// changed, and whether those verdicts did.
+    async fn reconcile_object(&mut self, key: &WorkloadRef) -> kube::Result<(BTreeSet<String>, bool)> {
         let object = self.informers.get(key);
         let resource = self.informers.api_resource(&key.resource);
         let (Some(object), Some(resource)) = (object, resource) else {
             // Gone (or never here: a WorkStatus for an object this WDS does not have): nothing
             // to write to, and its CombinedStatuses go with it (they are owned by it).
             self.applied.remove(key);
-            return Ok(self.errors.set(key, BTreeMap::new()));
+            let ruled_anew = self.ruled.remove(key).is_some();
+            return Ok((self.errors.set(key, BTreeMap::new()), ruled_anew));
         };
         self.fetch_withheld(key).await?;
         let selecting = self.bindings.selecting(key);
         let uid = object.uid().unwrap_or_default();
         let wecs = self.wec_statuses(key, &uid, plan::owns_status(object.managed_fields()));
         let action = plan::returned_status(&resource.group, &resource.kind, &selecting, &wecs);
-        // CEL's `obj`, built only when some collector will look at it.
-        let collecting = selecting
-            .iter()
-            .any(|(_, _, e)| !e.modulation.status_collectors.is_empty());
+        // CEL's `obj`, built only when some collector or rule will look at it.
+        let rule = self.rules.for_kind(&resource.group, &resource.kind);
+        let collecting = rule.is_some()
+            || selecting
+                .iter()
+                .any(|(_, _, e)| !e.modulation.status_collectors.is_empty());
         // One whose content cannot be read is no `obj` (its collectors' expressions reading it
         // fail, and say so), not one without its spec.
         let whole = if collecting {
@@ -551,11 +613,20 @@ impl StatusController {
             self.sandbox.evaluate(&Request::new(collectors, object, reports))
         };
         let collector = |c: &str| self.valid_collector(c);
-        let combine = || plan::combined_statuses(&subject, &selecting, &wecs, collector, sandboxed);
+        let combine = || {
+            let outcome = plan::combined_statuses(&subject, &selecting, &wecs, collector, sandboxed);
+            let reports: Vec<WecReport> = wecs.iter().map(|(wec, reported)| reported.report(wec)).collect();
+            let judged = rule.map(|rule| {
+                let evaluate =
+                    |collectors: &[&Collector], reports: &[WecReport]| sandboxed(collectors, &whole, reports);
+                rule.judge(&reports, evaluate)
+            });
+            (outcome, judged.transpose())
+        };
         // CEL evaluation is CPU work (bounded by its budget): the runtime moves this worker's
         // other tasks elsewhere meanwhile, on a thread it starts or wakes for them. Without
-        // collectors there is no CEL to run, and no reason for that thread.
-        let outcome = if collecting {
+        // collectors or a rule there is no CEL to run, and no reason for that thread.
+        let (outcome, judged) = if collecting {
             tokio::task::block_in_place(combine)
         } else {
             combine()
@@ -569,7 +640,13 @@ impl StatusController {
         let (desired, errors) = outcome.map_err(|unavailable| kube::Error::Service(unavailable.into()))?;
         let changed = self.errors.set(key, errors);
         self.write_combined(&uid, desired).await?;
-        Ok(changed)
+        // Without an evaluation the verdicts stay as they were, and the object is tried again.
+        let judged = judged.map_err(|unavailable| kube::Error::Service(unavailable.into()))?;
+        let ruled_anew = match judged {
+            Some(verdicts) => self.ruled.insert(key.clone(), verdicts.clone()) != Some(verdicts),
+            None => self.ruled.remove(key).is_some(),
+        };
+        Ok((changed, ruled_anew))
     }
 
     /// Writes the object's `.status` when it differs from what we want it to be; true when it
@@ -703,6 +780,24 @@ impl StatusController {
             return Ok(());
         }
         writes::apply_policy_health(&self.wds, name, &summary, &condition).await?;
+        self.metrics.common.writes.inc();
+        Ok(())
+    }
+
+    /// Sets the HealthRule's status (its compilation errors, or that another rule of its kind is
+    /// used) when it changed.
+    async fn reconcile_rule(&self, name: &str) -> kube::Result<()> {
+        let Some(current) = self.stores.rules.get(&ObjectRef::new(name)) else {
+            return Ok(());
+        };
+        let status = HealthRuleStatus {
+            observed_generation: current.metadata.generation.unwrap_or_default(),
+            errors: self.rules.errors(name),
+        };
+        if current.status.as_ref() == Some(&status) {
+            return Ok(());
+        }
+        writes::apply_rule_status(&self.wds, name, &status).await?;
         self.metrics.common.writes.inc();
         Ok(())
     }

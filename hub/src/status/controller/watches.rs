@@ -2,7 +2,7 @@
 //! change and re-list reported as an [`Input`], so the controller reconciles from caches and
 //! fetches only a report it withheld before its object was sent to its WEC.
 
-use ks_shared::api::{Binding, BindingPolicy, CombinedStatus, StatusCollector};
+use ks_shared::api::{Binding, BindingPolicy, CombinedStatus, HealthRule, StatusCollector};
 use ks_shared::names::ORIGIN_WDS_LABEL;
 use ks_shared::runtime::{watch_into_inputs, watch_trimmed_into_inputs, without_managed_fields};
 use kube::api::Api;
@@ -26,6 +26,8 @@ pub(super) enum Input {
     PoliciesListed,
     Collector(String),
     CollectorsListed,
+    HealthRule(String),
+    HealthRulesListed,
     CombinedStatus(CachedName),
     CombinedStatusesListed,
 }
@@ -41,6 +43,7 @@ pub(super) struct Stores {
     /// For their health's part of their status.
     pub(super) policies: Store<BindingPolicy>,
     pub(super) collectors: Store<StatusCollector>,
+    pub(super) rules: Store<HealthRule>,
     pub(super) combined: Store<CombinedStatus>,
 }
 
@@ -74,6 +77,14 @@ impl Stores {
                 |c| Some(Input::Collector(c.name_any())),
                 || Input::CollectorsListed,
             ),
+            rules: watch_into_inputs(
+                Api::all(wds.clone()),
+                all(),
+                stop,
+                inputs,
+                |r| Some(Input::HealthRule(r.name_any())),
+                || Input::HealthRulesListed,
+            ),
             combined: watch_into_inputs(
                 Api::all(wds.clone()),
                 all(),
@@ -90,6 +101,7 @@ impl Stores {
             self.bindings.wait_until_ready(),
             self.policies.wait_until_ready(),
             self.collectors.wait_until_ready(),
+            self.rules.wait_until_ready(),
             self.combined.wait_until_ready(),
         );
     }
