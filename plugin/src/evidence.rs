@@ -7,7 +7,7 @@ use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use ks_hub::binding::{Labels, ObjectIdentity, Wec, WorkloadObject};
 use ks_hub::transport::wrap;
-use ks_shared::api::{Binding, BindingPolicy, WorkStatus};
+use ks_shared::api::{Binding, BindingPolicy, HealthRule, WorkStatus};
 use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
 use ks_shared::ocm::{ManagedCluster, ManifestWork};
 use kube::api::{Api, DynamicObject, ListParams};
@@ -27,6 +27,8 @@ pub struct Observed {
     /// Its `.status`, if any (returned from a WEC, or its own).
     pub status: Option<Value>,
     pub traceparent: Option<String>,
+    /// The whole object, as a HealthRule's `obj` sees it.
+    pub whole: Value,
 }
 
 /// The object in one ManifestWork, with what OCM says of it.
@@ -52,6 +54,8 @@ pub struct Evidence {
     pub delivered: BTreeMap<String, Vec<Delivered>>,
     /// Per WEC, the WorkStatus its agent keeps for the object.
     pub work_statuses: BTreeMap<String, WorkStatus>,
+    /// The WDS's HealthRules.
+    pub health_rules: Vec<HealthRule>,
 }
 
 /// Reads the evidence about `name` (in `namespace`) of `resource` from the WDS and the ITS.
@@ -109,6 +113,7 @@ pub async fn gather(
                 .filter(|s| s.as_object().is_some_and(|s| !s.is_empty()))
                 .cloned(),
             traceparent: object.annotations().get(TRACEPARENT_ANNOTATION).cloned(),
+            whole: serde_json::to_value(&object)?,
         }),
     };
     let all = ListParams::default();
@@ -147,6 +152,7 @@ pub async fn gather(
             work_statuses.insert(wec.name.clone(), status);
         }
     }
+    let health_rules = Api::<HealthRule>::all(wds.clone()).list(&all).await?.items;
     Ok(Evidence {
         identity,
         observed,
@@ -155,6 +161,7 @@ pub async fn gather(
         wecs,
         delivered,
         work_statuses,
+        health_rules,
     })
 }
 

@@ -2,18 +2,20 @@
 //! selection, WEC selection, Binding, ManifestWork, apply on the WEC, status report), each link
 //! found or not, and the first broken one with what to do about it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use ks_hub::binding::{
     CompiledPolicy, ObjectIdentity, SYSTEM_NAMESPACES, Wec, clause_misses, made_by_the_wds, matching_clauses,
     wec_selected,
 };
-use ks_shared::api::{Binding, Health, Verdict};
+use ks_hub::status::collector::{Collector, WecReport, combine};
+use ks_hub::status::rules::Rules;
+use ks_shared::api::{Binding, Health, Verdict, WorkStatus};
 use kube::ResourceExt;
 use serde::Serialize;
 
-use crate::evidence::{Delivered, Evidence};
+use crate::evidence::{Delivered, Evidence, Observed};
 
 /// What `why` found.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -29,6 +31,8 @@ pub struct Explanation {
     pub status_in_wds: Option<String>,
     /// The latest rollout's trace, from the delivered object's `traceparent`.
     pub trace_id: Option<String>,
+    /// The HealthRule that judges the object's kind, if one does.
+    pub health_rule: Option<String>,
     /// The first link of the chain that does not hold, if any.
     pub broken: Option<BrokenLink>,
 }
@@ -74,7 +78,8 @@ pub struct WecFinding {
     pub reported_generation: Option<i64>,
     pub generation_applied: Option<bool>,
     pub work_status: Option<String>,
-    /// The status agent's verdict on it there.
+    /// The verdict on it there: its HealthRule's when one judges its kind (`Explanation::
+    /// health_rule`), else its status agent's.
     pub health: Option<Health>,
 }
 
@@ -176,6 +181,12 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
             health: status.and_then(|s| s.spec.health.clone()),
         });
     }
+    if let Some((rule, verdicts)) = ruled(evidence, observed) {
+        for wec in &mut explanation.wecs {
+            wec.health = verdicts.get(&wec.wec).cloned().filter(|_| wec.work_status.is_some());
+        }
+        explanation.health_rule = Some(rule);
+    }
     explanation.trace_id = evidence
         .delivered
         .values()
@@ -185,6 +196,41 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
         .find_map(trace_id);
     explanation.broken = first_broken(&explanation, evidence, observed.generation);
     explanation
+}
+
+/// The name of the HealthRule judging the object's kind (the first valid one by name, as the
+/// hub takes it) and its verdict on each WEC's report, evaluated here as the hub does.
+fn ruled(evidence: &Evidence, observed: &Observed) -> Option<(String, BTreeMap<String, Health>)> {
+    let mut rules = Rules::default();
+    for rule in &evidence.health_rules {
+        rules.set(&rule.name_any(), rule.metadata.generation, Some(&rule.spec));
+    }
+    let rule = rules.for_kind(&evidence.identity.group, &evidence.identity.kind)?;
+    let statuses: Vec<(&str, Option<serde_json::Value>, &WorkStatus)> = evidence
+        .work_statuses
+        .iter()
+        .map(|(wec, ws)| {
+            (
+                wec.as_str(),
+                ws.status.as_ref().map(|s| serde_json::Value::Object(s.0.clone())),
+                ws,
+            )
+        })
+        .collect();
+    let reports: Vec<WecReport> = statuses
+        .iter()
+        .map(|(wec, status, ws)| WecReport {
+            wec,
+            status: status.as_ref(),
+            details: ws.spec.status_details.as_ref(),
+            ..Default::default()
+        })
+        .collect();
+    let in_place = |collectors: &[&Collector], reports: &[WecReport]| {
+        Ok::<_, std::convert::Infallible>(combine(collectors, &observed.whole, reports))
+    };
+    let verdicts = rule.judge(&reports, in_place).ok()?;
+    Some((rule.name().to_string(), verdicts))
 }
 
 /// The scalar fields of a status, `key=value` in key order: what a glance needs.
@@ -491,6 +537,8 @@ mod tests {
     use ks_shared::api::{BindingPolicy, BindingStatus, WorkStatus};
     use serde_json::json;
 
+    use ks_shared::api::HealthRule;
+
     use super::*;
     use crate::evidence::Observed;
 
@@ -573,6 +621,8 @@ mod tests {
                 namespace_labels: Some(BTreeMap::new()),
                 status: Some(json!({"replicas": 2, "conditions": [], "readyReplicas": 2})),
                 traceparent: None,
+                whole: json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                              "metadata": {"name": "web", "namespace": "shop"}, "spec": {"replicas": 2}}),
             }),
             policies: vec![
                 policy("web-policy", json!({"app": "web"}), json!({"location-group": "edge"})),
@@ -585,7 +635,46 @@ mod tests {
                 ("cluster2".into(), delivered("cluster2")),
             ]),
             work_statuses: BTreeMap::from([("cluster1".into(), status.clone()), ("cluster2".into(), status)]),
+            health_rules: Vec::new(),
         }
+    }
+
+    #[test]
+    fn a_health_rule_for_the_kind_judges_it_as_the_hub_would() {
+        let mut evidence = healthy();
+        evidence.work_statuses.get_mut("cluster2").unwrap().status =
+            Some(serde_json::from_value(json!({"readyReplicas": 2})).unwrap());
+        let rule = |name: &str, checks: serde_json::Value| -> HealthRule {
+            serde_json::from_value(json!({
+                "apiVersion": "control.kubestellar.io/v1alpha1", "kind": "HealthRule", "metadata": {"name": name},
+                "spec": {"group": "apps", "kind": "Deployment", "checks": checks}}))
+            .unwrap()
+        };
+        evidence.health_rules = vec![
+            rule(
+                "web-health",
+                json!([{"verdict": "Degraded", "when": "!has(returned.status.readyReplicas) && obj.spec.replicas > 0",
+                                       "reason": "'no replica ready'"}]),
+            ),
+            rule("z-unused", json!([{"verdict": "Healthy", "when": "true"}])),
+        ];
+        let found = explain(&evidence, None);
+        assert_eq!(found.health_rule.as_deref(), Some("web-health"));
+        let verdicts: Vec<Option<Verdict>> = found
+            .wecs
+            .iter()
+            .map(|w| w.health.as_ref().map(|h| h.verdict))
+            .collect();
+        assert_eq!(verdicts, [Some(Verdict::Degraded), Some(Verdict::Progressing)]);
+        let broken = found.broken.unwrap();
+        assert_eq!(
+            (broken.link, broken.wec.as_deref(), broken.problem.as_str()),
+            (
+                "health",
+                Some("cluster1"),
+                "it is Degraded on cluster1: no replica ready"
+            )
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
-use ks_shared::api::Binding;
+use ks_shared::api::{Binding, BindingPolicy};
 use kube::Client;
 use kube::api::Api;
 
@@ -133,6 +133,11 @@ async fn run(cli: &Cli) -> anyhow::Result<String> {
         }
         Command::Status { policy } => {
             let (wds, its) = (space(cli, &cli.wds, "WDS").await?, space(cli, &cli.its, "ITS").await?);
+            let health = Api::<BindingPolicy>::all(wds.clone())
+                .get_opt(policy)
+                .await
+                .context(unreachable_hint(cli))?
+                .and_then(|p| p.status?.health);
             let binding = Api::<Binding>::all(wds)
                 .get_opt(policy)
                 .await
@@ -144,7 +149,7 @@ async fn run(cli: &Cli) -> anyhow::Result<String> {
                     )
                 })?;
             let (works, statuses) = rollout::gather(&its, &binding).await.context(unreachable_hint(cli))?;
-            let rows = rollout::rollout(&binding, &works, &statuses);
+            let rows = rollout::rollout(&binding, &works, &statuses, health.as_ref());
             render::output(cli.output, &rows, || render::rollout(&rows))
         }
         Command::Trace {

@@ -126,6 +126,9 @@ pub fn explanation(found: &Explanation, typed: &str, namespace: &str) -> String 
                 text += &format!("  {} not chosen: {why}\n", wec.wec);
             }
         }
+        if let Some(rule) = &found.health_rule {
+            text += &format!("  HEALTH as HealthRule {rule} judges it\n");
+        }
         text += &format!(
             "\nSTATUS IN WDS  {}\n",
             found.status_in_wds.as_deref().unwrap_or("none")
@@ -163,7 +166,8 @@ pub fn rollout(rows: &[WecRollout]) -> String {
                 of(r.applied),
                 of(r.available),
                 of(r.status_returned),
-                of(r.healthy),
+                r.healthy
+                    .map_or_else(|| "-".to_string(), |h| format!("{h}/{}", r.selected)),
             ]
         })
         .collect();

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use ks_hub::transport::cached;
 use ks_hub::transport::propagation::Landed;
-use ks_shared::api::{Binding, Verdict, WorkStatus};
+use ks_shared::api::{Binding, PolicyHealth, WorkStatus};
 use ks_shared::names::ORIGIN_BINDING_LABEL;
 use ks_shared::ocm::ManifestWork;
 use kube::api::{Api, ListParams};
@@ -26,18 +26,20 @@ pub struct WecRollout {
     pub available: usize,
     /// With a WorkStatus from the WEC's status agent.
     pub status_returned: usize,
-    /// Judged healthy by the WEC's status agent.
-    pub healthy: usize,
-    /// The first object not healthy there (degraded first) and why.
+    /// Healthy there, as the policy's status counts them (`None`: it does not say yet).
+    pub healthy: Option<i64>,
+    /// The first object not healthy there (degraded first) and why, as the policy's status says.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_unhealthy: Option<String>,
 }
 
-/// Per destination of `binding`: its counts, from `works` and `statuses` per WEC namespace.
+/// Per destination of `binding`: its counts, from `works` and `statuses` per WEC namespace, and
+/// its policy's `health` (the hub's verdicts, HealthRules included).
 pub fn rollout(
     binding: &Binding,
     works: &BTreeMap<String, Vec<ManifestWork>>,
     statuses: &BTreeMap<String, Vec<WorkStatus>>,
+    health: Option<&PolicyHealth>,
 ) -> Vec<WecRollout> {
     let workload = &binding.spec.workload;
     let selected = workload.cluster_scope.len() + workload.namespace_scope.len();
@@ -59,43 +61,24 @@ pub fn rollout(
                 .iter()
                 .map(|w| cached::landed(w.spec.workload.manifests.len(), w.status.as_ref()))
                 .sum();
-            let returned: Vec<&WorkStatus> = statuses
-                .get(wec)
-                .into_iter()
-                .flatten()
-                .filter(|s| s.owner_references().iter().any(|o| names.contains(&o.name)))
-                .collect();
-            let verdict = |s: &WorkStatus| s.spec.health.as_ref().map_or(Verdict::Unknown, |h| h.verdict);
+            let judged = health.and_then(|h| h.per_wec.iter().find(|w| &w.wec == wec));
             WecRollout {
                 wec: wec.clone(),
                 selected,
                 delivered: landed.delivered,
                 applied: landed.applied,
                 available: landed.available,
-                status_returned: returned.len(),
-                healthy: returned.iter().filter(|s| verdict(s) == Verdict::Healthy).count(),
-                first_unhealthy: first_unhealthy(&returned),
+                status_returned: statuses
+                    .get(wec)
+                    .into_iter()
+                    .flatten()
+                    .filter(|s| s.owner_references().iter().any(|o| names.contains(&o.name)))
+                    .count(),
+                healthy: judged.map(|w| w.healthy),
+                first_unhealthy: judged.map(|w| w.first_unhealthy.clone()).filter(|f| !f.is_empty()),
             }
         })
         .collect()
-}
-
-/// The first report (in name order) whose object is degraded, else not healthy: `Deployment
-/// ns/web: Degraded: <reason>`.
-fn first_unhealthy(returned: &[&WorkStatus]) -> Option<String> {
-    let judged = returned.iter().filter_map(|s| Some((s, s.spec.health.as_ref()?)));
-    let (report, health) = judged
-        .filter(|(_, h)| h.verdict != Verdict::Healthy)
-        .min_by_key(|(s, h)| (h.verdict != Verdict::Degraded, s.name_any()))?;
-    let source = &report.spec.spec.source_ref;
-    let object = match source.namespace.as_str() {
-        "" => format!("{} {}", source.kind, source.name),
-        namespace => format!("{} {namespace}/{}", source.kind, source.name),
-    };
-    Some(match health.reason.as_str() {
-        "" => format!("{object}: {}", health.verdict),
-        reason => format!("{object}: {}: {reason}", health.verdict),
-    })
 }
 
 /// Reads the ManifestWorks and WorkStatuses of `binding`'s destinations from the ITS.

@@ -69,6 +69,41 @@ impl Tools {
         output(self.kubectl_in(context).args(args))
     }
 
+    /// `kubectl patch --subresource=status --type=merge` of `resource` `name` in `namespace` of
+    /// `context`: as a WEC's controller, or a hand, writes an object's status.
+    pub fn patch_status(
+        &self,
+        context: &str,
+        namespace: &str,
+        resource: &str,
+        name: &str,
+        patch: &str,
+    ) -> anyhow::Result<String> {
+        self.kubectl(
+            context,
+            &[
+                "patch",
+                "-n",
+                namespace,
+                resource,
+                name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                patch,
+            ],
+        )
+    }
+
+    /// `kubectl apply` of the CRD `name` in `file` into `context`, then waits until it is
+    /// established.
+    pub fn apply_crd(&self, context: &str, file: &str, name: &str) -> anyhow::Result<()> {
+        self.kubectl(context, &["apply", "-f", file])?;
+        let crd = format!("crd/{name}");
+        self.kubectl(context, &["wait", "--for=condition=established", "--timeout=60s", &crd])?;
+        Ok(())
+    }
+
     /// `kubectl kubestellar <args>`: our plugin, found on `PATH` as kubectl finds plugins, with
     /// the stack's kubeconfig.
     pub fn kubestellar(&self, args: &[&str]) -> anyhow::Result<String> {
@@ -270,6 +305,44 @@ spec:
   template:
     metadata: {{labels: {{app: {app}}}}}
     spec: {{containers: [{{name: {app}, image: "nginx:1.27"}}]}}
+"#
+    )
+}
+
+/// A namespaced CustomResourceDefinition `<plural>.<group>` of kind `kind` (version v1, any
+/// content, with a status subresource), labelled `label` (`key: value`), as YAML.
+pub fn crd_yaml(group: &str, plural: &str, kind: &str, label: &str) -> String {
+    let singular = kind.to_lowercase();
+    format!(
+        r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {{name: {plural}.{group}, labels: {{{label}}}}}
+spec:
+  group: {group}
+  scope: Namespaced
+  names: {{plural: {plural}, singular: {singular}, kind: {kind}, listKind: {kind}List}}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {{status: {{}}}}
+    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
+"#
+    )
+}
+
+/// A Namespace `namespace` and in it the object `g1` of kind `kind` (version v1 of `group`),
+/// both labelled `label` (`key: value`), as YAML.
+pub fn custom_object_yaml(namespace: &str, group: &str, kind: &str, label: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Namespace
+metadata: {{name: {namespace}, labels: {{{label}}}}}
+---
+apiVersion: {group}/v1
+kind: {kind}
+metadata: {{name: g1, namespace: {namespace}, labels: {{{label}}}}}
+spec: {{size: 3}}
 "#
     )
 }

@@ -16,7 +16,7 @@ use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, run, wait_until};
 use ks_tests::stack::wait_for;
 use ks_tests::stack_test;
-use ks_tests::tools::{Release, Tools, app_yaml, policy_yaml, singleton_policy_yaml};
+use ks_tests::tools::{Release, Tools, app_yaml, crd_yaml, custom_object_yaml, policy_yaml, singleton_policy_yaml};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
@@ -825,37 +825,12 @@ async fn an_operators_crd_and_its_objects_go_and_leave_together(ctx: Ctx) -> any
     let group = format!("{id}.example.io");
     let crd_name = format!("gadgets.{group}");
     let label = format!("app.kubernetes.io/part-of: {id}");
-    let crd = tools.scratch_file(
-        "yaml",
-        &format!(
-            r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata: {{name: {crd_name}, labels: {{{label}}}}}
-spec:
-  group: {group}
-  scope: Namespaced
-  names: {{plural: gadgets, singular: gadget, kind: Gadget, listKind: GadgetList}}
-  versions:
-  - name: v1
-    served: true
-    storage: true
-    subresources: {{status: {{}}}}
-    schema: {{openAPIV3Schema: {{type: object, x-kubernetes-preserve-unknown-fields: true}}}}
-"#
-        ),
-    )?;
+    let crd = tools.scratch_file("yaml", &crd_yaml(&group, "gadgets", "Gadget", &label))?;
     let app = tools.scratch_file(
         "yaml",
-        &(format!(
-            r#"apiVersion: v1
-kind: Namespace
-metadata: {{name: {id}, labels: {{{label}}}}}
----
-apiVersion: {group}/v1
-kind: Gadget
-metadata: {{name: g1, namespace: {id}, labels: {{{label}}}}}
-spec: {{size: 3}}
----
+        &(custom_object_yaml(&id, &group, "Gadget", &label)
+            + &format!(
+                r#"---
 apiVersion: control.kubestellar.io/v1alpha1
 kind: BindingPolicy
 metadata: {{name: {id}-status}}
@@ -866,14 +841,10 @@ spec:
     resources: [gadgets]
     wantSingletonReportedState: true
 "#
-        ) + &policy_yaml(&id, "location-group: edge", &label)),
+            )
+            + &policy_yaml(&id, "location-group: edge", &label)),
     )?;
-    tools.kubectl("wds1", &["apply", "-f", &crd])?;
-    let established = format!("crd/{crd_name}");
-    tools.kubectl(
-        "wds1",
-        &["wait", "--for=condition=established", "--timeout=60s", &established],
-    )?;
+    tools.apply_crd("wds1", &crd, &crd_name)?;
     tools.kubectl("wds1", &["apply", "-f", &app])?;
 
     let gadget = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(&group, "v1", "Gadget"), "gadgets");
@@ -886,20 +857,7 @@ spec:
     }
     // The WEC's operator reports on its object; the WDS copy shows it.
     let ready = r#"{"status": {"ready": true}}"#;
-    tools.kubectl(
-        "cluster1",
-        &[
-            "patch",
-            "-n",
-            &id,
-            &crd_name,
-            "g1",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            ready,
-        ],
-    )?;
+    tools.patch_status("cluster1", &id, &crd_name, "g1", ready)?;
     let returned = |g: Option<&DynamicObject>| g.is_some_and(|g| g.data["status"]["ready"] == true);
     wait_until(
         gadgets(ctx.client("wds1").await?),

@@ -10,12 +10,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Node;
 use ks_shared::api::{
-    Binding, BindingPolicy, CombinedStatus, NamedStatusCombination, StatusCollector, WorkStatus, condition_type,
+    Binding, BindingPolicy, CombinedStatus, HealthRule, NamedStatusCombination, StatusCollector, WorkStatus,
+    condition_type,
 };
 use ks_tests::harness::{Ctx, apply, run, wait_until};
 use ks_tests::stack::ocm;
 use ks_tests::stack_test;
-use ks_tests::tools::{Tools, app_yaml, policy_yaml, singleton_policy_yaml};
+use ks_tests::tools::{Tools, app_yaml, crd_yaml, custom_object_yaml, policy_yaml, singleton_policy_yaml};
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
@@ -38,6 +39,7 @@ ks_tests::stack_main!(
         stack_test!(a_status_written_over_is_returned_again, PATH),
         stack_test!(an_object_that_cannot_run_is_degraded_where_it_fails, PATH),
         stack_test!(a_job_is_progressing_until_it_completes_or_fails, PATH),
+        stack_test!(a_custom_resource_is_judged_by_its_health_rule, PATH),
     ]
 );
 
@@ -631,20 +633,7 @@ async fn a_status_written_over_is_returned_again(ctx: Ctx) -> anyhow::Result<()>
     let returned_one = |d: Option<&Deployment>| returned(d) == (Some(1), Some(1));
     wait_web(&deployments, "showing cluster1's 1 available replica", returned_one).await?;
     let over = r#"{"status": {"replicas": 3, "updatedReplicas": 3, "readyReplicas": 3, "availableReplicas": 3}}"#;
-    tools.kubectl(
-        "wds1",
-        &[
-            "patch",
-            "-n",
-            &ns,
-            "deployment",
-            "web",
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            over,
-        ],
-    )?;
+    tools.patch_status("wds1", &ns, "deployment", "web", over)?;
     wait_web(&deployments, "showing cluster1's status again", returned_one).await?;
     cleanup(&ctx, &[singleton], &[], &ns).await
 }
@@ -695,7 +684,7 @@ fn healthy_condition(policy: Option<&BindingPolicy>) -> Option<(String, String)>
 /// A Deployment whose pods no node of cluster1 takes (it selects a node label only cluster2's
 /// node has) passes its progress deadline there: the policy counts it degraded on cluster1 and
 /// healthy on cluster2 (`kubectl get bp` HEALTHY, `status.health`, condition `Healthy`),
-/// `kubectl kubestellar status` shows the HEALTHY counts and why, and `why` names the health
+/// `kubectl kubestellar status` shows those counts and what is degraded, and `why` names the health
 /// link on cluster1. Once cluster1's node takes it too, the policy turns healthy; the time from
 /// that label to the policy's `Healthy=True` is printed.
 async fn an_object_that_cannot_run_is_degraded_where_it_fails(ctx: Ctx) -> anyhow::Result<()> {
@@ -755,7 +744,7 @@ async fn an_object_that_cannot_run_is_degraded_where_it_fails(ctx: Ctx) -> anyho
     );
     anyhow::ensure!(
         status.contains(&format!(
-            "cluster1: Deployment {ns}/stuck: Degraded: Progressing: ProgressDeadlineExceeded"
+            "cluster1: apps/deployments {ns}/stuck: Degraded: Progressing: ProgressDeadlineExceeded"
         )),
         "status does not say what is degraded:\n{status}"
     );
@@ -853,4 +842,115 @@ async fn a_job_is_progressing_until_it_completes_or_fails(ctx: Ctx) -> anyhow::R
     .await?;
     label_nodes(&ctx, &WECS, &key, None).await?;
     cleanup(&ctx, &[policy], &[], &ns).await
+}
+
+/// A custom resource the built-in rules know nothing of is judged by the user's HealthRule for
+/// its kind, on the status its WEC's operator writes (here by hand, `kubectl patch
+/// --subresource=status` on cluster1): progressing until the operator says, degraded with the
+/// rule's reason, healthy once the operator says so. A second rule for the kind says, in its
+/// status, that it is not used.
+async fn a_custom_resource_is_judged_by_its_health_rule(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "health-rule")?;
+    let id = ctx.unique_name("health-rule");
+    let group = format!("{id}.example.io");
+    let crd_name = format!("gizmos.{group}");
+    let label = format!("app.kubernetes.io/part-of: {id}");
+    let crd = tools.scratch_file("yaml", &crd_yaml(&group, "gizmos", "Gizmo", &label))?;
+    let rules = tools.scratch_file(
+        "yaml",
+        &format!(
+            r#"apiVersion: control.kubestellar.io/v1alpha1
+kind: HealthRule
+metadata: {{name: {id}-a}}
+spec:
+  group: {group}
+  kind: Gizmo
+  checks:
+  - verdict: Degraded
+    when: "has(returned.status.state) && returned.status.state == 'broken'"
+    reason: "'broken: ' + returned.status.detail"
+  - verdict: Healthy
+    when: "has(returned.status.state) && returned.status.state == 'ok'"
+---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: HealthRule
+metadata: {{name: {id}-b}}
+spec:
+  group: {group}
+  kind: Gizmo
+  checks: [{{verdict: Healthy, when: "true"}}]
+"#
+        ),
+    )?;
+    let app = tools.scratch_file(
+        "yaml",
+        &(custom_object_yaml(&id, &group, "Gizmo", &label) + &policy_yaml(&id, "name: cluster1", &label)),
+    )?;
+    tools.apply_crd("wds1", &crd, &crd_name)?;
+    tools.kubectl("wds1", &["apply", "-f", &rules])?;
+    tools.kubectl("wds1", &["apply", "-f", &app])?;
+
+    let wds = ctx.client("wds1").await?;
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let first_unhealthy = |wanted: &'static str| {
+        move |p: Option<&BindingPolicy>| wec_health(p, "cluster1").is_some_and(|(_, first)| first.contains(wanted))
+    };
+    wait_until(
+        policies.clone(),
+        &id,
+        "with the Gizmo progressing by the rule",
+        DEADLINE,
+        first_unhealthy("Progressing: HealthRule"),
+    )
+    .await?;
+    let set_status = |status: &str| tools.patch_status("cluster1", &id, &crd_name, "g1", status);
+    set_status(r#"{"status": {"state": "broken", "detail": "no gears"}}"#)?;
+    wait_until(
+        policies.clone(),
+        &id,
+        "with the Gizmo degraded by the rule",
+        DEADLINE,
+        first_unhealthy("Degraded: broken: no gears"),
+    )
+    .await?;
+    let gizmo = format!("{crd_name}/g1");
+    let why: Value = serde_json::from_str(&tools.kubestellar(&["why", &gizmo, "-n", &id, "-o", "json"])?)?;
+    anyhow::ensure!(
+        why["healthRule"] == format!("{id}-a").as_str()
+            && why["broken"]["link"] == "health"
+            && why["broken"]["problem"] == "it is Degraded on cluster1: broken: no gears",
+        "why does not give the rule's verdict: {why:#}"
+    );
+    set_status(r#"{"status": {"state": "ok"}}"#)?;
+    let healthy = |p: Option<&BindingPolicy>| healthy_condition(p) == Some(("True".into(), "Healthy".into()));
+    wait_until(policies, &id, "healthy by the rule", DEADLINE, healthy).await?;
+
+    let health_rules: Api<HealthRule> = Api::all(wds);
+    let errors = |rule: Option<&HealthRule>| rule.and_then(|r| r.status.as_ref()).map(|s| s.errors.clone());
+    let unused = format!("HealthRule {id}-a judges Gizmo in group \"{group}\" already: this one is not used");
+    wait_until(
+        health_rules.clone(),
+        &format!("{id}-b"),
+        "said unused",
+        DEADLINE,
+        move |r: Option<&HealthRule>| errors(r) == Some(vec![unused.clone()]),
+    )
+    .await?;
+    let used = wait_until(
+        health_rules,
+        &format!("{id}-a"),
+        "with a status",
+        DEADLINE,
+        |r: Option<&HealthRule>| errors(r).is_some(),
+    )
+    .await?;
+    anyhow::ensure!(
+        errors(used.as_ref()) == Some(Vec::new()),
+        "the rule used has errors: {used:?}"
+    );
+
+    tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &app])?;
+    tools.kubectl("wds1", &["delete", "-f", &rules])?;
+    tools.kubectl("wds1", &["delete", "-f", &crd])?;
+    Ok(())
 }
