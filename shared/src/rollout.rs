@@ -31,6 +31,8 @@ pub mod stage {
     pub const STATUS_REPORT: &str = "status report";
     /// The status controller writes the status into the WDS.
     pub const STATUS_PROPAGATION: &str = "status propagation";
+    /// The WEC's status report → the hub judges the object healthy on that WEC.
+    pub const HEALTHY: &str = "healthy";
 }
 
 /// Span attribute keys.

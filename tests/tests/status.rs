@@ -14,7 +14,7 @@ use ks_shared::api::{
     condition_type,
 };
 use ks_tests::harness::{Ctx, apply, run, wait_until};
-use ks_tests::stack::ocm;
+use ks_tests::stack::{ocm, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, app_yaml, crd_yaml, custom_object_yaml, policy_yaml, singleton_policy_yaml};
 use kube::Client;
@@ -759,6 +759,23 @@ async fn an_object_that_cannot_run_is_degraded_where_it_fails(ctx: Ctx) -> anyho
         tools.kubestellar(&["why", "deployment/stuck", "-n", &ns])?
     );
 
+    // `kubectl describe` shows the change: a warning on the Deployment naming cluster1.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(wds.clone(), &ns);
+    let said = |reason: &'static str| {
+        let events = events.clone();
+        move || {
+            let events = events.clone();
+            async move {
+                let listed = events.list(&Default::default()).await?;
+                Ok(listed.items.iter().any(|e| {
+                    e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("stuck")
+                        && e.reason.as_deref() == Some(reason)
+                        && e.note.as_deref().is_some_and(|n| n.contains("on cluster1"))
+                }))
+            }
+        }
+    };
+    wait_for("a Degraded event on the Deployment", DEADLINE, said("Degraded")).await?;
     let labelled = std::time::Instant::now();
     label_nodes(&ctx, &["cluster1"], &key, Some("yes")).await?;
     let all_healthy = |p: Option<&BindingPolicy>| healthy_condition(p) == Some(("True".into(), "Healthy".into()));
@@ -767,6 +784,7 @@ async fn an_object_that_cannot_run_is_degraded_where_it_fails(ctx: Ctx) -> anyho
         "from the node label on cluster1 to Healthy=True on the policy: {:.2} s",
         labelled.elapsed().as_secs_f64()
     );
+    wait_for("a Healthy event on the Deployment", DEADLINE, said("Healthy")).await?;
     label_nodes(&ctx, &["cluster1", "cluster2"], &key, None).await?;
     cleanup(&ctx, &[policy], &[], &ns).await
 }

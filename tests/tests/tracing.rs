@@ -179,13 +179,34 @@ async fn complete_trace(name: &str) -> anyhow::Result<(String, Vec<Span>)> {
 }
 
 /// A Deployment sent to both WECs is one trace: packaging on the hub, delivery and status
-/// reports from the agent on each WEC, status propagation back on the hub, parent-linked in
+/// reports from the agent on each WEC, status propagation back on the hub and the moment the
+/// hub judged it healthy on each WEC, parent-linked in
 /// causal order and tagged with the object, its generation, the BindingPolicy and the WEC; the
 /// latency histograms have samples; and neither a re-render of the Binding nor a restart of an
 /// agent writes anything because of tracing.
 async fn rollout_is_one_trace_across_hub_and_wecs(ctx: Ctx) -> anyhow::Result<()> {
     let (ns, name, policy) = rollout(&ctx, json!({})).await?;
-    let (_, spans) = complete_trace(&name).await?;
+    let (trace, spans) = complete_trace(&name).await?;
+    // The moment the hub judged it healthy on each WEC, under one of that WEC's status reports.
+    let healthy_everywhere = |spans: &[Span]| {
+        ["cluster1", "cluster2"].iter().all(|wec| {
+            spans.iter().any(|s| {
+                s.service == "ks-hub"
+                    && s.operation == "healthy"
+                    && s.tags.get("kubestellar.wec") == Some(&json!(wec))
+                    && spans.iter().any(|r| {
+                        r.operation == "status report"
+                            && Some(&r.id) == s.parent.as_ref()
+                            && r.tags.get("kubestellar.wec") == Some(&json!(wec))
+                    })
+            })
+        })
+    };
+    ks_tests::stack::wait_for("a healthy span per WEC in the rollout's trace", DEADLINE, || {
+        let found = traces_of(&name).map(|traces| traces.get(&trace).is_some_and(|t| healthy_everywhere(t)));
+        std::future::ready(Ok(found.unwrap_or(false)))
+    })
+    .await?;
     let packaging = spans.iter().find(|s| s.operation == "packaging").context("packaging")?;
     for (key, value) in [
         ("k8s.object.group", json!("apps")),

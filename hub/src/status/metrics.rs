@@ -7,7 +7,8 @@ use prometheus_client::registry::Registry;
 /// Clones share the values.
 #[derive(Clone, Debug, Default)]
 pub struct Metrics {
-    /// Its `writes` are of a workload object's `.status` (returning or clearing it).
+    /// Its `writes` are of a workload object's `.status` (returning or clearing it), a policy's
+    /// health and a HealthRule's status.
     pub common: ControllerMetrics,
     /// CombinedStatus writes and deletions.
     pub combined_status_writes: Counter,
@@ -15,6 +16,8 @@ pub struct Metrics {
     pub refused_reports: Counter,
     /// WorkStatuses cached without what they report, their object not sent to their WEC.
     pub withheld_reports: Counter,
+    /// Health change Events not published, their queue full.
+    pub health_events_dropped: Counter,
 }
 
 impl Metrics {
@@ -24,7 +27,7 @@ impl Metrics {
             controller: "status",
             reconciles: "Workload objects whose returned status and CombinedStatuses were checked",
             errors: "Failed reconciles and writes",
-            writes: "Writes of a workload object's .status (returning or clearing it)",
+            writes: "Writes of a workload object's .status (returning or clearing it), a policy's health and a HealthRule's status",
             queue_depth: "Workload objects, Bindings and StatusCollectors waiting to be checked",
         };
         let ours = self.common.register(registry, &help);
@@ -42,6 +45,11 @@ impl Metrics {
             "withheld_reports",
             "WorkStatuses seen on an object not sent to their WEC, cached without what they report",
             self.withheld_reports.clone(),
+        );
+        ours.register(
+            "health_events_dropped",
+            "Events on health changes not published, more than 1024 waiting",
+            self.health_events_dropped.clone(),
         );
     }
 }

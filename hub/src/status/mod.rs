@@ -8,6 +8,7 @@
 pub mod aggregate;
 pub mod collector;
 pub mod controller;
+mod events;
 pub mod health;
 mod metrics;
 pub mod plan;

@@ -10,6 +10,7 @@
 //! names the objects it may affect, and each is reconciled against the current caches, so the
 //! order of events never matters and a start-up pass over everything converges after a restart.
 
+mod health;
 mod watches;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -17,7 +18,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use ks_shared::api::{Binding, CombinedStatus, Health, HealthRuleStatus, Verdict, condition_type};
+use ks_shared::api::{Binding, CombinedStatus, Health, HealthRuleStatus, condition_type};
 use ks_shared::names::{REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::runtime::{Backoff, Failure, failure};
@@ -31,7 +32,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::{Collector, WecReport};
-use super::health;
+use super::events::HealthEvents;
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
 use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
@@ -132,6 +133,7 @@ pub async fn run(
         _ = shutdown.cancelled() => return,
         _ = work_statuses.wait_until_ready() => {}
     }
+    let events = HealthEvents::start(wds.clone(), settings.metrics.health_events_dropped.clone(), &shutdown);
     let mut controller = StatusController {
         wds,
         its,
@@ -150,6 +152,8 @@ pub async fn run(
         collectors: BTreeMap::new(),
         rules: Rules::default(),
         ruled: BTreeMap::new(),
+        judged: BTreeMap::new(),
+        events,
         applied: BTreeMap::new(),
         report_namespace_exists: false,
     };
@@ -224,6 +228,9 @@ struct StatusController {
     rules: Rules,
     /// The verdicts of a HealthRule on each object of its kind, per WEC, as last evaluated.
     ruled: BTreeMap<WorkloadRef, BTreeMap<String, Health>>,
+    /// The verdict on each object on each WEC it is sent to, as last judged.
+    judged: BTreeMap<WorkloadRef, BTreeMap<String, Health>>,
+    events: HealthEvents,
     /// The status last applied to each object, with what the apiserver stored (or, when it
     /// refused it, what the object had): the same status is not applied again and again when the
     /// apiserver stores something else (pruning, defaults) or refuses it.
@@ -264,18 +271,9 @@ impl StatusController {
                 found.as_deref().into_iter().for_each(|w| self.refuse_if_too_large(w));
                 self.fetched.remove(&(namespace.clone(), name.clone()));
                 let key = found.and_then(|w| w.reported.clone());
-                // The object it reports on, also when only its status changed, and the health
-                // of the policies sending it.
+                // The object it reports on, also when only its status changed.
                 work.objects.extend(key.as_deref().cloned());
-                let moved = self.reports.set((namespace, name), key.clone());
-                for object in key.iter().map(|k| &**k).chain(moved.iter().map(|m| &**m)) {
-                    work.bindings.extend(
-                        self.bindings
-                            .selecting(object)
-                            .into_iter()
-                            .map(|(b, _, _)| b.to_string()),
-                    );
-                }
+                let moved = self.reports.set((namespace, name), key);
                 work.objects.extend(moved.into_iter().map(Arc::unwrap_or_clone));
             }
             Input::WorkStatusesListed => {
@@ -423,9 +421,9 @@ impl StatusController {
         for key in std::mem::take(&mut work.objects) {
             self.metrics.common.reconciles.inc();
             match self.reconcile_object(&key).await {
-                Ok((collectors, ruled_anew)) => {
+                Ok((collectors, judged_anew)) => {
                     work.collectors.extend(collectors);
-                    if ruled_anew {
+                    if judged_anew {
                         let selecting = self.bindings.selecting(&key);
                         work.bindings
                             .extend(selecting.into_iter().map(|(b, _, _)| b.to_string()));
@@ -509,39 +507,6 @@ impl StatusController {
         }
     }
 
-    /// The WorkStatus `name` in `mailbox`: as fetched whole when the cache withheld it.
-    fn report(&self, mailbox: &str, name: &str) -> Option<Arc<CachedWorkStatus>> {
-        match self.fetched.get(&(mailbox.to_string(), name.to_string())) {
-            Some(fetched) => Some(fetched.clone()),
-            None => self.work_statuses.get(&ObjectRef::new(name).within(mailbox)),
-        }
-    }
-
-    /// The verdict on the object `key` on `wec`: its one report's there, judged against the
-    /// object the WDS has now (see [`CachedWorkStatus::health`]).
-    fn verdict(&self, key: &WorkloadRef, object: Option<&CachedObject>, wec: &str) -> Health {
-        let unknown = |reason: &str| Health {
-            verdict: Verdict::Unknown,
-            reason: reason.to_string(),
-        };
-        let Some(object) = object else {
-            return unknown("not in the WDS");
-        };
-        let reports: Vec<&CachedName> = self.reports.of(key).filter(|(mailbox, _)| mailbox == wec).collect();
-        let [(mailbox, name)] = reports.as_slice() else {
-            return unknown(if reports.is_empty() {
-                "not reported yet"
-            } else {
-                "more than one report on it"
-            });
-        };
-        let ruled = self.ruled.get(key).and_then(|wecs| wecs.get(wec));
-        match self.report(mailbox, name) {
-            Some(report) => report.health(&object.uid().unwrap_or_default(), object.metadata.generation, ruled),
-            None => unknown("not reported yet"),
-        }
-    }
-
     /// What each WEC reported on the object (the incarnation with `uid`; `returned`: it has
     /// had status returned), for the WECs with exactly one WorkStatus for it (more than one
     /// cannot be told apart, so none counts).
@@ -563,8 +528,8 @@ impl StatusController {
     }
 
     /// Brings one object's returned status and CombinedStatuses in line with the caches, and
-    /// takes its HealthRule's verdicts; returns the StatusCollectors whose evaluation errors
-    /// changed, and whether those verdicts did.
+    /// judges it on its WECs anew; returns the StatusCollectors whose evaluation errors changed,
+    /// and whether its health on some WEC did.
     async fn reconcile_object(&mut self, key: &WorkloadRef) -> kube::Result<(BTreeSet<String>, bool)> {
         let object = self.informers.get(key);
         let resource = self.informers.api_resource(&key.resource);
@@ -572,8 +537,9 @@ impl StatusController {
             // Gone (or never here: a WorkStatus for an object this WDS does not have): nothing
             // to write to, and its CombinedStatuses go with it (they are owned by it).
             self.applied.remove(key);
-            let ruled_anew = self.ruled.remove(key).is_some();
-            return Ok((self.errors.set(key, BTreeMap::new()), ruled_anew));
+            self.ruled.remove(key);
+            let judged_anew = self.judged.remove(key).is_some();
+            return Ok((self.errors.set(key, BTreeMap::new()), judged_anew));
         };
         self.fetch_withheld(key).await?;
         let selecting = self.bindings.selecting(key);
@@ -642,11 +608,11 @@ impl StatusController {
         self.write_combined(&uid, desired).await?;
         // Without an evaluation the verdicts stay as they were, and the object is tried again.
         let judged = judged.map_err(|unavailable| kube::Error::Service(unavailable.into()))?;
-        let ruled_anew = match judged {
-            Some(verdicts) => self.ruled.insert(key.clone(), verdicts.clone()) != Some(verdicts),
-            None => self.ruled.remove(key).is_some(),
+        match judged {
+            Some(verdicts) => self.ruled.insert(key.clone(), verdicts),
+            None => self.ruled.remove(key),
         };
-        Ok((changed, ruled_anew))
+        Ok((changed, self.judge_anew(key, &object, &resource, &wecs)))
     }
 
     /// Writes the object's `.status` when it differs from what we want it to be; true when it
@@ -750,40 +716,6 @@ impl StatusController {
         writes::apply_binding_condition(&self.wds, &binding, &condition).await
     }
 
-    /// Sets the policy's `health` and `Healthy` condition when they changed, from the verdicts
-    /// on its Binding's objects on its Binding's WECs.
-    async fn reconcile_health(&self, name: &str) -> kube::Result<()> {
-        let (Some(policy), Some(view)) = (self.stores.policies.get(&ObjectRef::new(name)), self.bindings.get(name))
-        else {
-            return Ok(());
-        };
-        // Until the binding controller has written the status, it misses required fields.
-        let Some(current) = policy
-            .status
-            .as_ref()
-            .filter(|_| policy.metadata.deletion_timestamp.is_none())
-        else {
-            return Ok(());
-        };
-        let objects: Vec<(&WorkloadRef, Option<Arc<CachedObject>>)> =
-            view.entries.keys().map(|key| (key, self.informers.get(key))).collect();
-        let wecs: BTreeSet<&str> = view.destinations.iter().map(|d| d.cluster_id.as_str()).collect();
-        let summary = health::summarize(wecs.into_iter().map(|wec| {
-            let verdicts = objects
-                .iter()
-                .map(move |(key, object)| (*key, self.verdict(key, object.as_deref(), wec)));
-            (wec.to_string(), verdicts)
-        }));
-        let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let condition = health::condition(&summary, current.condition(condition_type::HEALTHY), now);
-        if !health::differs(current, &summary, &condition) {
-            return Ok(());
-        }
-        writes::apply_policy_health(&self.wds, name, &summary, &condition).await?;
-        self.metrics.common.writes.inc();
-        Ok(())
-    }
-
     /// Sets the HealthRule's status (its compilation errors, or that another rule of its kind is
     /// used) when it changed.
     async fn reconcile_rule(&self, name: &str) -> kube::Result<()> {
@@ -820,6 +752,17 @@ impl StatusController {
     }
 }
 
+/// The attributes of a span about the object `key` on `wec`.
+fn span_attributes(key: &WorkloadRef, wec: &str) -> Vec<KeyValue> {
+    vec![
+        KeyValue::new(attribute::GROUP, key.resource.group.clone()),
+        KeyValue::new(attribute::RESOURCE, key.resource.resource.clone()),
+        KeyValue::new(attribute::NAMESPACE, key.namespace_or_empty().to_string()),
+        KeyValue::new(attribute::NAME, key.name.clone()),
+        KeyValue::new(attribute::WEC, wec.to_string()),
+    ]
+}
+
 /// Continues the trace of each WEC's status report with the status propagation span (this
 /// write), and observes the status propagation and end-to-end latencies.
 fn trace_propagation(key: &WorkloadRef, wecs: &BTreeMap<String, WecStatus>, started: SystemTime) {
@@ -829,14 +772,13 @@ fn trace_propagation(key: &WorkloadRef, wecs: &BTreeMap<String, WecStatus>, star
         if !rollout::is_traced(&report) {
             continue;
         }
-        let attributes = vec![
-            KeyValue::new(attribute::GROUP, key.resource.group.clone()),
-            KeyValue::new(attribute::RESOURCE, key.resource.resource.clone()),
-            KeyValue::new(attribute::NAMESPACE, key.namespace_or_empty().to_string()),
-            KeyValue::new(attribute::NAME, key.name.clone()),
-            KeyValue::new(attribute::WEC, wec.clone()),
-        ];
-        rollout::record(stage::STATUS_PROPAGATION, &report, started, now, attributes);
+        rollout::record(
+            stage::STATUS_PROPAGATION,
+            &report,
+            started,
+            now,
+            span_attributes(key, wec),
+        );
         let latencies = rollout::latencies();
         if let Some(sent) = rollout::sent_at(&report) {
             latencies.status_propagation.observe(rollout::seconds(sent, now));

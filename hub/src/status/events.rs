@@ -1,0 +1,123 @@
+//! Kubernetes Events on WDS objects when their health changes on a WEC (`kubectl describe`
+//! shows them). Published by a task of their own, so a reconcile never waits on them: at most
+//! [`QUEUE`] wait to be published, and what comes beyond is counted and dropped. kube's recorder
+//! folds a repeated event (same object, WEC and verdict) into a series.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use ks_shared::api::{Health, Verdict};
+use kube::Client;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The most events waiting to be published.
+pub const QUEUE: usize = 1024;
+/// The longest note kept (the Events API takes 1 kB).
+const MAX_NOTE: usize = 1000;
+
+/// Where health changes are said. Clones share the queue.
+#[derive(Clone)]
+pub struct HealthEvents {
+    queue: mpsc::Sender<(ObjectReference, Event)>,
+    dropped: Counter,
+}
+
+impl HealthEvents {
+    /// Starts publishing into the WDS of `client` until `stop`; `dropped` counts what did not fit
+    /// the queue.
+    pub fn start(client: Client, dropped: Counter, stop: &CancellationToken) -> HealthEvents {
+        let (queue, mut waiting) = mpsc::channel::<(ObjectReference, Event)>(QUEUE);
+        let recorder = Recorder::new(client, Reporter::from("kubestellar-status"));
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            loop {
+                let (regarding, event) = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    next = waiting.recv() => match next {
+                        Some(next) => next,
+                        None => return,
+                    },
+                };
+                if let Err(err) = recorder.publish(&event, &regarding).await {
+                    tracing::debug!(object = ?regarding.name, error = %err, "health event not published");
+                }
+            }
+        });
+        HealthEvents { queue, dropped }
+    }
+
+    /// Says that the object `regarding` is now `health` on `wec`.
+    pub fn changed(&self, regarding: ObjectReference, wec: &str, health: &Health) {
+        if self.queue.try_send((regarding, event(wec, health))).is_err() {
+            self.dropped.inc();
+        }
+    }
+}
+
+/// The Event for an object that is now `health` on `wec`: its reason the verdict, a warning when
+/// degraded, related to the WEC's ManagedCluster (so that each WEC's events form their own
+/// series).
+fn event(wec: &str, health: &Health) -> Event {
+    let mut note = if health.reason.is_empty() {
+        format!("{} on {wec}", health.verdict)
+    } else {
+        format!("{} on {wec}: {}", health.verdict, health.reason)
+    };
+    if note.len() > MAX_NOTE {
+        let mut end = MAX_NOTE;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+    }
+    Event {
+        type_: match health.verdict {
+            Verdict::Degraded => EventType::Warning,
+            _ => EventType::Normal,
+        },
+        reason: health.verdict.to_string(),
+        note: Some(note),
+        action: "JudgeHealth".into(),
+        secondary: Some(ObjectReference {
+            api_version: Some("cluster.open-cluster-management.io/v1".into()),
+            kind: Some("ManagedCluster".into()),
+            name: Some(wec.to_string()),
+            ..Default::default()
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_degraded_object_is_a_warning_naming_its_wec_and_why() {
+        let degraded = Health {
+            verdict: Verdict::Degraded,
+            reason: "Failed: DeadlineExceeded".into(),
+        };
+        let said = event("cluster1", &degraded);
+        assert_eq!((said.type_, said.reason.as_str()), (EventType::Warning, "Degraded"));
+        assert_eq!(
+            said.note.as_deref(),
+            Some("Degraded on cluster1: Failed: DeadlineExceeded")
+        );
+        assert_eq!(said.secondary.unwrap().name.as_deref(), Some("cluster1"));
+        let healthy = event(
+            "cluster2",
+            &Health {
+                verdict: Verdict::Healthy,
+                reason: String::new(),
+            },
+        );
+        assert_eq!(healthy.type_, EventType::Normal);
+        assert_eq!(healthy.note.as_deref(), Some("Healthy on cluster2"));
+        let long = Health {
+            verdict: Verdict::Degraded,
+            reason: "é".repeat(2000),
+        };
+        assert!(event("cluster1", &long).note.unwrap().len() <= MAX_NOTE);
+    }
+}
