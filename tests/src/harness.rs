@@ -28,9 +28,13 @@ pub struct StackTest {
     pub name: &'static str,
     pub components: &'static [&'static str],
     pub body: TestBody,
+    /// It stops or restarts processes the other tests of its binary use: it runs while none of
+    /// them does.
+    pub alone: bool,
 }
 
-/// A [`StackTest`] running the async fn `$body` (which takes a [`Ctx`]), named after it.
+/// A [`StackTest`] running the async fn `$body` (which takes a [`Ctx`]), named after it;
+/// `alone` as the third argument for one that runs while no other test does.
 #[macro_export]
 macro_rules! stack_test {
     ($body:ident, $components:expr) => {
@@ -38,6 +42,15 @@ macro_rules! stack_test {
             name: stringify!($body),
             components: $components,
             body: |ctx| Box::pin($body(ctx)),
+            alone: false,
+        }
+    };
+    ($body:ident, $components:expr, alone) => {
+        $crate::harness::StackTest {
+            name: stringify!($body),
+            components: $components,
+            body: |ctx| Box::pin($body(ctx)),
+            alone: true,
         }
     };
 }
@@ -215,6 +228,8 @@ fn run_with(args: Arguments, our_binaries: &std::path::Path, tests: Vec<StackTes
         None
     };
     let handle = runtime.handle().clone();
+    // Held shared by every test, and whole by a test that runs alone.
+    let turns = Arc::new(tokio::sync::RwLock::new(()));
     let trials = tests
         .into_iter()
         .map(|test| {
@@ -223,12 +238,21 @@ fn run_with(args: Arguments, our_binaries: &std::path::Path, tests: Vec<StackTes
                 test: test.name,
             };
             let handle = handle.clone();
+            let turns = turns.clone();
             Trial::test(test.name, move || {
                 let stack = ctx.stack.clone();
-                let started = Instant::now();
-                let outcome = handle.block_on((test.body)(ctx));
-                // libtest-mimic reports no time per test; this shows where a suite's time goes.
-                eprintln!("{} took {:.1} s", test.name, started.elapsed().as_secs_f64());
+                let outcome = handle.block_on(async {
+                    let _turn: Box<dyn Send + '_> = if test.alone {
+                        Box::new(turns.write().await)
+                    } else {
+                        Box::new(turns.read().await)
+                    };
+                    let started = Instant::now();
+                    let outcome = (test.body)(ctx).await;
+                    // libtest-mimic reports no time per test; this shows where a suite's time goes.
+                    eprintln!("{} took {:.1} s", test.name, started.elapsed().as_secs_f64());
+                    outcome
+                });
                 outcome.map_err(|err| {
                     let logs: String = test
                         .components

@@ -62,6 +62,7 @@ ks_tests::stack_main!(
             "pod-cluster3-open-cluster-management-agent-addon-status-agent",
         ],
         body: |ctx| Box::pin(addon_lifecycle(ctx)),
+        alone: false,
     }]
 );
 

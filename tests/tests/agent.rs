@@ -55,6 +55,7 @@ fn main() -> std::process::ExitCode {
         name,
         components: COMPONENTS,
         body,
+        alone: false,
     };
     if let Err(err) = ks_tests::binaries::build() {
         eprintln!("{err:#}");
@@ -86,6 +87,7 @@ fn main() -> std::process::ExitCode {
                     "kubelet-cluster2",
                 ],
                 body: |ctx| Box::pin(leader_restarts_and_removes_leftovers(ctx)),
+                alone: false,
             },
             test("churn_ends_with_one_work_status_per_object", |ctx| {
                 Box::pin(churn_ends_with_one_work_status_per_object(ctx))

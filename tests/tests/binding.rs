@@ -23,7 +23,7 @@ ks_tests::stack_main!(
     run,
     vec![
         stack_test!(selects_by_each_criterion, HUB),
-        stack_test!(follows_objects_and_policy_edits, HUB),
+        stack_test!(follows_objects_and_policy_edits, HUB, alone),
         stack_test!(follows_wecs, HUB),
         stack_test!(invalid_policy_reports_and_others_work, HUB),
         stack_test!(too_many_objects_for_one_binding_are_reported, HUB),

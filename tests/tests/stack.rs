@@ -29,6 +29,7 @@ ks_tests::stack_main!(
             name: "crds_accept_upstream_examples",
             components: &["apiserver-wds1", "apiserver-its1"],
             body: |ctx| Box::pin(crds_accept_upstream_examples(ctx)),
+            alone: false,
         },
         StackTest {
             name: "manifestwork_reaches_wec_and_leaves",
@@ -39,21 +40,25 @@ ks_tests::stack_main!(
                 "kwok-cluster1",
             ],
             body: |ctx| Box::pin(manifestwork_reaches_wec_and_leaves(ctx)),
+            alone: false,
         },
         StackTest {
             name: "our_image_runs_as_a_local_process",
             components: &["kubelet-cluster1"],
             body: |ctx| Box::pin(our_image_runs_as_a_local_process(ctx)),
+            alone: false,
         },
         StackTest {
             name: "leader_lease_hands_over",
             components: &["apiserver-wds1"],
             body: |ctx| Box::pin(leader_lease_hands_over(ctx)),
+            alone: false,
         },
         StackTest {
             name: "a_leader_that_cannot_renew_stops_writing_first",
             components: &["apiserver-wds1"],
             body: |ctx| Box::pin(a_leader_that_cannot_renew_stops_writing_first(ctx)),
+            alone: false,
         },
     ]
 );

@@ -34,7 +34,7 @@ ks_tests::stack_main!(
         stack_test!(collectors_become_combined_status, PATH),
         stack_test!(bad_collectors_and_workstatuses_are_reported_or_ignored, PATH),
         stack_test!(a_costly_expression_is_refused_and_others_still_run, PATH),
-        stack_test!(restarted_hub_converges_to_the_new_policy, PATH),
+        stack_test!(restarted_hub_converges_to_the_new_policy, PATH, alone),
         stack_test!(status_coming_back_leaves_the_binding_alone, PATH),
         stack_test!(a_status_written_over_is_returned_again, PATH),
         stack_test!(an_object_that_cannot_run_is_degraded_where_it_fails, PATH),
@@ -791,7 +791,8 @@ async fn an_object_that_cannot_run_is_degraded_where_it_fails(ctx: Ctx) -> anyho
 
 /// A Job waits for a node (cluster1's and cluster2's take it once labelled) and is progressing
 /// until then; it completes and is healthy. A Job past its `activeDeadlineSeconds` fails and is
-/// degraded. The WorkStatuses carry the same verdicts.
+/// degraded. The WorkStatuses carry the same verdicts, and a singleton policy returns the Job's
+/// status while it runs (upstream users report it coming only once the Job is done, #2436).
 async fn a_job_is_progressing_until_it_completes_or_fails(ctx: Ctx) -> anyhow::Result<()> {
     let wds = ctx.client("wds1").await?;
     let ns = ctx.namespace("wds1").await?;
@@ -813,6 +814,25 @@ async fn a_job_is_progressing_until_it_completes_or_fails(ctx: Ctx) -> anyhow::R
     let policy = ctx.unique_name("health");
     bind_health(&wds, &policy, &ns).await?;
     let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    // cluster1's status of the Job `later` comes back while it runs, not only once it is done.
+    let singleton = format!("{policy}-s");
+    apply(
+        &policies,
+        json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy", "metadata": {"name": singleton},
+               "spec": {"clusterSelectors": [{"matchLabels": {"name": "cluster1"}}],
+                        "downsync": [{"apiGroup": "batch", "resources": ["jobs"], "namespaces": [ns],
+                                      "objectNames": ["later"], "wantSingletonReportedState": true}]}}),
+    )
+    .await?;
+    let returned = |j: Option<&Job>| j.and_then(|j| j.status.clone()).unwrap_or_default();
+    wait_until(
+        jobs.clone(),
+        "later",
+        "showing cluster1's running pod",
+        DEADLINE,
+        move |j: Option<&Job>| returned(j).active == Some(1),
+    )
+    .await?;
     let counts_everywhere = |wanted: (i64, i64, i64, i64)| {
         move |p: Option<&BindingPolicy>| {
             WECS.iter()
@@ -858,8 +878,16 @@ async fn a_job_is_progressing_until_it_completes_or_fails(ctx: Ctx) -> anyhow::R
         counts_everywhere((2, 0, 1, 0)),
     )
     .await?;
+    wait_until(
+        jobs,
+        "later",
+        "showing cluster1's completion",
+        DEADLINE,
+        move |j: Option<&Job>| returned(j).succeeded == Some(1),
+    )
+    .await?;
     label_nodes(&ctx, &WECS, &key, None).await?;
-    cleanup(&ctx, &[policy], &[], &ns).await
+    cleanup(&ctx, &[policy, singleton], &[], &ns).await
 }
 
 /// A custom resource the built-in rules know nothing of is judged by the user's HealthRule for

@@ -1,7 +1,8 @@
 //! Kubernetes Events on WDS objects when their health changes on a WEC (`kubectl describe`
-//! shows them). Published by a task of their own, so a reconcile never waits on them: at most
-//! [`QUEUE`] wait to be published, and what comes beyond is counted and dropped. kube's recorder
-//! folds a repeated event (same object, WEC and verdict) into a series.
+//! shows them). Published by a task of their own, so a reconcile never waits on them, at most
+//! [`PER_SECOND`] a second: at most [`QUEUE`] wait, and what comes beyond is counted and
+//! dropped (a rollout of thousands of objects does not become thousands of writes at once into
+//! the WDS). kube's recorder folds a repeated event (same object, WEC and verdict) into a series.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use ks_shared::api::{Health, Verdict};
@@ -13,6 +14,8 @@ use tokio_util::sync::CancellationToken;
 
 /// The most events waiting to be published.
 pub const QUEUE: usize = 1024;
+/// The most events published a second.
+pub const PER_SECOND: u64 = 10;
 /// The longest note kept (the Events API takes 1 kB).
 const MAX_NOTE: usize = 1000;
 
@@ -31,7 +34,10 @@ impl HealthEvents {
         let recorder = Recorder::new(client, Reporter::from("kubestellar-status"));
         let stop = stop.clone();
         tokio::spawn(async move {
+            let mut pace = tokio::time::interval(std::time::Duration::from_millis(1000 / PER_SECOND));
+            pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
+                pace.tick().await;
                 let (regarding, event) = tokio::select! {
                     _ = stop.cancelled() => return,
                     next = waiting.recv() => match next {

@@ -103,9 +103,29 @@ pub fn condition(health: &PolicyHealth, previous: Option<&Condition>, now: Time)
     Condition::following(previous, now, condition_type::HEALTHY, status, reason, message)
 }
 
+/// Whether an object's verdict on a WEC going from `was` to `now` is news to say (an Event):
+/// a change of verdict, but not a first one (`was` unknown to the controller: after a restart)
+/// nor a rollout's first report (`Unknown` to `Progressing`).
+pub fn is_news(was: Option<&Health>, now: &Health) -> bool {
+    was.is_some_and(|was| {
+        was.verdict != now.verdict && (was.verdict, now.verdict) != (Verdict::Unknown, Verdict::Progressing)
+    })
+}
+
+/// What the status controller writes of a policy's status: its health and `Healthy` condition.
+pub type Ours = (Option<PolicyHealth>, Option<Condition>);
+
+/// Our part of `status`, as it is.
+pub fn ours(status: &PolicyStatus) -> Ours {
+    (
+        status.health.clone(),
+        status.condition(condition_type::HEALTHY).cloned(),
+    )
+}
+
 /// Whether the policy's status says something else than `health` and `condition`.
 pub fn differs(current: &PolicyStatus, health: &PolicyHealth, condition: &Condition) -> bool {
-    current.health.as_ref() != Some(health) || current.condition(condition_type::HEALTHY) != Some(condition)
+    ours(current) != (Some(health.clone()), Some(condition.clone()))
 }
 
 #[cfg(test)]
@@ -172,6 +192,23 @@ mod tests {
                 "cluster1: apps/deployments ns/web: Degraded: Progressing: ProgressDeadlineExceeded"
             )
         );
+    }
+
+    #[test]
+    fn only_a_change_of_a_known_verdict_is_news_and_not_a_rollouts_first_report() {
+        let (unknown, progressing, healthy, degraded) = (
+            health(Verdict::Unknown, "not reported yet"),
+            health(Verdict::Progressing, "running"),
+            health(Verdict::Healthy, ""),
+            health(Verdict::Degraded, "Failed"),
+        );
+        assert!(!is_news(None, &degraded), "first seen");
+        assert!(!is_news(Some(&unknown), &progressing));
+        assert!(!is_news(Some(&progressing), &health(Verdict::Progressing, "other")));
+        assert!(is_news(Some(&progressing), &healthy));
+        assert!(is_news(Some(&unknown), &healthy));
+        assert!(is_news(Some(&progressing), &degraded));
+        assert!(is_news(Some(&healthy), &unknown));
     }
 
     #[test]

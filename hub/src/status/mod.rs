@@ -2,8 +2,9 @@
 //! back from its WECs ([`singleton`]), how several WECs' statuses combine into one
 //! ([`aggregate`]), the CombinedStatus that StatusCollectors compute with CEL ([`collector`]),
 //! what the controller remembers between events ([`state`]) and what it decides for one object
-//! ([`plan`]), from the WorkStatuses it caches ([`report`]). Only [`controller`], [`writes`] and
-//! [`metrics`] touch a cluster.
+//! ([`plan`]), from the WorkStatuses it caches ([`report`]); a policy's health from the verdicts
+//! on its objects ([`health`]) and the HealthRules that judge a kind in CEL ([`rules`]). Only
+//! [`controller`], [`writes`], [`events`] and [`metrics`] touch a cluster.
 
 pub mod aggregate;
 pub mod collector;

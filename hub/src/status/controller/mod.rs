@@ -10,7 +10,7 @@
 //! names the objects it may affect, and each is reconciled against the current caches, so the
 //! order of events never matters and a start-up pass over everything converges after a restart.
 
-mod health;
+mod judging;
 mod watches;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::collector::{Collector, WecReport};
 use super::events::HealthEvents;
+use super::health;
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
 use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
@@ -153,6 +154,7 @@ pub async fn run(
         rules: Rules::default(),
         ruled: BTreeMap::new(),
         judged: BTreeMap::new(),
+        health_left: BTreeMap::new(),
         events,
         applied: BTreeMap::new(),
         report_namespace_exists: false,
@@ -230,6 +232,8 @@ struct StatusController {
     ruled: BTreeMap<WorkloadRef, BTreeMap<String, Health>>,
     /// The verdict on each object on each WEC it is sent to, as last judged.
     judged: BTreeMap<WorkloadRef, BTreeMap<String, Health>>,
+    /// Each policy's health and `Healthy` condition as last found right or written.
+    health_left: BTreeMap<String, health::Ours>,
     events: HealthEvents,
     /// The status last applied to each object, with what the apiserver stored (or, when it
     /// refused it, what the object had): the same status is not applied again and again when the
@@ -316,8 +320,17 @@ impl StatusController {
                 names.iter().for_each(|name| self.binding_changed(name, work));
             }
             // Its health is written from the Binding of the same name.
+            // A policy's status changes with every write of the transport's and the binding
+            // controller's: its health is looked at again only when ours is not as we left it.
             Input::Policy(name) => {
-                work.bindings.insert(name);
+                let policy = self.stores.policies.get(&ObjectRef::new(&name));
+                let ours = policy.as_ref().and_then(|p| p.status.as_ref()).map(health::ours);
+                if ours.is_none() || ours.as_ref() != self.health_left.get(&name) {
+                    work.bindings.insert(name.clone());
+                }
+                if policy.is_none() {
+                    self.health_left.remove(&name);
+                }
             }
             Input::PoliciesListed => work
                 .bindings

@@ -58,8 +58,9 @@ impl StatusController {
 
     /// Judges the object `key` anew on the WECs it is sent to, and says each change of verdict:
     /// an Event on the object, and, when it turns healthy, that moment in the trace of the WEC's
-    /// report (`wecs`). A verdict first seen is no change (a restart says nothing). True when a
-    /// verdict or its reason changed: the health of the policies sending it may have.
+    /// report (`wecs`). A verdict first seen is no change (a restart says nothing), nor is a first
+    /// report of a rollout under way (`Unknown` to `Progressing`). True when a verdict or its
+    /// reason changed: the health of the policies sending it may have.
     pub(super) fn judge_anew(
         &mut self,
         key: &WorkloadRef,
@@ -81,7 +82,7 @@ impl StatusController {
             return false;
         }
         for (wec, health) in &now {
-            if before.get(wec).is_none_or(|was| was.verdict == health.verdict) {
+            if !health::is_news(before.get(wec), health) {
                 continue;
             }
             self.events.changed(reference(object, resource), wec, health);
@@ -96,8 +97,9 @@ impl StatusController {
 
     /// Sets the policy's `health` and `Healthy` condition when they changed, from the verdicts
     /// on its Binding's objects on its Binding's WECs.
-    pub(super) async fn reconcile_health(&self, name: &str) -> kube::Result<()> {
-        let (Some(policy), Some(view)) = (self.stores.policies.get(&ObjectRef::new(name)), self.bindings.get(name))
+    pub(super) async fn reconcile_health(&mut self, name: &str) -> kube::Result<()> {
+        let this = &*self;
+        let (Some(policy), Some(view)) = (this.stores.policies.get(&ObjectRef::new(name)), this.bindings.get(name))
         else {
             return Ok(());
         };
@@ -110,21 +112,22 @@ impl StatusController {
             return Ok(());
         };
         let objects: Vec<(&WorkloadRef, Option<Arc<CachedObject>>)> =
-            view.entries.keys().map(|key| (key, self.informers.get(key))).collect();
+            view.entries.keys().map(|key| (key, this.informers.get(key))).collect();
         let wecs: BTreeSet<&str> = view.destinations.iter().map(|d| d.cluster_id.as_str()).collect();
         let summary = health::summarize(wecs.into_iter().map(|wec| {
             let verdicts = objects
                 .iter()
-                .map(move |(key, object)| (*key, self.verdict(key, object.as_deref(), wec)));
+                .map(move |(key, object)| (*key, this.verdict(key, object.as_deref(), wec)));
             (wec.to_string(), verdicts)
         }));
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let condition = health::condition(&summary, current.condition(condition_type::HEALTHY), now);
-        if !health::differs(current, &summary, &condition) {
-            return Ok(());
+        if health::differs(current, &summary, &condition) {
+            writes::apply_policy_health(&self.wds, name, &summary, &condition).await?;
+            self.metrics.common.writes.inc();
         }
-        writes::apply_policy_health(&self.wds, name, &summary, &condition).await?;
-        self.metrics.common.writes.inc();
+        self.health_left
+            .insert(name.to_string(), (Some(summary), Some(condition)));
         Ok(())
     }
 }
