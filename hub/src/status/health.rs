@@ -4,6 +4,8 @@
 //! condition. The status controller writes it, since it holds the reports; the transport writes
 //! the policy's `propagation` beside it, and either runs without the other.
 
+use std::borrow::Cow;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ks_shared::api::{Condition, Health, PolicyHealth, PolicyStatus, Verdict, WecHealth, condition_type};
 
@@ -13,7 +15,7 @@ use super::state::WorkloadRef;
 /// the Binding lists them) with its verdict there.
 pub fn summarize<'a, O>(wecs: impl IntoIterator<Item = (String, O)>) -> PolicyHealth
 where
-    O: IntoIterator<Item = (&'a WorkloadRef, Health)>,
+    O: IntoIterator<Item = (&'a WorkloadRef, Cow<'a, Health>)>,
 {
     let per_wec: Vec<WecHealth> = wecs
         .into_iter()
@@ -104,12 +106,20 @@ pub fn condition(health: &PolicyHealth, previous: Option<&Condition>, now: Time)
 }
 
 /// Whether an object's verdict on a WEC going from `was` to `now` is news to say (an Event):
-/// a change of verdict, but not a first one (`was` unknown to the controller: after a restart)
-/// nor a rollout's first report (`Unknown` to `Progressing`).
+/// it turns degraded (also when first seen so: after a restart, or by a hub that came to it
+/// late), it is no longer degraded, or it is no longer healthy. A rollout's routine (unknown
+/// until reported, progressing, healthy) is not, nor another verdict first seen: a rollout of
+/// thousands of objects would be thousands of Events.
 pub fn is_news(was: Option<&Health>, now: &Health) -> bool {
-    was.is_some_and(|was| {
-        was.verdict != now.verdict && (was.verdict, now.verdict) != (Verdict::Unknown, Verdict::Progressing)
-    })
+    match was {
+        None => now.verdict == Verdict::Degraded,
+        Some(was) => {
+            was.verdict != now.verdict
+                && (now.verdict == Verdict::Degraded
+                    || was.verdict == Verdict::Degraded
+                    || was.verdict == Verdict::Healthy)
+        }
+    }
 }
 
 /// What the status controller writes of a policy's status: its health and `Healthy` condition.
@@ -139,6 +149,10 @@ mod tests {
         }
     }
 
+    fn judged(verdict: Verdict, reason: &str) -> Cow<'static, Health> {
+        Cow::Owned(health(verdict, reason))
+    }
+
     fn at(time: &str) -> Time {
         Time(time.parse().unwrap())
     }
@@ -154,17 +168,17 @@ mod tests {
             (
                 "cluster1".to_string(),
                 vec![
-                    (&cm, health(Verdict::Healthy, "")),
-                    (&job, health(Verdict::Progressing, "running")),
-                    (&web, health(Verdict::Degraded, "Progressing: ProgressDeadlineExceeded")),
+                    (&cm, judged(Verdict::Healthy, "")),
+                    (&job, judged(Verdict::Progressing, "running")),
+                    (&web, judged(Verdict::Degraded, "Progressing: ProgressDeadlineExceeded")),
                 ],
             ),
             (
                 "cluster2".to_string(),
                 vec![
-                    (&cm, health(Verdict::Healthy, "")),
-                    (&job, health(Verdict::Healthy, "")),
-                    (&web, health(Verdict::Healthy, "")),
+                    (&cm, judged(Verdict::Healthy, "")),
+                    (&job, judged(Verdict::Healthy, "")),
+                    (&web, judged(Verdict::Healthy, "")),
                 ],
             ),
         ]);
@@ -195,26 +209,35 @@ mod tests {
     }
 
     #[test]
-    fn only_a_change_of_a_known_verdict_is_news_and_not_a_rollouts_first_report() {
+    fn news_is_turning_degraded_leaving_it_or_losing_health_not_a_rollouts_routine() {
         let (unknown, progressing, healthy, degraded) = (
             health(Verdict::Unknown, "not reported yet"),
             health(Verdict::Progressing, "running"),
             health(Verdict::Healthy, ""),
             health(Verdict::Degraded, "Failed"),
         );
-        assert!(!is_news(None, &degraded), "first seen");
-        assert!(!is_news(Some(&unknown), &progressing));
+        assert!(is_news(None, &degraded), "first seen degraded");
+        assert!(!is_news(None, &healthy), "first seen");
+        for (was, now) in [(&unknown, &progressing), (&progressing, &healthy), (&unknown, &healthy)] {
+            assert!(!is_news(Some(was), now), "{was:?} → {now:?}");
+        }
         assert!(!is_news(Some(&progressing), &health(Verdict::Progressing, "other")));
-        assert!(is_news(Some(&progressing), &healthy));
-        assert!(is_news(Some(&unknown), &healthy));
-        assert!(is_news(Some(&progressing), &degraded));
-        assert!(is_news(Some(&healthy), &unknown));
+        for (was, now) in [
+            (&progressing, &degraded),
+            (&unknown, &degraded),
+            (&degraded, &healthy),
+            (&degraded, &progressing),
+            (&healthy, &progressing),
+            (&healthy, &unknown),
+        ] {
+            assert!(is_news(Some(was), now), "{was:?} → {now:?}");
+        }
     }
 
     #[test]
     fn the_condition_holds_its_transition_time_and_no_wec_is_not_healthy() {
         let cm = WorkloadRef::new("", "configmaps", "ns", "settings");
-        let done = summarize([("cluster1".to_string(), vec![(&cm, health(Verdict::Healthy, ""))])]);
+        let done = summarize([("cluster1".to_string(), vec![(&cm, judged(Verdict::Healthy, ""))])]);
         let first = condition(&done, None, at("2026-12-07T06:00:00Z"));
         assert_eq!((first.status.as_str(), first.reason.as_str()), ("True", "Healthy"));
         assert_eq!(condition(&done, Some(&first), at("2026-12-07T06:05:00Z")), first);
@@ -226,7 +249,7 @@ mod tests {
         assert!(!differs(&status, &done, &first));
         let waiting = summarize([(
             "cluster1".to_string(),
-            vec![(&cm, health(Verdict::Unknown, "not reported on this object yet"))],
+            vec![(&cm, judged(Verdict::Unknown, "not reported on this object yet"))],
         )]);
         let now = condition(&waiting, Some(&first), at("2026-12-07T06:05:00Z"));
         assert_eq!(
@@ -234,7 +257,7 @@ mod tests {
             ("Unknown", at("2026-12-07T06:05:00Z"))
         );
         assert!(differs(&status, &waiting, &now));
-        let none = summarize(Vec::<(String, Vec<(&WorkloadRef, Health)>)>::new());
+        let none = summarize(Vec::<(String, Vec<(&WorkloadRef, Cow<Health>)>)>::new());
         assert_eq!(none.healthy, "0/0");
         assert_eq!(condition(&none, None, at("2026-12-07T06:00:00Z")).reason, "NoWECs");
     }

@@ -2,9 +2,10 @@
 //! or its HealthRule's), each change of it said (an Event on the object, and the moment it turns
 //! healthy in the rollout's trace), and each policy's health written from its Binding.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -13,6 +14,7 @@ use ks_shared::rollout::{self, stage};
 use kube::ResourceExt;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::ObjectRef;
+use tokio::time::Instant;
 
 use super::StatusController;
 use crate::informers::CachedObject;
@@ -56,10 +58,18 @@ impl StatusController {
         }
     }
 
+    /// The verdict on `key` on `wec` as last judged ([`StatusController::judge_anew`]), or
+    /// judged now when it has not been there yet.
+    fn judged_on(&self, key: &WorkloadRef, wec: &str) -> Cow<'_, Health> {
+        match self.judged.get(key).and_then(|wecs| wecs.get(wec)) {
+            Some(health) => Cow::Borrowed(health),
+            None => Cow::Owned(self.verdict(key, self.informers.get(key).as_deref(), wec)),
+        }
+    }
+
     /// Judges the object `key` anew on the WECs it is sent to, and says each change of verdict:
     /// an Event on the object, and, when it turns healthy, that moment in the trace of the WEC's
-    /// report (`wecs`). A verdict first seen is no change (a restart says nothing), nor is a first
-    /// report of a rollout under way (`Unknown` to `Progressing`). True when a verdict or its
+    /// report (`wecs`); Events only for news ([`health::is_news`]). True when a verdict or its
     /// reason changed: the health of the policies sending it may have.
     pub(super) fn judge_anew(
         &mut self,
@@ -82,11 +92,12 @@ impl StatusController {
             return false;
         }
         for (wec, health) in &now {
-            if !health::is_news(before.get(wec), health) {
-                continue;
+            let was = before.get(wec);
+            if health::is_news(was, health) {
+                self.events.changed(reference(object, resource), wec, health);
             }
-            self.events.changed(reference(object, resource), wec, health);
             if health.verdict == Verdict::Healthy
+                && was.is_some_and(|was| was.verdict != Verdict::Healthy)
                 && let Some(reported) = wecs.get(wec)
             {
                 trace_healthy(key, wec, reported);
@@ -111,13 +122,9 @@ impl StatusController {
         else {
             return Ok(());
         };
-        let objects: Vec<(&WorkloadRef, Option<Arc<CachedObject>>)> =
-            view.entries.keys().map(|key| (key, this.informers.get(key))).collect();
         let wecs: BTreeSet<&str> = view.destinations.iter().map(|d| d.cluster_id.as_str()).collect();
         let summary = health::summarize(wecs.into_iter().map(|wec| {
-            let verdicts = objects
-                .iter()
-                .map(move |(key, object)| (*key, this.verdict(key, object.as_deref(), wec)));
+            let verdicts = view.entries.keys().map(move |key| (key, this.judged_on(key, wec)));
             (wec.to_string(), verdicts)
         }));
         let now = Time(k8s_openapi::jiff::Timestamp::now());
@@ -129,6 +136,66 @@ impl StatusController {
         self.health_left
             .insert(name.to_string(), (Some(summary), Some(condition)));
         Ok(())
+    }
+}
+
+/// How often a policy's health is looked at: at most once per [`Pace::PERIOD`]; what comes
+/// sooner waits until then. While a rollout of thousands of objects changes verdicts in every
+/// pass, counting them all at each pass would cost the hub more than the rest of the status
+/// return; a lone change is counted at once.
+#[derive(Default)]
+pub(super) struct Pace {
+    last: BTreeMap<String, Instant>,
+    waiting: BTreeSet<String>,
+}
+
+impl Pace {
+    pub(super) const PERIOD: Duration = Duration::from_secs(1);
+
+    /// Of `policies`, those whose health may be looked at `now`; the others wait.
+    pub(super) fn take_ready(&mut self, policies: BTreeSet<String>, now: Instant) -> Vec<String> {
+        self.last.retain(|_, at| now.duration_since(*at) < Self::PERIOD);
+        let mut ready = Vec::new();
+        for policy in policies {
+            if self.last.contains_key(&policy) {
+                self.waiting.insert(policy);
+            } else {
+                self.waiting.remove(&policy);
+                self.last.insert(policy.clone(), now);
+                ready.push(policy);
+            }
+        }
+        ready
+    }
+
+    /// When the first waiting policy may be looked at.
+    pub(super) fn next_due(&self) -> Option<Instant> {
+        self.waiting
+            .iter()
+            .map(|p| self.last.get(p).map_or_else(Instant::now, |at| *at + Self::PERIOD))
+            .min()
+    }
+
+    /// The waiting policies whose turn has come by `now`.
+    pub(super) fn take_due(&mut self, now: Instant) -> Vec<String> {
+        let due: Vec<String> = self
+            .waiting
+            .iter()
+            .filter(|p| {
+                self.last
+                    .get(*p)
+                    .is_none_or(|at| now.duration_since(*at) >= Self::PERIOD)
+            })
+            .cloned()
+            .collect();
+        due.iter().for_each(|p| {
+            self.waiting.remove(p);
+        });
+        due
+    }
+
+    pub(super) fn len(&self) -> usize {
+        self.waiting.len()
     }
 }
 
@@ -154,4 +221,34 @@ fn trace_healthy(key: &WorkloadRef, wec: &str, reported: &WecStatus) {
     let now = SystemTime::now();
     let written = reported.last_update.as_ref().map_or(now, |t| SystemTime::from(t.0));
     rollout::record(stage::HEALTHY, &report, written, now, super::span_attributes(key, wec));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> BTreeSet<String> {
+        list.iter().map(|n| n.to_string()).collect()
+    }
+
+    #[test]
+    fn a_policy_looked_at_waits_a_period_before_the_next_look() {
+        let mut pace = Pace::default();
+        let start = Instant::now();
+        assert_eq!(pace.take_ready(names(&["a", "b"]), start), ["a", "b"]);
+        assert_eq!(pace.next_due(), None, "nothing waits");
+        let soon = start + Duration::from_millis(100);
+        assert!(pace.take_ready(names(&["a"]), soon).is_empty(), "a waits");
+        assert_eq!(pace.len(), 1);
+        assert_eq!(pace.next_due(), Some(start + Pace::PERIOD));
+        assert!(pace.take_due(soon).is_empty());
+        assert_eq!(pace.take_due(start + Pace::PERIOD), ["a"]);
+        assert_eq!(pace.len(), 0);
+        let later = start + Pace::PERIOD * 2;
+        assert_eq!(
+            pace.take_ready(names(&["a", "c"]), later),
+            ["a", "c"],
+            "a period on, at once"
+        );
+    }
 }

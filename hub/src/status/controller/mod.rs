@@ -79,18 +79,21 @@ fn live_view(binding: &Binding) -> Option<BindingView> {
 struct Work {
     objects: BTreeSet<WorkloadRef>,
     bindings: BTreeSet<String>,
+    /// Policies whose health to look at (paced, see [`judging::Pace`]).
+    policies: BTreeSet<String>,
     collectors: BTreeSet<String>,
     rules: BTreeSet<String>,
 }
 
 impl Work {
     fn len(&self) -> usize {
-        self.objects.len() + self.bindings.len() + self.collectors.len() + self.rules.len()
+        self.objects.len() + self.bindings.len() + self.policies.len() + self.collectors.len() + self.rules.len()
     }
 
     fn append(&mut self, other: &mut Work) {
         self.objects.append(&mut other.objects);
         self.bindings.append(&mut other.bindings);
+        self.policies.append(&mut other.policies);
         self.collectors.append(&mut other.collectors);
         self.rules.append(&mut other.rules);
     }
@@ -155,6 +158,7 @@ pub async fn run(
         ruled: BTreeMap::new(),
         judged: BTreeMap::new(),
         health_left: BTreeMap::new(),
+        health_pace: judging::Pace::default(),
         events,
         applied: BTreeMap::new(),
         report_namespace_exists: false,
@@ -172,11 +176,12 @@ pub async fn run(
             retries.failed((), Instant::now());
         }
         let retry_due = retries.next_due();
+        let health_due = controller.health_pace.next_due();
         controller
             .metrics
             .common
             .queue_depth
-            .set((work.len() + failed.len()) as i64);
+            .set((work.len() + failed.len() + controller.health_pace.len()) as i64);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             input = received.recv() => {
@@ -193,6 +198,9 @@ pub async fn run(
                 if !retries.take_due(Instant::now()).is_empty() {
                     work.append(&mut failed);
                 }
+            }
+            _ = tokio::time::sleep_until(health_due.unwrap_or_else(Instant::now)), if health_due.is_some() => {
+                work.policies.extend(controller.health_pace.take_due(Instant::now()));
             }
         }
     }
@@ -234,6 +242,7 @@ struct StatusController {
     judged: BTreeMap<WorkloadRef, BTreeMap<String, Health>>,
     /// Each policy's health and `Healthy` condition as last found right or written.
     health_left: BTreeMap<String, health::Ours>,
+    health_pace: judging::Pace,
     events: HealthEvents,
     /// The status last applied to each object, with what the apiserver stored (or, when it
     /// refused it, what the object had): the same status is not applied again and again when the
@@ -294,7 +303,7 @@ impl StatusController {
                     .extend(entries.iter().map(|(_, subject)| (**subject).clone()));
                 let moved = self.reports.replace(entries);
                 work.objects.extend(moved.into_iter().map(Arc::unwrap_or_clone));
-                work.bindings.extend(self.bindings.names());
+                work.policies.extend(self.bindings.names());
             }
             Input::CombinedStatus((namespace, name)) => {
                 let found = self.stores.combined.get(&ObjectRef::new(&name).within(&namespace));
@@ -319,21 +328,21 @@ impl StatusController {
                 names.extend(self.bindings.names());
                 names.iter().for_each(|name| self.binding_changed(name, work));
             }
-            // Its health is written from the Binding of the same name.
-            // A policy's status changes with every write of the transport's and the binding
-            // controller's: its health is looked at again only when ours is not as we left it.
+            // Its health is written from the Binding of the same name. A policy's status changes
+            // with every write of the transport's and the binding controller's: its health is
+            // looked at again only when ours is not as we left it.
             Input::Policy(name) => {
                 let policy = self.stores.policies.get(&ObjectRef::new(&name));
                 let ours = policy.as_ref().and_then(|p| p.status.as_ref()).map(health::ours);
                 if ours.is_none() || ours.as_ref() != self.health_left.get(&name) {
-                    work.bindings.insert(name.clone());
+                    work.policies.insert(name.clone());
                 }
                 if policy.is_none() {
                     self.health_left.remove(&name);
                 }
             }
             Input::PoliciesListed => work
-                .bindings
+                .policies
                 .extend(self.stores.policies.state().iter().map(|p| p.name_any())),
             Input::HealthRule(name) => self.rule_changed(&name, work),
             Input::HealthRulesListed => {
@@ -359,6 +368,7 @@ impl StatusController {
             .and_then(|b| live_view(&b));
         if view.is_some() {
             work.bindings.insert(name.to_string());
+            work.policies.insert(name.to_string());
         }
         let changed = self.bindings.set(name, view);
         self.delivered.update(&self.bindings, &changed);
@@ -438,7 +448,7 @@ impl StatusController {
                     work.collectors.extend(collectors);
                     if judged_anew {
                         let selecting = self.bindings.selecting(&key);
-                        work.bindings
+                        work.policies
                             .extend(selecting.into_iter().map(|(b, _, _)| b.to_string()));
                     }
                 }
@@ -453,12 +463,15 @@ impl StatusController {
             if let Err(err) = self.reconcile_binding(&name).await
                 && self.failed(&err, &format!("Binding {name}"))
             {
-                failed.bindings.insert(name.clone());
+                failed.bindings.insert(name);
             }
+        }
+        let policies = std::mem::take(&mut work.policies);
+        for name in self.health_pace.take_ready(policies, Instant::now()) {
             if let Err(err) = self.reconcile_health(&name).await
                 && self.failed(&err, &format!("BindingPolicy {name}"))
             {
-                failed.bindings.insert(name);
+                failed.policies.insert(name);
             }
         }
         for name in std::mem::take(&mut work.collectors) {
