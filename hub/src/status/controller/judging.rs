@@ -87,7 +87,12 @@ impl StatusController {
                 (wec, health)
             })
             .collect();
-        let before = self.judged.insert(key.clone(), now.clone()).unwrap_or_default();
+        // An object sent nowhere keeps no entry.
+        let before = match now.is_empty() {
+            true => self.judged.remove(key),
+            false => self.judged.insert(key.clone(), now.clone()),
+        }
+        .unwrap_or_default();
         if before == now {
             return false;
         }
