@@ -95,19 +95,23 @@ fn ignore_code(result: kube::Result<()>, code: u16) -> kube::Result<()> {
     }
 }
 
-/// Sets our part of a BindingPolicy's status: its `health` and `Healthy` condition (server-side
-/// apply, forced: the fields are ours; the binding controller's and the transport's stay
-/// theirs). Only on a policy whose status the binding controller has written, which holds the
-/// fields the schema requires; one deleted meanwhile needs none.
+/// Sets our part of the status of the BindingPolicy `policy`: its `health` and `Healthy`
+/// condition (server-side apply, forced: the fields are ours; the binding controller's and the
+/// transport's stay theirs). Only on a policy whose status the binding controller has written,
+/// which holds the fields the schema requires; one deleted meanwhile needs none. The apply names
+/// the policy's UID: one deleted and made again under its name since is not given the health
+/// of its predecessor's objects (the apiserver answers 409, and the next try reads it anew).
 pub async fn apply_policy_health(
     wds: &Client,
-    name: &str,
+    policy: &BindingPolicy,
     health: &PolicyHealth,
     condition: &Condition,
 ) -> kube::Result<()> {
+    let name = policy.name_any();
     let body = json!({"apiVersion": BindingPolicy::api_version(&()), "kind": BindingPolicy::kind(&()),
-                      "metadata": {"name": name}, "status": {"health": health, "conditions": [condition]}});
-    let applied = apply_status(&Api::<BindingPolicy>::all(wds.clone()), name, body).await;
+                      "metadata": {"name": name, "uid": policy.uid()},
+                      "status": {"health": health, "conditions": [condition]}});
+    let applied = apply_status(&Api::<BindingPolicy>::all(wds.clone()), &name, body).await;
     ignore_code(applied.map(|_| ()), 404)
 }
 

@@ -135,7 +135,7 @@ impl StatusController {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
         let condition = health::condition(&summary, current.condition(condition_type::HEALTHY), now);
         if health::differs(current, &summary, &condition) {
-            writes::apply_policy_health(&self.wds, name, &summary, &condition).await?;
+            writes::apply_policy_health(&self.wds, &policy, &summary, &condition).await?;
             self.metrics.common.writes.inc();
         }
         self.health_left
