@@ -136,9 +136,10 @@ async fn main() -> anyhow::Result<()> {
             }
             tracing::info!(image = %defaults.image, namespace = %defaults.install_namespace, "add-on registered");
             // Helm installs a chart's CRDs once and never upgrades them: the WorkStatus CRD is
-            // brought to this version's (server-side apply, so only its schema fields are
-            // ours), or an upgraded agent's new fields would be pruned and written again and
-            // again.
+            // brought to this version's, or an upgraded agent's new fields would be pruned and
+            // written again and again. The apply creates it when missing, as the chart would (it
+            // is ours: RBAC allows no other CRD name), and takes only the fields our schema
+            // declares; what Helm or others set beside them stays theirs.
             let crds = || crds::install(&its, Space::Its, field_manager::ADDON);
             if retry_until_done("installing the WorkStatus CRD into the ITS", &token, crds)
                 .await

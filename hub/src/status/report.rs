@@ -137,6 +137,8 @@ struct SentWorkStatus {
     spec: WorkStatusSpec,
     #[serde(default)]
     status_details: Option<StatusDetails>,
+    /// Read strictly, as `statusDetails` is: the CRD's schema admits only the four verdicts (an
+    /// older CRD prunes the field, read as none).
     #[serde(default)]
     health: Option<Health>,
     #[serde(default)]

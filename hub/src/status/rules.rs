@@ -119,6 +119,7 @@ impl Rule {
                 text(row.columns.get(1)),
                 text(row.columns.get(2)),
             );
+            // A value that is no verdict is said as Unknown, never taken for another.
             let health = match serde_json::from_value::<Verdict>(serde_json::Value::String(verdict.clone())) {
                 Ok(verdict) => Health {
                     verdict,

@@ -115,7 +115,8 @@ pub async fn apply_policy_health(
     ignore_code(applied.map(|_| ()), 404)
 }
 
-/// Sets a HealthRule's status; one deleted meanwhile needs none.
+/// Sets a HealthRule's status; one deleted meanwhile needs none (an apply to the status
+/// subresource never creates: the apiserver answers 404).
 pub async fn apply_rule_status(wds: &Client, name: &str, status: &HealthRuleStatus) -> kube::Result<()> {
     let body = json!({"apiVersion": HealthRule::api_version(&()), "kind": HealthRule::kind(&()),
                       "metadata": {"name": name}, "status": status});
@@ -221,6 +222,48 @@ mod tests {
         // A merge patch takes no field ownership, and others' conditions are kept.
         assert_eq!(asked.content_type, "application/merge-patch+json");
         assert_eq!(asked.body, json!({"status": {"conditions": [others, ours]}}));
+    }
+
+    #[tokio::test]
+    async fn a_policys_health_is_applied_to_its_status_naming_its_uid() {
+        let mut policy = BindingPolicy::new("p", Default::default());
+        policy.metadata.uid = Some("uid-p".into());
+        let health = PolicyHealth {
+            healthy: "1/1".into(),
+            per_wec: Vec::new(),
+        };
+        let ours = condition("Healthy", "True");
+        let (client, mut server) = mock::client();
+        let (written, asked) = tokio::join!(
+            apply_policy_health(&client, &policy, &health, &ours),
+            server.answer(200, serde_json::to_value(&policy).unwrap())
+        );
+        written.unwrap();
+        assert!(
+            asked
+                .uri
+                .starts_with("/apis/control.kubestellar.io/v1alpha1/bindingpolicies/p/status?"),
+            "{}",
+            asked.uri
+        );
+        assert_eq!(asked.content_type, "application/apply-patch+yaml");
+        assert_eq!(
+            asked.body["metadata"]["uid"], "uid-p",
+            "a policy made again is not ours"
+        );
+        assert_eq!(asked.body["status"]["conditions"], json!([ours]));
+
+        // A policy made again under the name: 409, an error to retry; deleted: 404, done.
+        for (code, fails) in [(409, true), (404, false)] {
+            let (client, mut server) = mock::client();
+            let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                                 "reason": "Conflict", "message": "no"});
+            let (written, _) = tokio::join!(
+                apply_policy_health(&client, &policy, &health, &ours),
+                server.answer(code, refused)
+            );
+            assert_eq!(written.is_err(), fails, "{code}");
+        }
     }
 
     #[test]

@@ -52,6 +52,8 @@ impl StatusController {
             });
         };
         let ruled = self.ruled.get(key).and_then(|wecs| wecs.get(wec));
+        // An object without a UID (none comes from an apiserver so) matches no report's
+        // incarnation: its verdict is Unknown, never another incarnation's.
         match self.report(mailbox, name) {
             Some(report) => report.health(&object.uid().unwrap_or_default(), object.metadata.generation, ruled),
             None => unknown("not reported yet"),
