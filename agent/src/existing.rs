@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use ks_shared::api::{Health, SourceRef, StatusDetails, WorkStatus};
-use ks_shared::names::WDS_UID_ANNOTATION;
+use ks_shared::names::{WDS_CONTENT_ANNOTATION, WDS_UID_ANNOTATION};
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
@@ -29,9 +29,9 @@ pub struct Existing {
 impl From<WorkStatus> for Existing {
     fn from(ws: WorkStatus) -> Existing {
         let labels = our_labels(&ws);
-        // Of its annotations, only the incarnation it names is compared.
+        // Of its annotations, only the incarnation and content it names are compared.
         let mut annotations = ws.metadata.annotations.unwrap_or_default();
-        annotations.retain(|k, _| k == WDS_UID_ANNOTATION);
+        annotations.retain(|k, _| k == WDS_UID_ANNOTATION || k == WDS_CONTENT_ANNOTATION);
         let metadata = ObjectMeta {
             name: ws.metadata.name,
             namespace: ws.metadata.namespace,

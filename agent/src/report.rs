@@ -8,13 +8,19 @@
 //! object's `status.observedGeneration` has reached its own `metadata.generation`, or, for kinds
 //! that do not report `observedGeneration`, as soon as the object is there (the work agent
 //! applied it). `lastCurrencyUpdateTime` changes only when one of those two values does.
+//! Where the WDS raises an object's generation on a write of its status (no status
+//! subresource), the transport sends a digest of its content instead
+//! ([`WDS_CONTENT_ANNOTATION`]): `lastGeneration` is then 0, and the digest is handed on as an
+//! annotation of the WorkStatus, as the WDS UID is.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use ks_shared::api::{Health, SourceRef, StatusDetails};
 use ks_shared::health;
-use ks_shared::names::{self, SINGLETON_STATUS_LABEL, WDS_GENERATION_ANNOTATION, WDS_UID_ANNOTATION};
+use ks_shared::names::{
+    self, SINGLETON_STATUS_LABEL, WDS_CONTENT_ANNOTATION, WDS_GENERATION_ANNOTATION, WDS_UID_ANNOTATION,
+};
 use ks_shared::ocm::ManifestWork;
 use kube::api::DynamicObject;
 use serde_json::{Map, Value, json};
@@ -36,6 +42,10 @@ pub struct Desired {
     /// same annotation of the WorkStatus: the hub returns only a report on the incarnation it
     /// holds.
     pub wds_uid: Option<String>,
+    /// The WDS object's content digest the WEC object carries ([`WDS_CONTENT_ANNOTATION`], in
+    /// place of its generation where a status write raises that), handed on the same way: the
+    /// hub counts a verdict only on the content the WDS holds now.
+    pub wds_content: Option<String>,
     pub owner: OwnerReference,
     pub source_ref: SourceRef,
     pub last_generation: i64,
@@ -88,6 +98,7 @@ pub fn desired(key: &Key, object: &DynamicObject, manifest_work: &ManifestWork) 
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
     let wds_uid = annotations.and_then(|a| a.get(WDS_UID_ANNOTATION)).cloned();
+    let wds_content = annotations.and_then(|a| a.get(WDS_CONTENT_ANNOTATION)).cloned();
     let last_generation = annotations
         .and_then(|a| a.get(WDS_GENERATION_ANNOTATION))
         .and_then(|g| g.trim().parse().ok())
@@ -110,6 +121,7 @@ pub fn desired(key: &Key, object: &DynamicObject, manifest_work: &ManifestWork) 
         labels,
         trace_annotations,
         wds_uid,
+        wds_content,
         owner: OwnerReference {
             api_version: "work.open-cluster-management.io/v1".into(),
             kind: "ManifestWork".into(),
@@ -164,10 +176,12 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
         d.last_generation == desired.last_generation
             && d.last_generation_is_applied == desired.last_generation_is_applied
     });
-    let existing_uid = existing.and_then(|e| wds_uid_of(&e.metadata));
+    let existing_uid = existing.and_then(|e| annotation(&e.metadata, WDS_UID_ANNOTATION));
+    let existing_content = existing.and_then(|e| annotation(&e.metadata, WDS_CONTENT_ANNOTATION));
     let main_same = existing.is_some_and(|e| {
         generation_same
             && existing_uid == desired.wds_uid.as_deref()
+            && existing_content == desired.wds_content.as_deref()
             && e.source_ref == desired.source_ref
             && e.health.as_ref() == Some(&desired.health)
             && e.metadata
@@ -202,6 +216,9 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
         if let Some(uid) = &desired.wds_uid {
             annotations.insert(WDS_UID_ANNOTATION.to_string(), uid.clone());
         }
+        if let Some(content) = &desired.wds_content {
+            annotations.insert(WDS_CONTENT_ANNOTATION.to_string(), content.clone());
+        }
         json!({
             "apiVersion": "control.kubestellar.io/v1alpha1",
             "kind": "WorkStatus",
@@ -228,12 +245,16 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
         }
         object
     });
-    // The facts the hub judges a status by (which incarnation, whether the WEC has acted on its
-    // generation) never run ahead of the status: written first, they would for a moment pass
-    // an old status (a predecessor's, or one from before the WEC acted) as a current one.
+    // The facts the hub judges a status by (which incarnation and content, whether the WEC has
+    // acted on its generation) never run ahead of the status: written first, they would for a
+    // moment pass an old status (a predecessor's, or one from before the WEC acted) as a
+    // current one.
     let now_applied =
         desired.last_generation_is_applied && existing_details.is_some_and(|d| !d.last_generation_is_applied);
-    let status_first = existing.is_some() && (existing_uid != desired.wds_uid.as_deref() || now_applied);
+    let status_first = existing.is_some()
+        && (existing_uid != desired.wds_uid.as_deref()
+            || existing_content != desired.wds_content.as_deref()
+            || now_applied);
     Plan::Apply {
         main,
         status,
@@ -241,13 +262,12 @@ pub fn plan(namespace: &str, desired: Option<&Desired>, existing: Option<&Existi
     }
 }
 
-/// The WDS UID a WorkStatus names.
-fn wds_uid_of(metadata: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
-    metadata
-        .annotations
-        .as_ref()?
-        .get(WDS_UID_ANNOTATION)
-        .map(String::as_str)
+/// A WorkStatus's annotation `name`: the WDS UID or content digest it names.
+fn annotation<'m>(
+    metadata: &'m k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    name: &str,
+) -> Option<&'m str> {
+    metadata.annotations.as_ref()?.get(name).map(String::as_str)
 }
 
 #[cfg(test)]
@@ -445,6 +465,20 @@ mod tests {
         ws
     }
 
+    /// The main part of `d`'s new WorkStatus (both parts written), and the WorkStatus as written.
+    fn written_new(d: &Desired) -> (Value, Existing) {
+        let Plan::Apply {
+            main: Some(main),
+            status: Some(status),
+            ..
+        } = plan("cluster1", Some(d), None, time(5))
+        else {
+            panic!("a new WorkStatus is written");
+        };
+        let existing = as_written(&main, Some(&status));
+        (main, existing)
+    }
+
     /// What the agent keeps of it.
     fn as_written(main: &Value, status: Option<&Value>) -> Existing {
         Existing::from(work_status(main, status))
@@ -516,16 +550,8 @@ mod tests {
     fn a_report_on_another_incarnation_gets_its_status_before_it_names_it() {
         let d = desired(&key(), &deployment(1, json!({"replicas": 1})), &work(&[KS])).unwrap();
         assert_eq!(d.wds_uid.as_deref(), Some("wds-uid-1"));
-        let Plan::Apply {
-            main: Some(main),
-            status: Some(status),
-            ..
-        } = plan("cluster1", Some(&d), None, time(5))
-        else {
-            panic!("a new WorkStatus is written");
-        };
+        let (main, existing) = written_new(&d);
         assert_eq!(main["metadata"]["annotations"][WDS_UID_ANNOTATION], "wds-uid-1");
-        let existing = as_written(&main, Some(&status));
         // The WDS object was deleted and made again: the WEC copy names the new one.
         let mut again = desired(&key(), &deployment(1, json!({"replicas": 0})), &work(&[KS])).unwrap();
         again.wds_uid = Some("wds-uid-2".into());
@@ -541,15 +567,7 @@ mod tests {
         // The WEC acting on what it was sent: the status it has then goes first too.
         let mut lagging = d.clone();
         lagging.last_generation_is_applied = false;
-        let Plan::Apply {
-            main: Some(main),
-            status: Some(status),
-            ..
-        } = plan("cluster1", Some(&lagging), None, time(5))
-        else {
-            panic!("a new WorkStatus is written");
-        };
-        let behind = as_written(&main, Some(&status));
+        let (_, behind) = written_new(&lagging);
         let caught_up = desired(&key(), &deployment(1, json!({"replicas": 3})), &work(&[KS])).unwrap();
         assert!(matches!(
             plan("cluster1", Some(&caught_up), Some(&behind), time(9)),
@@ -566,6 +584,33 @@ mod tests {
             plan("cluster1", Some(&renamed), Some(&existing), time(9)),
             Plan::Apply { main: Some(_), .. }
         ));
+    }
+
+    #[test]
+    fn a_content_digest_is_handed_on_and_a_new_one_gets_its_status_first() {
+        let with_content = |digest: &str| {
+            let mut object = deployment(1, json!({"replicas": 1}));
+            let annotations = object.metadata.annotations.as_mut().unwrap();
+            annotations.remove(WDS_GENERATION_ANNOTATION);
+            annotations.insert(WDS_CONTENT_ANNOTATION.into(), digest.into());
+            desired(&key(), &object, &work(&[KS])).unwrap()
+        };
+        let d = with_content("c1");
+        assert_eq!((d.wds_content.as_deref(), d.last_generation), (Some("c1"), 0));
+        let (main, existing) = written_new(&d);
+        assert_eq!(main["metadata"]["annotations"][WDS_CONTENT_ANNOTATION], "c1");
+        assert_eq!(plan("cluster1", Some(&d), Some(&existing), time(9)), Plan::Nothing);
+        // New content: its status (a WEC controller's, or none) goes before the digest naming it.
+        let next = with_content("c2");
+        let Plan::Apply {
+            main: Some(main),
+            status_first: true,
+            ..
+        } = plan("cluster1", Some(&next), Some(&existing), time(9))
+        else {
+            panic!("the digest is written, after the status");
+        };
+        assert_eq!(main["metadata"]["annotations"][WDS_CONTENT_ANNOTATION], "c2");
     }
 
     #[test]

@@ -102,9 +102,28 @@ impl ResourceFilter {
     }
 }
 
+/// How the WDS serves a resource.
+#[derive(Clone, Debug)]
+pub struct Served {
+    /// The version and kind its cache holds its objects as.
+    pub resource: ApiResource,
+    /// Whether its objects' `.status` is written through a `status` subresource. Without one (a
+    /// CRD that declares none) `.status` is part of the object: a write of it raises the
+    /// object's generation, and a server-side apply of it could create the object.
+    pub status_subresource: bool,
+}
+
+/// Whether discovery lists a `status` subresource among `caps`.
+fn has_status_subresource(caps: &ApiCapabilities) -> bool {
+    caps.subresources.iter().any(|(sub, _)| sub.plural == "status")
+}
+
 /// One informer: its cache and how to stop it.
 struct Informer {
     resource: ApiResource,
+    /// See [`Served::status_subresource`]; follows discovery (a CRD may gain or lose one
+    /// without a new version).
+    status_subresource: bool,
     namespaced: bool,
     store: Store<CachedObject>,
     stop: CancellationToken,
@@ -296,9 +315,12 @@ impl WorkloadInformers {
         informer.store.get(&key)
     }
 
-    /// The API resource (version, kind) served for a group/resource.
-    pub fn api_resource(&self, resource: &GroupResource) -> Option<ApiResource> {
-        self.lock().serving.get(resource).map(|i| i.resource.clone())
+    /// How a group/resource is served: its version and kind, and where its status is written.
+    pub fn served(&self, resource: &GroupResource) -> Option<Served> {
+        self.lock().serving.get(resource).map(|i| Served {
+            resource: i.resource.clone(),
+            status_subresource: i.status_subresource,
+        })
     }
 
     /// Every cached object of every resource, with its group/resource.
@@ -338,6 +360,7 @@ impl WorkloadInformers {
         writer.apply_watcher_event(&watcher::Event::InitDone);
         let informer = Informer {
             resource,
+            status_subresource: true,
             namespaced,
             store: writer.as_reader(),
             stop: CancellationToken::new(),
@@ -422,6 +445,14 @@ impl WorkloadInformers {
             }
         }
         for (gr, (resource, caps)) in wanted {
+            let status_subresource = has_status_subresource(&caps);
+            let state = &mut *informers;
+            for informer in [state.serving.get_mut(&gr), state.filling.get_mut(&gr)]
+                .into_iter()
+                .flatten()
+            {
+                informer.status_subresource = status_subresource;
+            }
             let at = |i: Option<&Informer>| i.is_some_and(|i| i.resource.version == resource.version);
             if at(informers.filling.get(&gr)) {
                 continue;
@@ -433,7 +464,11 @@ impl WorkloadInformers {
                 continue;
             }
             informers.next_id += 1;
-            let informer = self.start(gr.clone(), resource, caps.scope == Scope::Namespaced, informers.next_id);
+            let served = Served {
+                resource,
+                status_subresource,
+            };
+            let informer = self.start(gr.clone(), served, caps.scope == Scope::Namespaced, informers.next_id);
             tracing::info!(group = %gr.group, resource = %gr.resource, version = %informer.resource.version, "started informer");
             informers.filling.insert(gr, informer);
         }
@@ -447,7 +482,11 @@ impl WorkloadInformers {
         Ok(complete)
     }
 
-    fn start(&self, gr: GroupResource, resource: ApiResource, namespaced: bool, id: u64) -> Informer {
+    fn start(&self, gr: GroupResource, served: Served, namespaced: bool, id: u64) -> Informer {
+        let Served {
+            resource,
+            status_subresource,
+        } = served;
         let api: Api<CachedObject> = Api::all_with(self.client.clone(), &resource);
         let mut writer = Writer::new(resource.clone());
         let store = writer.as_reader();
@@ -520,6 +559,7 @@ impl WorkloadInformers {
         });
         Informer {
             resource,
+            status_subresource,
             namespaced,
             store,
             stop,

@@ -12,6 +12,8 @@ use ks_hub::binding::{
 use ks_hub::status::collector::{Collector, WecReport, combine};
 use ks_hub::status::rules::Rules;
 use ks_shared::api::{Binding, Health, Verdict, WorkStatus};
+use ks_shared::names::WDS_CONTENT_ANNOTATION;
+use ks_shared::workload::content_digest;
 use kube::ResourceExt;
 use serde::Serialize;
 
@@ -74,9 +76,13 @@ pub struct WecFinding {
     /// OCM's conditions on the object: `True`, or `False: <message>`.
     pub applied: Option<String>,
     pub available: Option<String>,
-    /// The WDS generation the WEC's status agent last reported, and whether the WEC applied it.
+    /// The WDS generation the WEC's status agent last reported, and whether the WEC applied it;
+    /// no generation where the report names the object's content instead.
     pub reported_generation: Option<i64>,
     pub generation_applied: Option<bool>,
+    /// Where the object's versions are told by content (its resource has no status
+    /// subresource): whether the WEC runs the content the WDS has now.
+    pub content_current: Option<bool>,
     pub work_status: Option<String>,
     /// The verdict on it there: its HealthRule's when one judges its kind (`Explanation::
     /// health_rule`), else its status agent's.
@@ -151,6 +157,7 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
         .iter()
         .filter(|p| !p.matching_clauses.is_empty())
         .collect();
+    let content = content_digest(observed.whole.as_object().into_iter().flatten());
     for wec in &wecs {
         let chosen_by: Vec<String> = selecting
             .iter()
@@ -168,6 +175,7 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
         let delivered = evidence.delivered.get(&wec.name).map(Vec::as_slice).unwrap_or_default();
         let status = evidence.work_statuses.get(&wec.name);
         let details = status.and_then(|s| s.spec.status_details.as_ref());
+        let reported_content = status.and_then(|s| s.annotations().get(WDS_CONTENT_ANNOTATION));
         explanation.wecs.push(WecFinding {
             wec: wec.name.clone(),
             chosen_by,
@@ -175,8 +183,11 @@ pub fn explain(evidence: &Evidence, only_wec: Option<&str>) -> Explanation {
             manifest_works: delivered.iter().map(|d| d.manifest_work.clone()).collect(),
             applied: condition(delivered, "Applied"),
             available: condition(delivered, "Available"),
-            reported_generation: details.map(|d| d.last_generation),
+            reported_generation: details
+                .filter(|_| reported_content.is_none())
+                .map(|d| d.last_generation),
             generation_applied: details.map(|d| d.last_generation_is_applied),
+            content_current: reported_content.map(|reported| *reported == content),
             work_status: status.map(|s| s.name_any()),
             health: status.and_then(|s| s.spec.health.clone()),
         });
@@ -428,6 +439,13 @@ fn first_broken(explanation: &Explanation, evidence: &Evidence, generation: Opti
                 ),
             );
         }
+        if wec.content_current == Some(false) {
+            return broken(
+                "status",
+                format!("{} reports an earlier content of the object", wec.wec),
+                "the WEC has not caught up yet; if it stays behind, look at the ManifestWork's conditions".into(),
+            );
+        }
         if let (Some(reported), Some(wanted)) = (wec.reported_generation, generation)
             && (reported < wanted || wec.generation_applied == Some(false))
         {
@@ -637,6 +655,36 @@ mod tests {
             work_statuses: BTreeMap::from([("cluster1".into(), status.clone()), ("cluster2".into(), status)]),
             health_rules: Vec::new(),
         }
+    }
+
+    #[test]
+    fn where_versions_are_told_by_content_a_wec_behind_is_the_broken_link() {
+        let mut evidence = healthy();
+        let whole = evidence.observed.as_ref().unwrap().whole.clone();
+        let current = content_digest(whole.as_object().unwrap());
+        for (wec, digest) in [("cluster1", current.as_str()), ("cluster2", "an-earlier-one")] {
+            let status = evidence.work_statuses.get_mut(wec).unwrap();
+            status
+                .annotations_mut()
+                .insert(WDS_CONTENT_ANNOTATION.into(), digest.into());
+            status.spec.status_details.as_mut().unwrap().last_generation = 0;
+        }
+        let found = explain(&evidence, None);
+        let versions: Vec<_> = found
+            .wecs
+            .iter()
+            .map(|w| (w.reported_generation, w.content_current))
+            .collect();
+        assert_eq!(
+            versions,
+            [(None, Some(true)), (None, Some(false))],
+            "no generation 0 of 2"
+        );
+        let broken = found.broken.unwrap();
+        assert_eq!(
+            (broken.link, broken.problem.as_str()),
+            ("status", "cluster2 reports an earlier content of the object")
+        );
     }
 
     #[test]

@@ -87,10 +87,15 @@ pub fn explanation(found: &Explanation, typed: &str, namespace: &str) -> String 
             .iter()
             .map(|w| {
                 let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
-                let generation = w.reported_generation.map(|g| match w.generation_applied {
-                    Some(false) => format!("{g} (not applied)"),
-                    _ => g.to_string(),
-                });
+                let generation = match (w.reported_generation, w.content_current) {
+                    (_, Some(true)) => Some("current content".to_string()),
+                    (_, Some(false)) => Some("earlier content".to_string()),
+                    (Some(g), None) => Some(match w.generation_applied {
+                        Some(false) => format!("{g} (not applied)"),
+                        _ => g.to_string(),
+                    }),
+                    (None, None) => None,
+                };
                 vec![
                     w.wec.clone(),
                     if w.chosen_by.is_empty() {

@@ -35,6 +35,16 @@ pub const OBJECT_COUNT_ANNOTATION: &str = "transport.kubestellar.io/object-count
 /// Not an upstream name: upstream never maintains `statusDetails`.
 pub const WDS_GENERATION_ANNOTATION: &str = "transport.kubestellar.io/wds-generation";
 
+/// Annotation the transport puts, in place of [`WDS_GENERATION_ANNOTATION`], on each object it
+/// wraps whose resource has no status subresource: a digest of the WDS object's content (all but
+/// its metadata and status). There a write of `.status` (the status returned from a WEC) raises
+/// the generation, which would deliver the object again, and OCM's update of a custom resource
+/// replaces the WEC object whole, wiping the status its controller wrote. It reaches the WEC
+/// with the object, and the status agent puts it on the object's WorkStatus, so that the status
+/// controller can tell whether the WEC runs the WDS object's current content. Not an upstream
+/// name.
+pub const WDS_CONTENT_ANNOTATION: &str = "transport.kubestellar.io/wds-content";
+
 /// Annotation the transport puts on each object it wraps in a ManifestWork: the object's
 /// `metadata.uid` in the WDS. It reaches the WEC with the object, and the status agent puts it on
 /// the object's WorkStatus, so that the status controller returns only a report on the

@@ -2,7 +2,26 @@
 //! of a WEC), whatever version it is served at. Events for a deleted object may not know the
 //! version, and WorkStatuses, Bindings and CombinedStatuses name objects without it.
 
+use std::collections::BTreeMap;
 use std::fmt;
+
+use serde_json::Value;
+
+/// A digest of a workload object's content as a generation counts it: every top-level field
+/// (of `fields`) but `apiVersion`, `kind`, `metadata` and `status`, read as JSON values, so the
+/// same content gives the same digest however its text is laid out; 32 hex digits. The transport
+/// sends it in place of the generation where a write of `.status` raises that
+/// (`names::WDS_CONTENT_ANNOTATION`); the status controller and `why` compare a report's with the
+/// object's.
+pub fn content_digest<'a>(fields: impl IntoIterator<Item = (&'a String, &'a Value)>) -> String {
+    let content: BTreeMap<&String, &Value> = fields
+        .into_iter()
+        .filter(|(key, _)| !matches!(key.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
+        .collect();
+    let text = serde_json::to_string(&content).unwrap_or_default();
+    let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
+    digest.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
+}
 
 /// A group and plural resource name, e.g. `apps`/`deployments`; `""` is the core group.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]

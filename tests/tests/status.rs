@@ -40,6 +40,8 @@ ks_tests::stack_main!(
         stack_test!(an_object_that_cannot_run_is_degraded_where_it_fails, PATH),
         stack_test!(a_job_is_progressing_until_it_completes_or_fails, PATH),
         stack_test!(a_custom_resource_is_judged_by_its_health_rule, PATH),
+        stack_test!(a_custom_resource_without_a_status_subresource_returns_its_status, PATH),
+        stack_test!(a_multi_wec_aggregate_says_what_the_least_healthy_wecs_say, PATH),
     ]
 );
 
@@ -999,4 +1001,275 @@ spec:
     tools.kubectl("wds1", &["delete", "-f", &rules])?;
     tools.kubectl("wds1", &["delete", "-f", &crd])?;
     Ok(())
+}
+
+/// A kind of the test's own (`gizmos.<id>.example.io`, with or without a status subresource) and
+/// one object `g1` of it in the namespace `<id>`, sent by the policy `<id>` to the WECs that
+/// `clusters` (matchLabels) selects, with the downsync flag `want`; applied to wds1.
+struct CustomApp {
+    id: String,
+    crd_name: String,
+    crd: String,
+    app: String,
+    resource: kube::discovery::ApiResource,
+}
+
+impl CustomApp {
+    fn apply(
+        ctx: &Ctx,
+        tools: &Tools,
+        prefix: &str,
+        status_subresource: bool,
+        clusters: &str,
+        want: &str,
+    ) -> anyhow::Result<CustomApp> {
+        let id = ctx.unique_name(prefix);
+        let group = format!("{id}.example.io");
+        let crd_name = format!("gizmos.{group}");
+        let label = format!("app.kubernetes.io/part-of: {id}");
+        let mut crd = crd_yaml(&group, "gizmos", "Gizmo", &label);
+        if !status_subresource {
+            crd = crd.replace("    subresources: {status: {}}\n", "");
+            anyhow::ensure!(
+                !crd.contains("subresources"),
+                "the CRD still declares a status subresource"
+            );
+        }
+        let policy = format!(
+            r#"---
+apiVersion: control.kubestellar.io/v1alpha1
+kind: BindingPolicy
+metadata: {{name: {id}}}
+spec:
+  clusterSelectors: [{{matchLabels: {{{clusters}}}}}]
+  downsync: [{{objectSelectors: [{{matchLabels: {{{label}}}}}], {want}: true}}]
+"#
+        );
+        let crd = tools.scratch_file("yaml", &crd)?;
+        let app = tools.scratch_file("yaml", &(custom_object_yaml(&id, &group, "Gizmo", &label) + &policy))?;
+        tools.apply_crd("wds1", &crd, &crd_name)?;
+        tools.kubectl("wds1", &["apply", "-f", &app])?;
+        let gvk = kube::api::GroupVersionKind::gvk(&group, "v1", "Gizmo");
+        Ok(CustomApp {
+            id,
+            crd_name,
+            crd,
+            app,
+            resource: kube::discovery::ApiResource::from_gvk(&gvk),
+        })
+    }
+
+    /// Its objects in `client`'s cluster.
+    fn objects(&self, client: Client) -> Api<kube::api::DynamicObject> {
+        Api::namespaced_with(client, &self.id, &self.resource)
+    }
+
+    fn delete(&self, tools: &Tools) -> anyhow::Result<()> {
+        tools.kubectl("wds1", &["delete", "--ignore-not-found", "-f", &self.app])?;
+        tools.kubectl("wds1", &["delete", "-f", &self.crd])?;
+        Ok(())
+    }
+}
+
+/// A custom resource whose CRD declares no status subresource keeps `.status` in the object: the
+/// status its WEC has is returned into the WDS object (singleton) all the same, and that write,
+/// which raises the WDS object's generation, delivers nothing (the ManifestWork stays at its
+/// generation) and so never wipes the WEC's status (OCM's update replaces such an object whole).
+/// A change of its content is delivered, judged against the new content, and its status returned
+/// again; `why` says which content each WEC runs.
+async fn a_custom_resource_without_a_status_subresource_returns_its_status(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "status-in-object")?;
+    let app = CustomApp::apply(
+        &ctx,
+        &tools,
+        "in-object",
+        false,
+        "name: cluster1",
+        "wantSingletonReportedState",
+    )?;
+    let (id, crd_name) = (&app.id, &app.crd_name);
+    let gizmos = |client: Client| app.objects(client);
+    let (wds, wec) = (ctx.client("wds1").await?, ctx.client("cluster1").await?);
+    let status_is = |wanted: Value| {
+        move |o: Option<&kube::api::DynamicObject>| o.and_then(|o| o.data.get("status")) == Some(&wanted)
+    };
+    let size_is =
+        |size: i64| move |o: Option<&kube::api::DynamicObject>| o.is_some_and(|o| o.data["spec"]["size"] == size);
+    wait_until(gizmos(wec.clone()), "g1", "delivered to cluster1", DEADLINE, size_is(3)).await?;
+
+    // Its controller on the WEC writes its status into the object itself.
+    let set_status = |status: Value| {
+        let patch = json!({"status": status}).to_string();
+        tools.kubectl(
+            "cluster1",
+            &["patch", "-n", id, crd_name, "g1", "--type=merge", "-p", &patch],
+        )
+    };
+    set_status(json!({"state": "ok", "n": 1}))?;
+    let started = std::time::Instant::now();
+    wait_until(
+        gizmos(wds.clone()),
+        "g1",
+        "its status returned",
+        DEADLINE,
+        status_is(json!({"state": "ok", "n": 1})),
+    )
+    .await?;
+    println!(
+        "status returned into the object {:.2} s after the WEC's write",
+        started.elapsed().as_secs_f64()
+    );
+
+    let its = ctx.client("its1").await?;
+    let works: Api<ks_shared::ocm::ManifestWork> = Api::namespaced(its, "cluster1");
+    let by_policy =
+        kube::api::ListParams::default().labels(&format!("{}={id}", ks_shared::names::ORIGIN_BINDING_LABEL));
+    let generations = || async {
+        let listed = works.list(&by_policy).await?;
+        anyhow::Ok(
+            listed
+                .items
+                .iter()
+                .map(|w| (w.metadata.name.clone(), w.metadata.generation))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let delivered = generations().await?;
+    anyhow::ensure!(!delivered.is_empty(), "no ManifestWork of the policy");
+    set_status(json!({"state": "ok", "n": 2}))?;
+    wait_until(
+        gizmos(wds.clone()),
+        "g1",
+        "its new status returned",
+        DEADLINE,
+        status_is(json!({"state": "ok", "n": 2})),
+    )
+    .await?;
+    let returned = gizmos(wds.clone()).get("g1").await?;
+    anyhow::ensure!(
+        returned.metadata.generation > Some(1),
+        "the status was not written into the object (generation {:?})",
+        returned.metadata.generation
+    );
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let healthy = |p: Option<&BindingPolicy>| healthy_condition(p) == Some(("True".into(), "Healthy".into()));
+    wait_until(policies.clone(), id, "healthy", DEADLINE, healthy).await?;
+    anyhow::ensure!(
+        generations().await? == delivered,
+        "a status returned was delivered again"
+    );
+    let on_wec = gizmos(wec.clone()).get("g1").await?;
+    anyhow::ensure!(
+        on_wec.data.get("status") == Some(&json!({"state": "ok", "n": 2})),
+        "the WEC's status was not kept: {on_wec:?}"
+    );
+    let gizmo = format!("{crd_name}/g1");
+    let why: Value = serde_json::from_str(&tools.kubestellar(&["why", &gizmo, "-n", id, "-o", "json"])?)?;
+    anyhow::ensure!(
+        why["wecs"][0]["contentCurrent"] == true && why["broken"].is_null(),
+        "why does not see cluster1 run the current content: {why:#}"
+    );
+
+    // A new content is delivered, and its status returned once the WEC's controller writes one.
+    tools.kubectl(
+        "wds1",
+        &[
+            "patch",
+            "-n",
+            id,
+            crd_name,
+            "g1",
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"size": 4}}"#,
+        ],
+    )?;
+    wait_until(
+        gizmos(wec.clone()),
+        "g1",
+        "the new content delivered",
+        DEADLINE,
+        size_is(4),
+    )
+    .await?;
+    anyhow::ensure!(generations().await? != delivered, "the new content was not delivered");
+    set_status(json!({"state": "ok", "n": 3}))?;
+    wait_until(
+        gizmos(wds.clone()),
+        "g1",
+        "the new content's status returned",
+        DEADLINE,
+        status_is(json!({"state": "ok", "n": 3})),
+    )
+    .await?;
+    wait_until(policies, id, "healthy on the new content", DEADLINE, healthy).await?;
+    let runs_current = || async {
+        let why: Value = serde_json::from_str(&tools.kubestellar(&["why", &gizmo, "-n", id, "-o", "json"])?)?;
+        anyhow::Ok(why["wecs"][0]["contentCurrent"] == true)
+    };
+    wait_for("why to see cluster1 run the new content", DEADLINE, runs_current).await?;
+
+    app.delete(&tools)
+}
+
+/// A custom resource sent to both WECs with multi-WEC status: where the WECs disagree on a field
+/// of a kind without aggregation rules of its own (its `phase`), the aggregate says what the
+/// least healthy WEC says (its `Ready` condition `False` makes it Degraded there), and follows it
+/// back once both are healthy.
+async fn a_multi_wec_aggregate_says_what_the_least_healthy_wecs_say(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "aggregate-health")?;
+    let app = CustomApp::apply(
+        &ctx,
+        &tools,
+        "agg-health",
+        true,
+        "location-group: edge",
+        "wantMultiWECReportedState",
+    )?;
+    let (id, crd_name) = (&app.id, &app.crd_name);
+    let gizmos = |client: Client| app.objects(client);
+    for wec in WECS {
+        let there = |o: Option<&kube::api::DynamicObject>| o.is_some();
+        wait_until(
+            gizmos(ctx.client(wec).await?),
+            "g1",
+            &format!("delivered to {wec}"),
+            DEADLINE,
+            there,
+        )
+        .await?;
+    }
+    let set_status = |wec: &str, phase: &str, ready: &str| {
+        let status =
+            json!({"status": {"phase": phase, "conditions": [{"type": "Ready", "status": ready, "reason": phase}]}});
+        tools.patch_status(wec, id, crd_name, "g1", &status.to_string())
+    };
+    let aggregate_is = |phase: &'static str, ready: &'static str| {
+        move |o: Option<&kube::api::DynamicObject>| {
+            let status = o.and_then(|o| o.data.get("status"));
+            status.is_some_and(|s| s["phase"] == phase && s["conditions"][0]["status"] == ready)
+        }
+    };
+    set_status("cluster1", "Running", "True")?;
+    set_status("cluster2", "Failed", "False")?;
+    let wds = ctx.client("wds1").await?;
+    wait_until(
+        gizmos(wds.clone()),
+        "g1",
+        "the failed WEC's phase",
+        DEADLINE,
+        aggregate_is("Failed", "False"),
+    )
+    .await?;
+    set_status("cluster2", "Running", "True")?;
+    wait_until(
+        gizmos(wds),
+        "g1",
+        "both WECs' phase",
+        DEADLINE,
+        aggregate_is("Running", "True"),
+    )
+    .await?;
+
+    app.delete(&tools)
 }

@@ -334,7 +334,7 @@ impl Loop<'_> {
 
     fn object_changed(&mut self, key: &WorkloadRef) {
         let cached = self.caches.informers.get(key);
-        let ar = self.caches.informers.api_resource(&key.resource);
+        let ar = self.caches.informers.served(&key.resource).map(|s| s.resource);
         match (cached, ar) {
             (Some(object), Some(ar)) => {
                 let object = workload_object(&ar, &object);

@@ -81,6 +81,15 @@ impl CachedObject {
         serde_json::from_str(self.status.as_ref()?.get()).ok()?
     }
 
+    /// A digest of the object's content as a generation counts it
+    /// ([`ks_shared::workload::content_digest`]). It tells versions of an object apart where its
+    /// generation cannot: a resource without a status subresource raises the generation on a
+    /// write of `.status` too.
+    pub fn content_digest(&self) -> Result<String, Unreadable> {
+        let content: Map<String, Value> = serde_json::from_str(self.rest.get())?;
+        Ok(ks_shared::workload::content_digest(&content))
+    }
+
     /// The resourceVersion of the object's last change to anything but its status: what a
     /// Binding lists, so that a status written back is no change to deliver.
     pub fn content_version(&self) -> String {
@@ -91,12 +100,14 @@ impl CachedObject {
     }
 
     /// Keeps `before`'s content version if this newer copy of the same object differs from it
-    /// in its status only (and in what every write changes: resourceVersion, managedFields);
-    /// whether it does.
+    /// in its status only (and in what every write changes: resourceVersion, managedFields; and
+    /// the generation, which a write of `.status` raises where it has no subresource of its
+    /// own); whether it does.
     pub fn follow(&mut self, before: &CachedObject) -> bool {
         let unversioned = |m: &ObjectMeta| ObjectMeta {
             resource_version: None,
             managed_fields: None,
+            generation: None,
             ..m.clone()
         };
         if self.rest.get() != before.rest.get() || unversioned(&self.metadata) != unversioned(&before.metadata) {
@@ -317,6 +328,43 @@ mod tests {
             relisted.content_version(),
             "7",
             "kept when the same version is listed again"
+        );
+    }
+
+    #[test]
+    fn a_status_write_that_raised_the_generation_is_no_new_content() {
+        // A resource without a status subresource: the write of `.status` raised the generation.
+        let first = version("7", |o| o["metadata"]["generation"] = json!(1));
+        let mut status = version("8", |o| {
+            o["metadata"]["generation"] = json!(2);
+            o["status"]["readyReplicas"] = json!(2);
+        });
+        assert!(status.follow(&first));
+        assert_eq!(status.content_version(), "7");
+        assert_eq!(status.content_digest().unwrap(), first.content_digest().unwrap());
+    }
+
+    #[test]
+    fn the_content_digest_reads_values_not_text_and_leaves_out_metadata_and_status() {
+        let laid_out = |text: &str| {
+            serde_json::from_str::<CachedObject>(text)
+                .unwrap()
+                .content_digest()
+                .unwrap()
+        };
+        let digest = laid_out(r#"{"metadata":{"name":"a"},"spec":{"x":1,"y":[true]},"status":{"s":1}}"#);
+        assert_eq!(digest.len(), 32);
+        assert_eq!(
+            digest,
+            laid_out(r#"{"spec":{ "y":[true],"x":1 },"metadata":{"name":"a","generation":9,"labels":{"l":"v"}}}"#)
+        );
+        assert_ne!(
+            digest,
+            laid_out(r#"{"metadata":{"name":"a"},"spec":{"x":2,"y":[true]}}"#)
+        );
+        assert_ne!(
+            digest,
+            laid_out(r#"{"metadata":{"name":"a"},"spec":{"x":1,"y":[true]},"data":{}}"#)
         );
     }
 

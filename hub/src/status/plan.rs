@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, Time};
 use ks_shared::api::{
     CombinedStatus, CombinedStatusFields, Condition, NamedStatusCombination, StatusCollectorStatus, StatusDetails,
-    condition_reason, condition_type,
+    Verdict, condition_reason, condition_type,
 };
 use ks_shared::names::{combined_status_label, field_manager};
 use serde_json::Value as Json;
@@ -97,12 +97,13 @@ pub enum StatusAction {
 
 /// The `.status` an object of `group`/`kind` gets back from its WECs' reports (`wecs`, by WEC
 /// name), given the Bindings that list it (docs/upstream-behaviour.md#status-return, with totals
-/// for multi-WEC counts).
+/// for multi-WEC counts, and `verdict` on it in each WEC settling what the others disagree on).
 pub fn returned_status(
     group: &str,
     kind: &str,
     selecting: &[(&str, &BindingView, &Entry)],
     wecs: &BTreeMap<String, WecStatus>,
+    verdict: impl Fn(&str) -> Verdict,
 ) -> StatusAction {
     if status_never_returned(group, kind) {
         return StatusAction::Leave;
@@ -128,7 +129,8 @@ pub fn returned_status(
         Returned::Clear => StatusAction::Clear,
         Returned::Singleton { wec } => status_of(&wec).cloned().map_or(StatusAction::Leave, StatusAction::Set),
         Returned::Aggregated { wecs } => {
-            let statuses: Vec<&Json> = wecs.iter().filter_map(status_of).collect();
+            let statuses: Vec<(&Json, Verdict)> =
+                wecs.iter().filter_map(|w| Some((status_of(w)?, verdict(w)))).collect();
             StatusAction::Set(aggregate_status(group, kind, &statuses))
         }
     }
@@ -315,25 +317,33 @@ mod tests {
         let wecs = reported(&[("cluster1", available(1)), ("cluster2", available(1))]);
         let singleton = entry(true, false, &[]);
         assert_eq!(
-            returned_status("apps", "Deployment", &[("p", &c1, &singleton)], &wecs),
+            returned_status("apps", "Deployment", &[("p", &c1, &singleton)], &wecs, |_| {
+                Verdict::Healthy
+            }),
             StatusAction::Set(available(1).unwrap())
         );
         let multi = entry(false, true, &[]);
         assert_eq!(
-            returned_status("apps", "Deployment", &[("p", &both, &multi)], &wecs),
+            returned_status("apps", "Deployment", &[("p", &both, &multi)], &wecs, |_| {
+                Verdict::Healthy
+            }),
             StatusAction::Set(json!({"replicas": 2, "availableReplicas": 2}))
         );
         assert_eq!(
-            returned_status("apps", "Deployment", &[("p", &both, &singleton)], &wecs),
+            returned_status("apps", "Deployment", &[("p", &both, &singleton)], &wecs, |_| {
+                Verdict::Healthy
+            }),
             StatusAction::Clear
         );
         let pending = reported(&[("cluster1", None)]);
         assert_eq!(
-            returned_status("apps", "Deployment", &[("p", &c1, &singleton)], &pending),
+            returned_status("apps", "Deployment", &[("p", &c1, &singleton)], &pending, |_| {
+                Verdict::Healthy
+            }),
             StatusAction::Leave
         );
         assert_eq!(
-            returned_status("", "Namespace", &[("p", &c1, &singleton)], &wecs),
+            returned_status("", "Namespace", &[("p", &c1, &singleton)], &wecs, |_| Verdict::Healthy),
             StatusAction::Leave
         );
     }

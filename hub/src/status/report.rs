@@ -11,13 +11,15 @@ use std::sync::Arc;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use ks_shared::api::{Health, StatusDetails, Verdict, WorkStatus, WorkStatusSpec};
 use ks_shared::health;
-use ks_shared::names::{WDS_UID_ANNOTATION, is_trace_annotation};
+use ks_shared::names::{WDS_CONTENT_ANNOTATION, WDS_UID_ANNOTATION, is_trace_annotation};
 use serde::Deserialize;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use super::plan::{WecStatus, last_status_update};
 use super::state::WorkloadRef;
+use crate::informers::CachedObject;
+use kube::ResourceExt;
 
 /// The largest `.status` the cache keeps, in bytes of JSON. A WEC's agent credential may write
 /// any WorkStatus in its mailbox; a larger status is refused (kept as none, counted and said by
@@ -46,6 +48,9 @@ pub struct CachedWorkStatus {
     trace: Vec<(String, String)>,
     /// The incarnation of the WDS object it reports on, when its agent says.
     wds_uid: Option<Box<str>>,
+    /// The content of the WDS object it reports on, when the transport sent a digest of it
+    /// (where a status write raises the generation) and its agent says.
+    wds_content: Option<Box<str>>,
     /// The size of a `.status` larger than [`MAX_RETURNED_STATUS`], refused.
     pub refused: Option<usize>,
     /// Whether its status and trace were left out because no Binding sends the object it
@@ -99,20 +104,22 @@ impl CachedWorkStatus {
         }
     }
 
-    /// The verdict to count for the WDS object with `uid` at `generation` on this report's WEC:
-    /// once the report is about that incarnation and the WEC runs that generation (as its WDS
-    /// generation annotation says, when it says), `ruled` (a HealthRule's verdict on it) or else
-    /// the agent's; before, what is awaited.
-    pub fn health(&self, uid: &str, generation: Option<i64>, ruled: Option<&Health>) -> Health {
+    /// The verdict to count for the WDS `object` (as it is now) on this report's WEC: once the
+    /// report is about that incarnation and the WEC runs that version (its generation, as the
+    /// WDS generation annotation says when it says; or its content, where the report names a
+    /// content digest), `ruled` (a HealthRule's verdict on it) or else the agent's; before, what
+    /// is awaited. An object without a UID (none comes from an apiserver so) matches no report.
+    pub fn health(&self, object: &CachedObject, ruled: Option<&Health>) -> Health {
         let awaited = |verdict, reason: &str| Health {
             verdict,
             reason: reason.to_string(),
         };
+        let uid = object.uid().unwrap_or_default();
         if self.withheld || self.wds_uid.as_deref().is_some_and(|reported| reported != uid) {
             return awaited(Verdict::Unknown, "not reported on this object yet");
         }
         let running = self.details.as_ref().map_or(0, |d| d.last_generation);
-        if let Some(generation) = generation
+        if let Some(generation) = object.metadata.generation
             && running > 0
             && running < generation
         {
@@ -120,6 +127,14 @@ impl CachedWorkStatus {
                 verdict: Verdict::Progressing,
                 reason: format!("the WEC runs generation {running} of {generation}"),
             };
+        }
+        if let Some(reported) = self.wds_content.as_deref()
+            && object.content_digest().is_ok_and(|now| now != reported)
+        {
+            return awaited(
+                Verdict::Progressing,
+                "the WEC does not run the object's current content yet",
+            );
         }
         match ruled.or(self.health.as_ref()) {
             Some(health) => health.clone(),
@@ -157,6 +172,7 @@ impl From<SentWorkStatus> for CachedWorkStatus {
         let last_update = last_status_update(metadata.managed_fields.as_deref().unwrap_or_default());
         let annotations = metadata.annotations.take().unwrap_or_default();
         let wds_uid = annotations.get(WDS_UID_ANNOTATION).map(|u| u.as_str().into());
+        let wds_content = annotations.get(WDS_CONTENT_ANNOTATION).map(|c| c.as_str().into());
         let trace = annotations.into_iter();
         metadata.managed_fields = None;
         metadata.labels = None;
@@ -191,6 +207,7 @@ impl From<SentWorkStatus> for CachedWorkStatus {
                 .filter(|(key, value)| is_trace_annotation(key) && value.len() <= MAX_TRACE_VALUE)
                 .collect(),
             wds_uid,
+            wds_content,
             refused,
             withheld: false,
         }
@@ -234,14 +251,25 @@ mod tests {
         [from_event, from_list, from_tree]
     }
 
+    /// The WDS Deployment `web` as the cache holds it: incarnation `uid`, at `generation`, with
+    /// `spec`.
+    fn wds_object(uid: &str, generation: Option<i64>, spec: serde_json::Value) -> CachedObject {
+        serde_json::from_value(
+            json!({"metadata": {"name": "web", "namespace": "ns", "uid": uid, "generation": generation},
+                                      "spec": spec}),
+        )
+        .unwrap()
+    }
+
     #[test]
     fn the_agents_verdict_counts_only_for_the_incarnation_and_generation_the_wds_has() {
         let with_health =
             |health: &str| REPORT.replace(r#""statusDetails":"#, &format!(r#""health":{health},"statusDetails":"#));
         let degraded = with_health(r#"{"verdict":"Degraded","reason":"Progressing: ProgressDeadlineExceeded"}"#);
+        let at = |uid: &str, generation: Option<i64>| wds_object(uid, generation, json!({}));
         for report in parsed_every_way(&degraded) {
             let said = |uid: &str, generation: Option<i64>| {
-                let health = report.health(uid, generation, None);
+                let health = report.health(&at(uid, generation), None);
                 (health.verdict, health.reason)
             };
             assert_eq!(
@@ -263,25 +291,25 @@ mod tests {
             );
             let mut withheld = report.clone();
             withheld.withhold();
-            assert_eq!(withheld.health("uid-web", Some(3), None).verdict, Verdict::Unknown);
+            assert_eq!(withheld.health(&at("uid-web", Some(3)), None).verdict, Verdict::Unknown);
             let ruled = Health {
                 verdict: Verdict::Healthy,
                 reason: String::new(),
             };
             assert_eq!(
-                report.health("uid-web", Some(3), Some(&ruled)),
+                report.health(&at("uid-web", Some(3)), Some(&ruled)),
                 ruled,
                 "a HealthRule's verdict first"
             );
             assert_eq!(
-                report.health("uid-web", Some(4), Some(&ruled)).verdict,
+                report.health(&at("uid-web", Some(4)), Some(&ruled)).verdict,
                 Verdict::Progressing,
                 "but not on what the WEC does not run yet"
             );
         }
         let [unjudged, ..] = parsed_every_way(REPORT);
         assert_eq!(
-            unjudged.health("uid-web", Some(3), None).reason,
+            unjudged.health(&at("uid-web", Some(3)), None).reason,
             "its agent gives no verdict",
             "an agent before this one"
         );
@@ -290,7 +318,34 @@ mod tests {
             "x".repeat(100_000)
         ));
         let [forged, ..] = parsed_every_way(&long);
-        assert!(forged.health("uid-web", Some(3), None).reason.len() <= ks_shared::health::MAX_REASON);
+        assert!(forged.health(&at("uid-web", Some(3)), None).reason.len() <= ks_shared::health::MAX_REASON);
+    }
+
+    #[test]
+    fn a_verdict_on_content_counts_only_for_the_content_the_wds_has() {
+        let object = wds_object("uid-web", Some(9), json!({"replicas": 2}));
+        let digest = object.content_digest().unwrap();
+        let report = REPORT
+            .replace(
+                r#""transport.kubestellar.io/wds-uid":"uid-web""#,
+                &format!(r#""transport.kubestellar.io/wds-uid":"uid-web","{WDS_CONTENT_ANNOTATION}":"{digest}""#),
+            )
+            .replace(r#""lastGeneration":3"#, r#""lastGeneration":0"#)
+            .replace(
+                r#""statusDetails":"#,
+                r#""health":{"verdict":"Healthy","reason":""},"statusDetails":"#,
+            );
+        for report in parsed_every_way(&report) {
+            assert_eq!(report.health(&object, None).verdict, Verdict::Healthy, "any generation");
+            let edited = wds_object("uid-web", Some(10), json!({"replicas": 3}));
+            assert_eq!(
+                report.health(&edited, None),
+                Health {
+                    verdict: Verdict::Progressing,
+                    reason: "the WEC does not run the object's current content yet".into()
+                }
+            );
+        }
     }
 
     #[test]

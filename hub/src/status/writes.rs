@@ -31,12 +31,16 @@ where
 
 /// Sets a workload object's `.status` to `status` as far as we own it: fields we applied before
 /// and leave out now are removed, so `{}` withdraws everything we returned. Returns the status
-/// the apiserver stored (it may prune or default). The status subresource never creates an
-/// object, so a workload object deleted meanwhile stays deleted (404).
+/// the apiserver stored (it may prune or default). Through the status subresource, which never
+/// creates an object: one deleted meanwhile stays deleted (404). A resource without one keeps
+/// `.status` in the object itself, where an apply would create a missing object: the apply names
+/// the object's `uid`, which the apiserver refuses (409) for an object that is gone or made again
+/// under its name; it carries nothing but `.status`, so labels and spec stay the owner's.
 pub async fn apply_object_status(
     wds: &Client,
     resource: &ApiResource,
     key: &WorkloadRef,
+    target: StatusTarget<'_>,
     status: &Json,
 ) -> kube::Result<Option<Json>> {
     let mut metadata = json!({"name": key.name});
@@ -47,10 +51,25 @@ pub async fn apply_object_status(
         }
         None => Api::all_with(wds.clone(), resource),
     };
+    if let StatusTarget::Object { uid } = target {
+        metadata["uid"] = json!(uid);
+    }
     let body =
         json!({"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "status": status});
-    let stored = apply_status(&api, &key.name, body).await?;
+    let stored = match target {
+        StatusTarget::Subresource => apply_status(&api, &key.name, body).await?,
+        StatusTarget::Object { .. } => api.patch(&key.name, &apply_params(), &Patch::Apply(&body)).await?,
+    };
     Ok(stored.data.get("status").cloned())
+}
+
+/// Where a workload object's `.status` is written.
+#[derive(Clone, Copy, Debug)]
+pub enum StatusTarget<'a> {
+    /// Its `status` subresource.
+    Subresource,
+    /// The object itself (its resource has no status subresource), the incarnation with `uid`.
+    Object { uid: &'a str },
 }
 
 /// Writes a CombinedStatus (labels, owner and results are ours; what others add stays).

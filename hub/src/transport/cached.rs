@@ -1,5 +1,5 @@
 //! What the transport's cache keeps of each ManifestWork: no more than planning and propagation
-//! read of it. Of each object it holds, its identity, the WDS generation delivered and the trace
+//! read of it. Of each object it holds, its identity, the WDS version delivered and the trace
 //! annotations ([`Held`], one copy for every WEC's ManifestWork); of OCM's status, whether this
 //! generation is applied and how many objects are applied and available. At 10,000 objects to 12
 //! WECs that is 634 bytes per object; the manifests trimmed as JSON trees (three maps each) and
@@ -10,7 +10,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use ks_shared::names::{WDS_GENERATION_ANNOTATION, is_trace_annotation};
+use ks_shared::names::{WDS_CONTENT_ANNOTATION, WDS_GENERATION_ANNOTATION, is_trace_annotation};
 use ks_shared::ocm::{ManifestWork, ManifestWorkStatus, api_version_group};
 use kube::api::ObjectMeta;
 use serde::Deserialize;
@@ -24,8 +24,9 @@ use super::wrap::{Config, Identity, Written, written};
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Held {
     pub identity: Identity,
-    /// The WDS generation delivered (its annotation), if any.
-    pub generation: Option<String>,
+    /// The version of the WDS object delivered: its generation, or its content digest (the
+    /// annotation that says), if any.
+    pub version: Option<String>,
     /// Its trace annotations, sorted by key.
     pub trace: Box<[(String, String)]>,
 }
@@ -38,12 +39,12 @@ impl Held {
     }
 
     fn from_parts<'a>(identity: Identity, annotations: impl Iterator<Item = (&'a String, &'a Value)>) -> Held {
-        let mut generation = None;
+        let mut version = None;
         let mut trace = Vec::new();
         for (key, value) in annotations {
             let Some(value) = value.as_str() else { continue };
-            if key == WDS_GENERATION_ANNOTATION {
-                generation = Some(value.to_string());
+            if key == WDS_GENERATION_ANNOTATION || key == WDS_CONTENT_ANNOTATION {
+                version = Some(value.to_string());
             } else if is_trace_annotation(key) {
                 trace.push((key.clone(), value.to_string()));
             }
@@ -51,7 +52,7 @@ impl Held {
         trace.sort();
         Held {
             identity,
-            generation,
+            version,
             trace: trace.into(),
         }
     }
@@ -363,12 +364,12 @@ mod tests {
             [
                 &Held {
                     identity: ("".into(), "Namespace".into(), "".into(), "ns".into()),
-                    generation: None,
+                    version: None,
                     trace: Box::new([]),
                 },
                 &Held {
                     identity: ("apps".into(), "Deployment".into(), "ns".into(), "web".into()),
-                    generation: Some("3".into()),
+                    version: Some("3".into()),
                     trace: Box::new([("tracing.k8s.io/traceparent".into(), "00-a-b-01".into())]),
                 },
             ]
@@ -424,7 +425,7 @@ mod tests {
         let cached: CachedWork = serde_json::from_value(work(odd, Value::Null)).unwrap();
         assert_eq!(cached.held.len(), 2);
         assert_eq!(cached.held[0].identity, ("".into(), "".into(), "".into(), "x".into()));
-        assert_eq!(cached.held[0].generation, None);
+        assert_eq!(cached.held[0].version, None);
     }
 
     #[test]
@@ -432,7 +433,7 @@ mod tests {
         let pool = Pool::default();
         let held = |i: usize| Held {
             identity: ("".into(), "ConfigMap".into(), "ns".into(), format!("cm-{i}")),
-            generation: Some("1".into()),
+            version: Some("1".into()),
             trace: Box::new([]),
         };
         let kept = pool.share(held(0));

@@ -815,9 +815,9 @@ impl<P: Plugin> Transport<P> {
         }
         match (
             self.informers.get(&entry.object),
-            self.informers.api_resource(&entry.object.resource),
+            self.informers.served(&entry.object.resource),
         ) {
-            (Some(object), Some(served_as)) => Cached::Found(object, served_as),
+            (Some(object), Some(served)) => Cached::Found(object, served),
             _ => Cached::Gone,
         }
     }

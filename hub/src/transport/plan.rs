@@ -14,9 +14,10 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ks_shared::api::{Binding, BindingPolicy, CustomTransform, CustomTransformStatus, Propagation};
-use ks_shared::names::{EXPAND_TEMPLATES_ANNOTATION, WDS_GENERATION_ANNOTATION, WDS_UID_ANNOTATION};
+use ks_shared::names::{
+    EXPAND_TEMPLATES_ANNOTATION, WDS_CONTENT_ANNOTATION, WDS_GENERATION_ANNOTATION, WDS_UID_ANNOTATION,
+};
 use kube::ResourceExt;
-use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
 use super::moves::WorkKey;
@@ -24,7 +25,7 @@ use super::sharding::{self, Limits};
 use super::transforms::prepare_for_wec;
 use super::wrap::{self, Delivery, Origin};
 use super::{Error, Plugin, jsonpath, propagation, template, trace};
-use crate::informers::{CachedObject, FirstSeen, GroupResource, WorkloadRef};
+use crate::informers::{CachedObject, FirstSeen, GroupResource, Served, WorkloadRef};
 
 /// An object a Binding lists.
 pub(super) struct Entry {
@@ -77,8 +78,8 @@ pub(super) fn policy_leaving(binding: &Binding, policy: Option<&BindingPolicy>) 
 
 /// What the WDS caches hold of a listed object.
 pub(super) enum Cached {
-    /// The object, and the resource (version, kind) its cache serves it as.
-    Found(Arc<CachedObject>, ApiResource),
+    /// The object, and how its cache serves it (version, kind, where its status is).
+    Found(Arc<CachedObject>, Served),
     /// Not in its filled cache: deleted from the WDS, so the Binding's WECs lose it too.
     Gone,
     /// Its cache is not filled: not known, not gone.
@@ -395,9 +396,10 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (Items, Failing, V
     let wecs = wecs.join(",");
     for (entry, cached) in &inputs.objects {
         // Deleted from the WDS (every cache it could be in is filled): the Binding follows.
-        let Cached::Found(object, served_as) = cached else {
+        let Cached::Found(object, served) = cached else {
             continue;
         };
+        let served_as = &served.resource;
         let Entry {
             object: key,
             create_only,
@@ -425,8 +427,16 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (Items, Failing, V
             label: label.clone(),
             created: object.metadata.creation_timestamp.clone(),
         };
-        let mut manifest = match object.as_delivered(served_as) {
-            Ok(manifest) => manifest,
+        // Where a write of its status raises its generation (no status subresource), its
+        // versions are told apart by content instead.
+        let delivered_as = object.as_delivered(served_as).and_then(|manifest| {
+            let content = (!served.status_subresource)
+                .then(|| object.content_digest())
+                .transpose()?;
+            Ok((manifest, content))
+        });
+        let (mut manifest, content) = match delivered_as {
+            Ok(delivered_as) => delivered_as,
             Err(err) => {
                 errors.push(format!("{label}: {err}"));
                 failing.push((key.clone(), failed()));
@@ -438,14 +448,25 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (Items, Failing, V
         if let Some(uid) = object.uid() {
             manifest["metadata"]["annotations"][WDS_UID_ANNOTATION] = json!(uid);
         }
-        // Tells the status agent which WDS generation the WEC object is (statusDetails), and
-        // carries the rollout's trace.
+        // Tells the status agent which version of the WDS object the WEC object is: its
+        // generation (statusDetails), or its content digest where a status write raises the
+        // generation (which would otherwise deliver the object again on every status returned);
+        // and carries the rollout's trace.
         if let Some(generation) = object.metadata.generation {
-            let generation = generation.to_string();
-            manifest["metadata"]["annotations"][WDS_GENERATION_ANNOTATION] = json!(generation);
+            let version = match content {
+                Some(digest) => {
+                    manifest["metadata"]["annotations"][WDS_CONTENT_ANNOTATION] = json!(digest);
+                    digest
+                }
+                None => {
+                    let generation = generation.to_string();
+                    manifest["metadata"]["annotations"][WDS_GENERATION_ANNOTATION] = json!(generation);
+                    generation
+                }
+            };
             let already = delivered
                 .get(&wrap::identity(&manifest))
-                .filter(|(at, _)| *at == generation)
+                .filter(|(at, _)| *at == version)
                 .map(|(_, trace)| trace);
             let subject = trace::Subject {
                 group: &gr.group,

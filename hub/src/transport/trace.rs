@@ -83,9 +83,10 @@ impl Packaging {
     }
 }
 
-/// The trace annotations of delivered objects, with the WDS generation each is for.
+/// The trace annotations of delivered objects, with the version of the WDS object each is for
+/// (its generation or content digest).
 pub fn delivered<'a>(held: impl Iterator<Item = &'a Held>) -> HashMap<Identity, (String, TraceAnnotations)> {
-    held.filter_map(|held| Some((held.identity.clone(), (held.generation.clone()?, held.trace()))))
+    held.filter_map(|held| Some((held.identity.clone(), (held.version.clone()?, held.trace()))))
         .collect()
 }
 

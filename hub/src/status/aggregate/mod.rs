@@ -9,25 +9,41 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use k8s_openapi::jiff::Timestamp;
+use ks_shared::api::Verdict;
 use serde_json::{Map, Value};
 
 use conditions::{aggregate_conditions, condition_lists};
 
-/// The aggregated `.status` of an object of `group`/`kind` from the statuses of its WECs.
+/// The aggregated `.status` of an object of `group`/`kind` from the statuses of its WECs, each
+/// with the verdict on the object there.
 ///
 /// Statuses that are not JSON objects are ignored; none at all gives `{}`. Deployment,
 /// ReplicaSet, StatefulSet, DaemonSet and Job keep only the fields their health depends on;
-/// every other kind goes by the general rules.
-pub fn aggregate_status(group: &str, kind: &str, statuses: &[&Value]) -> Value {
-    let objects: Vec<&Map<String, Value>> = statuses.iter().filter_map(|s| s.as_object()).collect();
+/// every other kind goes by the general rules, where the verdicts settle what the WECs disagree
+/// on.
+pub fn aggregate_status(group: &str, kind: &str, statuses: &[(&Value, Verdict)]) -> Value {
+    let (objects, severities): (Vec<&Map<String, Value>>, Vec<u8>) = statuses
+        .iter()
+        .filter_map(|(status, verdict)| Some((status.as_object()?, severity(*verdict))))
+        .unzip();
     if objects.is_empty() {
         return Value::Object(Map::new());
     }
     let aggregated = match kind_rules(group, kind) {
         Some(rules) => by_rules(rules, &objects),
-        None => general_object(&objects),
+        None => general_object(&objects, &severities),
     };
     Value::Object(aggregated)
+}
+
+/// How far from healthy a verdict is, least first: Healthy, Unknown, Progressing, Degraded.
+fn severity(verdict: Verdict) -> u8 {
+    match verdict {
+        Verdict::Healthy => 0,
+        Verdict::Unknown => 1,
+        Verdict::Progressing => 2,
+        Verdict::Degraded => 3,
+    }
 }
 
 /// How one field of a well-known kind is combined.
@@ -186,16 +202,17 @@ fn timestamps<'v>(values: &[&'v Value]) -> impl Iterator<Item = (Option<Timestam
 
 // ---- general rules ----
 
-/// An object from objects: a field is kept when every WEC reports it (not null) and the values
-/// combine; a `conditions` list is combined when any WEC reports one.
-fn general_object(objects: &[&Map<String, Value>]) -> Map<String, Value> {
+/// An object from objects (with the severity of each WEC's verdict): a field is kept when every
+/// WEC reports it (not null) and the values combine; a `conditions` list is combined when any
+/// WEC reports one.
+fn general_object(objects: &[&Map<String, Value>], severities: &[u8]) -> Map<String, Value> {
     let keys: BTreeSet<&String> = objects.iter().flat_map(|o| o.keys()).collect();
     let mut out = Map::new();
     for key in keys {
         let lists = (key == "conditions").then(|| condition_lists(objects, key)).flatten();
         let combined = match lists {
             Some(lists) => Some(Value::Array(aggregate_conditions(&lists))),
-            None => values_everywhere(objects, key).and_then(|values| general(&values)),
+            None => values_everywhere(objects, key).and_then(|values| general(&values, severities)),
         };
         if let Some(value) = combined {
             out.insert(key.clone(), value);
@@ -209,14 +226,19 @@ fn values_everywhere<'o>(objects: &[&'o Map<String, Value>], key: &str) -> Optio
     objects.iter().map(|o| o.get(key).filter(|v| !v.is_null())).collect()
 }
 
-/// One value from the WECs' values of a field, by their common JSON type; `None` when the types
-/// differ or the values cannot be combined (the field is then left out).
-fn general(values: &[&Value]) -> Option<Value> {
+/// One value from the WECs' values of a field, by their common JSON type; else, when the WECs
+/// also differ in health, the value the least healthy ones agree on; else `None` (the field is
+/// left out).
+fn general(values: &[&Value], severities: &[u8]) -> Option<Value> {
+    by_type(values, severities).or_else(|| least_healthy(values, severities))
+}
+
+fn by_type(values: &[&Value], severities: &[u8]) -> Option<Value> {
     let first = *values.first()?;
     match first {
         Value::Object(_) => {
             let objects: Option<Vec<&Map<String, Value>>> = values.iter().map(|v| v.as_object()).collect();
-            Some(Value::Object(general_object(&objects?)))
+            Some(Value::Object(general_object(&objects?, severities)))
         }
         Value::Bool(_) => {
             let bools: Option<Vec<bool>> = values.iter().map(|v| v.as_bool()).collect();
@@ -226,6 +248,22 @@ fn general(values: &[&Value]) -> Option<Value> {
         Value::String(_) => agreed(values).or_else(|| latest_if_all_times(values)),
         Value::Array(_) | Value::Null => agreed(values),
     }
+}
+
+/// The value the least healthy WECs agree on, when not every WEC is as unhealthy: a phase or a
+/// message that differs between a degraded WEC and healthy ones is the degraded one's.
+fn least_healthy(values: &[&Value], severities: &[u8]) -> Option<Value> {
+    let worst = *severities.iter().max()?;
+    if severities.iter().all(|&s| s == worst) {
+        return None;
+    }
+    let theirs: Vec<&Value> = values
+        .iter()
+        .zip(severities)
+        .filter(|&(_, &s)| s == worst)
+        .map(|(v, _)| *v)
+        .collect();
+    agreed(&theirs)
 }
 
 /// The smaller of two JSON numbers (`None` if `b` is not a number); equal values are ordered by
@@ -252,8 +290,20 @@ mod tests {
 
     use super::*;
 
+    /// The aggregate of `statuses` from WECs where the object is equally healthy.
     pub(super) fn aggregate(group: &str, kind: &str, statuses: &[Value]) -> Value {
-        aggregate_status(group, kind, &statuses.iter().collect::<Vec<_>>())
+        judged(
+            group,
+            kind,
+            &statuses
+                .iter()
+                .map(|s| (s.clone(), Verdict::Healthy))
+                .collect::<Vec<_>>(),
+        )
+    }
+
+    fn judged(group: &str, kind: &str, statuses: &[(Value, Verdict)]) -> Value {
+        aggregate_status(group, kind, &statuses.iter().map(|(s, v)| (s, *v)).collect::<Vec<_>>())
     }
 
     pub(super) fn condition(kind: &str, status: &str, time: &str, reason: &str) -> Value {
@@ -357,6 +407,52 @@ mod tests {
     }
 
     #[test]
+    fn where_wecs_differ_in_health_the_least_healthy_settle_what_they_disagree_on() {
+        let status = |phase: &str, message: &str, tags: Value| json!({"phase": phase, "message": message, "tags": tags, "replicas": 2, "note": "same"});
+        let healthy = status("Healthy", "all good", json!(["a"]));
+        let degraded = status("Degraded", "no quorum", json!(["b"]));
+        let also_degraded = status("Degraded", "no disk", json!(["b"]));
+        assert_eq!(
+            judged(
+                "argoproj.io",
+                "Rollout",
+                &[
+                    (healthy.clone(), Verdict::Healthy),
+                    (degraded.clone(), Verdict::Degraded),
+                    (also_degraded, Verdict::Degraded),
+                    (status("Progressing", "rolling", json!([])), Verdict::Progressing),
+                ]
+            ),
+            json!({"phase": "Degraded", "tags": ["b"], "replicas": 2, "note": "same"}),
+            "the degraded WECs agree on the phase and tags, not on the message"
+        );
+        assert_eq!(
+            judged(
+                "argoproj.io",
+                "Rollout",
+                &[
+                    (healthy.clone(), Verdict::Healthy),
+                    (degraded.clone(), Verdict::Healthy)
+                ]
+            ),
+            json!({"replicas": 2, "note": "same"}),
+            "equally healthy WECs that disagree say nothing"
+        );
+        assert_eq!(
+            judged(
+                "apps",
+                "Deployment",
+                &[
+                    (json!({"replicas": 1}), Verdict::Healthy),
+                    (json!({"replicas": 1}), Verdict::Degraded)
+                ]
+            ),
+            json!({"replicas": 2}),
+            "the kinds with their own rules keep them"
+        );
+    }
+
+    #[test]
     fn general_conditions_combine_even_when_some_wecs_have_none() {
         let a = json!({});
         let b = json!({"conditions": [condition("Ready", "True", "2025-01-01T00:00:00Z", "Ok"), "junk"]});
@@ -398,6 +494,15 @@ mod tests {
                     .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_string(), v)).collect())),
             ]
         })
+    }
+
+    fn verdict() -> impl Strategy<Value = Verdict> {
+        prop::sample::select(vec![
+            Verdict::Healthy,
+            Verdict::Progressing,
+            Verdict::Degraded,
+            Verdict::Unknown,
+        ])
     }
 
     fn kind() -> impl Strategy<Value = (&'static str, &'static str)> {
@@ -475,6 +580,15 @@ mod tests {
                 .prop_flat_map(|v| (Just(v.clone()), Just(v).prop_shuffle())),
         ) {
             prop_assert_eq!(aggregate(group, kind, &statuses), aggregate(group, kind, &shuffled));
+        }
+
+        #[test]
+        fn order_of_the_wecs_never_matters_whatever_their_health(
+            (group, kind) in kind(),
+            (statuses, shuffled) in prop::collection::vec((json_value(), verdict()), 1..5)
+                .prop_flat_map(|v| (Just(v.clone()), Just(v).prop_shuffle())),
+        ) {
+            prop_assert_eq!(judged(group, kind, &statuses), judged(group, kind, &shuffled));
         }
 
         #[test]

@@ -36,12 +36,27 @@ impl StatusController {
     /// The verdict on the object `key` on `wec`: its one report's there, judged against the
     /// object the WDS has now (see [`CachedWorkStatus::health`]).
     pub(super) fn verdict(&self, key: &WorkloadRef, object: Option<&CachedObject>, wec: &str) -> Health {
+        let ruled = self.ruled.get(key).and_then(|wecs| wecs.get(wec));
+        match object {
+            Some(object) => self.verdict_ruled(key, object, wec, ruled),
+            None => Health {
+                verdict: Verdict::Unknown,
+                reason: "not in the WDS".into(),
+            },
+        }
+    }
+
+    /// The verdict on the WDS `object` (`key`) on `wec`, with `ruled` its HealthRule's there.
+    pub(super) fn verdict_ruled(
+        &self,
+        key: &WorkloadRef,
+        object: &CachedObject,
+        wec: &str,
+        ruled: Option<&Health>,
+    ) -> Health {
         let unknown = |reason: &str| Health {
             verdict: Verdict::Unknown,
             reason: reason.to_string(),
-        };
-        let Some(object) = object else {
-            return unknown("not in the WDS");
         };
         let reports: Vec<&CachedName> = self.reports.of(key).filter(|(mailbox, _)| mailbox == wec).collect();
         let [(mailbox, name)] = reports.as_slice() else {
@@ -51,11 +66,8 @@ impl StatusController {
                 "more than one report on it"
             });
         };
-        let ruled = self.ruled.get(key).and_then(|wecs| wecs.get(wec));
-        // An object without a UID (none comes from an apiserver so) matches no report's
-        // incarnation: its verdict is Unknown, never another incarnation's.
         match self.report(mailbox, name) {
-            Some(report) => report.health(&object.uid().unwrap_or_default(), object.metadata.generation, ruled),
+            Some(report) => report.health(object, ruled),
             None => unknown("not reported yet"),
         }
     }

@@ -23,7 +23,6 @@ use ks_shared::names::{REPORT_NAMESPACE, TRANSPORT_FINALIZER};
 use ks_shared::rollout::{self, KeyValue, attribute, stage};
 use ks_shared::runtime::{Backoff, Failure, failure};
 use kube::api::Api;
-use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use serde_json::{Value as Json, json};
@@ -40,9 +39,9 @@ use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
 use super::rules::Rules;
 use super::sandbox::{Request, Sandbox};
 use super::state::{BindingView, Bindings, CachedName, Delivered, EvaluationErrors, Index, WorkloadRef};
-use super::writes;
+use super::writes::{self, StatusTarget};
 use crate::binding::ObjectIdentity;
-use crate::informers::{CachedObject, WorkloadInformers};
+use crate::informers::{CachedObject, Served, WorkloadInformers};
 use watches::{Input, Stores, cached_name};
 
 /// Settings of the status controller.
@@ -206,6 +205,14 @@ pub async fn run(
     }
 }
 
+/// A status applied to one incarnation of an object, with what the apiserver stored (or, when it
+/// refused it, what the object had).
+struct Applied {
+    uid: Option<String>,
+    status: Json,
+    stored: Option<Json>,
+}
+
 /// A StatusCollector as last compiled, at its generation.
 struct Compiled {
     generation: Option<i64>,
@@ -244,10 +251,10 @@ struct StatusController {
     health_left: BTreeMap<String, health::Ours>,
     health_pace: judging::Pace,
     events: HealthEvents,
-    /// The status last applied to each object, with what the apiserver stored (or, when it
-    /// refused it, what the object had): the same status is not applied again and again when the
-    /// apiserver stores something else (pruning, defaults) or refuses it.
-    applied: BTreeMap<WorkloadRef, (Json, Option<Json>)>,
+    /// The status last applied to each object: the same status is not applied again and again
+    /// to the same incarnation when the apiserver stores something else (pruning, defaults) or
+    /// refuses it.
+    applied: BTreeMap<WorkloadRef, Applied>,
     report_namespace_exists: bool,
 }
 
@@ -427,7 +434,10 @@ impl StatusController {
         for name in self.bindings.names() {
             let Some(view) = self.bindings.get(&name) else { continue };
             for key in view.entries.keys() {
-                let kind = self.informers.api_resource(&key.resource).map(|r| (r.group, r.kind));
+                let kind = self
+                    .informers
+                    .served(&key.resource)
+                    .map(|s| (s.resource.group, s.resource.kind));
                 if kind.is_some_and(|k| kinds.contains(&k)) {
                     work.objects.insert(key.clone());
                 }
@@ -558,8 +568,8 @@ impl StatusController {
     /// and whether its health on some WEC did.
     async fn reconcile_object(&mut self, key: &WorkloadRef) -> kube::Result<(BTreeSet<String>, bool)> {
         let object = self.informers.get(key);
-        let resource = self.informers.api_resource(&key.resource);
-        let (Some(object), Some(resource)) = (object, resource) else {
+        let served = self.informers.served(&key.resource);
+        let (Some(object), Some(served)) = (object, served) else {
             // Gone (or never here: a WorkStatus for an object this WDS does not have): nothing
             // to write to, and its CombinedStatuses go with it (they are owned by it).
             self.applied.remove(key);
@@ -567,11 +577,11 @@ impl StatusController {
             let judged_anew = self.judged.remove(key).is_some();
             return Ok((self.errors.set(key, BTreeMap::new()), judged_anew));
         };
+        let resource = served.resource.clone();
         self.fetch_withheld(key).await?;
         let selecting = self.bindings.selecting(key);
         let uid = object.uid().unwrap_or_default();
         let wecs = self.wec_statuses(key, &uid, plan::owns_status(object.managed_fields()));
-        let action = plan::returned_status(&resource.group, &resource.kind, &selecting, &wecs);
         // CEL's `obj`, built only when some collector or rule will look at it.
         let rule = self.rules.for_kind(&resource.group, &resource.kind);
         let collecting = rule.is_some()
@@ -623,8 +633,19 @@ impl StatusController {
         } else {
             combine()
         };
+        // The verdicts settle what the WECs' statuses disagree on in an aggregate: this
+        // evaluation's HealthRule verdicts, or the last ones when it failed.
+        let ruled = match &judged {
+            Ok(ruled) => ruled.as_ref(),
+            Err(_) => self.ruled.get(key),
+        };
+        let verdict = |wec: &str| {
+            self.verdict_ruled(key, &object, wec, ruled.and_then(|r| r.get(wec)))
+                .verdict
+        };
+        let action = plan::returned_status(&resource.group, &resource.kind, &selecting, &wecs, verdict);
         let started = SystemTime::now();
-        if self.write_status(key, &object, &resource, action).await? {
+        if self.write_status(key, &object, &served, action).await? {
             trace_propagation(key, &wecs, started);
         }
         // Without an evaluation the CombinedStatuses stay as they are (none is emptied), and
@@ -647,7 +668,7 @@ impl StatusController {
         &mut self,
         key: &WorkloadRef,
         object: &CachedObject,
-        resource: &ApiResource,
+        served: &Served,
         action: StatusAction,
     ) -> kube::Result<bool> {
         let current = object.status();
@@ -658,29 +679,37 @@ impl StatusController {
             StatusAction::Set(status) if current.as_ref() == Some(&status) => return Ok(false),
             StatusAction::Set(status) => status,
         };
-        let unchanged_since_ours = self
-            .applied
-            .get(key)
-            .is_some_and(|(applied, stored)| *applied == status && stored.as_ref() == current.as_ref());
+        let uid = object.uid();
+        let unchanged_since_ours = self.applied.get(key).is_some_and(|applied| {
+            applied.uid == uid && applied.status == status && applied.stored.as_ref() == current.as_ref()
+        });
         if unchanged_since_ours {
             return Ok(false);
         }
-        match writes::apply_object_status(&self.wds, resource, key, &status).await {
+        let target = match (served.status_subresource, uid.as_deref()) {
+            (true, _) => StatusTarget::Subresource,
+            (false, Some(uid)) => StatusTarget::Object { uid },
+            (false, None) => return Ok(false),
+        };
+        match writes::apply_object_status(&self.wds, &served.resource, key, target, &status).await {
             Ok(stored) => {
                 self.metrics.common.writes.inc();
                 tracing::debug!(object = %key, "status written");
-                self.applied.insert(key.clone(), (status, stored));
+                self.applied.insert(key.clone(), Applied { uid, status, stored });
                 Ok(true)
             }
-            // Deleted meanwhile, or a resource without a status subresource: nothing to write to.
-            Err(kube::Error::Api(e)) if e.code == 404 => {
+            // Deleted meanwhile (named by its UID: a 409 where there is no status subresource):
+            // nothing to write to. One made again under its name refuses the old UID (422, as
+            // refused below): its own turn comes with its event.
+            Err(kube::Error::Api(e)) if e.code == 404 || (e.code == 409 && !served.status_subresource) => {
                 tracing::debug!(object = %key, "no status to write to");
                 Ok(false)
             }
             // Refused (e.g. a Job's status cannot lose its completion): not again until the
             // object's status or what we want changes.
             Err(err) if failure(&err) != Failure::Transient => {
-                self.applied.insert(key.clone(), (status, current));
+                let stored = current;
+                self.applied.insert(key.clone(), Applied { uid, status, stored });
                 Err(err)
             }
             Err(err) => Err(err),

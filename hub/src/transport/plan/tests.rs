@@ -1,8 +1,9 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
 use ks_shared::api::CustomTransformSpec;
-use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
+use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION, WDS_CONTENT_ANNOTATION};
 use ks_shared::ocm::{ManifestCondition, ManifestResourceStatus, ManifestWork, ManifestWorkStatus};
+use kube::discovery::ApiResource;
 use serde_json::Value;
 
 use super::*;
@@ -78,6 +79,8 @@ struct Case {
     current: Vec<Arc<CachedWork>>,
     last_good: LastGood,
     limits: Limits,
+    /// Whether the objects' resources have a status subresource.
+    status_subresource: bool,
 }
 
 impl Case {
@@ -91,6 +94,7 @@ impl Case {
             current: Vec::new(),
             last_good: LastGood::new(),
             limits: DEFAULT_LIMITS,
+            status_subresource: true,
         }
     }
 
@@ -103,7 +107,13 @@ impl Case {
                     .find(|(o, r)| o.name_any() == entry.object.name && r.plural == entry.object.resource.resource);
                 let cached = match found {
                     _ if self.unfilled.contains(&entry.object.resource) => Cached::Unfilled,
-                    Some((object, served_as)) => Cached::Found(object.clone(), served_as.clone()),
+                    Some((object, served_as)) => Cached::Found(
+                        object.clone(),
+                        Served {
+                            resource: served_as.clone(),
+                            status_subresource: self.status_subresource,
+                        },
+                    ),
                     None => Cached::Gone,
                 };
                 (entry, cached)
@@ -359,6 +369,54 @@ fn a_delivered_trace_is_kept_for_the_same_generation_only() {
     assert_eq!(
         annotations(&next),
         json!({WDS_GENERATION_ANNOTATION: "3", WDS_UID_ANNOTATION: "uid-web"})
+    );
+}
+
+/// The Deployment `web` of [`deployment`], at `generation`, with `spec` and `status`.
+fn deployment_with(generation: i64, spec: Value, status: Value) -> (Arc<CachedObject>, ApiResource) {
+    let (object, resource) = deployment(generation);
+    let mut object = object.to_value().unwrap();
+    object["spec"] = spec;
+    object["status"] = status;
+    (Arc::new(serde_json::from_value(object).unwrap()), resource)
+}
+
+#[test]
+fn where_status_is_in_the_object_its_versions_are_told_by_content() {
+    let listed = [("apps", "deployments", "web", false)];
+    let mut case = Case::new(
+        binding(&["c1"], &listed),
+        vec![deployment_with(2, json!({"replicas": 1}), json!({}))],
+    );
+    case.status_subresource = false;
+    let digest = case.cached[0].0.content_digest().unwrap();
+    let mut delivered = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
+    let annotations = |work: &ManifestWork| work.spec.workload.manifests[0]["metadata"]["annotations"].clone();
+    assert_eq!(
+        annotations(&delivered),
+        json!({WDS_CONTENT_ANNOTATION: digest, WDS_UID_ANNOTATION: "uid-web"}),
+        "its content, not its generation"
+    );
+    std::sync::Arc::make_mut(&mut delivered.spec.workload.manifests[0])["metadata"]["annotations"]
+        [TRACEPARENT_ANNOTATION] = json!("00-a-b-01");
+    case.current = cached([delivered.clone()]);
+    // The status returned was written into the object, which raised its generation.
+    case.cached = vec![deployment_with(3, json!({"replicas": 1}), json!({"ready": true}))];
+    let again = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
+    assert!(wrap::same_content(&case.current[0], &again), "nothing new to deliver");
+    assert_eq!(
+        annotations(&again),
+        annotations(&delivered),
+        "the delivered trace goes on"
+    );
+    case.cached = vec![deployment_with(4, json!({"replicas": 2}), json!({"ready": true}))];
+    let next = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
+    let changed = case.cached[0].0.content_digest().unwrap();
+    assert_ne!(changed, digest);
+    assert_eq!(
+        annotations(&next),
+        json!({WDS_CONTENT_ANNOTATION: changed, WDS_UID_ANNOTATION: "uid-web"}),
+        "a new version, with a new trace"
     );
 }
 
@@ -677,7 +735,11 @@ fn bench_plan_at_scale() {
         let objects = entries(&b)
             .map(|entry| {
                 let (o, r) = &objects_cached[&entry.object.name];
-                (entry, Cached::Found(o.clone(), r.clone()))
+                let served = Served {
+                    resource: r.clone(),
+                    status_subresource: true,
+                };
+                (entry, Cached::Found(o.clone(), served))
             })
             .collect();
         let started = std::time::Instant::now();
