@@ -7,7 +7,7 @@
 #   deps/build.sh [all|NAME...]        build (default: all)
 #   deps/build.sh tidy [all|NAME...]   regenerate deps/go/NAME/go.{mod,sum} from versions.env
 #
-# NAME: kubernetes etcd ocm kwok helm jaeger kubeflex crds, or kubestellar (upstream, for `make bench`; not in all)
+# NAME: kubernetes kubelet etcd ocm kwok helm jaeger kubeflex crds, or kubestellar (upstream, for `make bench`; not in all)
 # Outputs: $KS_CACHE/bin/<bin>-<version> (+ .stamp), symlink $KS_CACHE/bin/<bin> -> it,
 #          $KS_CACHE/crds/{ocm-hub,ocm-spoke,kubeflex,kubestellar,kwok-stages}/*.yaml
 #          KS_CACHE defaults to $HOME/.cache/kubestellar-rs.
@@ -32,7 +32,7 @@ BUILD_GOFLAGS="-trimpath -buildvcs=false -mod=readonly"
 # the transitive ones); builds verify against the committed go.sum instead.
 TIDY_GONOSUMDB="k8s.io/kubernetes,github.com/kubestellar/kubeflex"
 
-ALL=(kubernetes etcd ocm kwok helm jaeger kubeflex crds)
+ALL=(kubernetes kubelet etcd ocm kwok helm jaeger kubeflex crds)
 # Built only on request: upstream KubeStellar is what `make bench` compares us with; tests never need it.
 OPTIONAL=(kubestellar)
 CURRENT="startup"
@@ -45,7 +45,9 @@ die() { echo "deps/build.sh: $*" >&2; exit 1; }
 # module VERSION of the wrapper's single requirement.
 module_of() {
   case "$1" in
-    kubernetes) echo "k8s.io/kubernetes $KUBERNETES_VERSION" ;;
+    # kubelet is its own wrapper of the same module, so that the real nodes' one binary is not a
+    # change of every other Kubernetes binary's build key.
+    kubernetes|kubelet) echo "k8s.io/kubernetes $KUBERNETES_VERSION" ;;
     etcd)       echo "go.etcd.io/etcd/server/v3 $ETCD_VERSION" ;;
     ocm)        echo "open-cluster-management.io/ocm $OCM_VERSION" ;;
     kwok)       echo "sigs.k8s.io/kwok $KWOK_VERSION" ;;
@@ -64,6 +66,7 @@ bins_of() {
                   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
                   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
                   kubectl=k8s.io/kubernetes/cmd/kubectl ;;
+    kubelet)    echo kubelet=k8s.io/kubernetes/cmd/kubelet ;;
     # etcd's main package is the server module root (server/main.go).
     etcd)       echo etcd=go.etcd.io/etcd/server/v3 ;;
     # Upstream names: cmd/addon is the binary of the "addon-manager" image (run as `addon manager`);
@@ -88,7 +91,7 @@ bins_of() {
 ldflags_of() {
   local v minor
   case "$1" in
-    kubernetes)
+    kubernetes|kubelet)
       v="$KUBERNETES_VERSION"; minor="${v#v1.}"; minor="${minor%%.*}"
       echo "-s -w -X k8s.io/component-base/version.gitVersion=$v -X k8s.io/component-base/version.gitMajor=1" \
            "-X k8s.io/component-base/version.gitMinor=$minor -X k8s.io/component-base/version.gitTreeState=clean" \
@@ -207,9 +210,9 @@ check_wrapper() {
   [ -f "$DEPS/go/$c/go.sum" ] || die "$c: deps/go/$c/go.sum missing; run: deps/build.sh tidy $c"
   got="$(cd "$DEPS/go/$c" && GOFLAGS=-mod=readonly go list -m -f '{{.Version}}' "$mod")"
   [ "$got" = "$ver" ] || die "$c: deps/go/$c pins $mod $got but versions.env says $ver; run: deps/build.sh tidy $c"
-  if [ "$c" = kubernetes ]; then
+  if [ "$c" = kubernetes ] || [ "$c" = kubelet ]; then
     got="$(cd "$DEPS/go/$c" && GOFLAGS=-mod=readonly go list -m -f '{{with .Replace}}{{.Version}}{{else}}{{.Version}}{{end}}' k8s.io/api)"
-    [ "$got" = "v0.${ver#v1.}" ] || die "kubernetes: staging k8s.io/api is $got, expected v0.${ver#v1.}; run: deps/build.sh tidy kubernetes"
+    [ "$got" = "v0.${ver#v1.}" ] || die "$c: staging k8s.io/api is $got, expected v0.${ver#v1.}; run: deps/build.sh tidy $c"
   fi
 }
 

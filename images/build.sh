@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds OCI image archives of our three binaries without a container runtime or daemon:
 #
-#   images/build.sh [--no-build] [--profile PROFILE] [ks-hub|ks-addon|ks-agent ...]   (default: all three)
+#   images/build.sh [--no-build] [--profile PROFILE] [ks-hub|ks-addon|ks-agent|ks-pod ...]   (default: the first three)
 #
 # PROFILE is the cargo profile of the binaries, `release` unless said otherwise; the test suite
 # packages the `dev` binaries it has built anyway (same packaging, without a second compilation
@@ -19,6 +19,9 @@
 # glibc-linked (a musl build would be static but trades glibc's allocator for musl's, much slower
 # under a multi-threaded tokio runtime), so the image ships the host's glibc that they were linked
 # against. The archive is byte-for-byte reproducible: sorted entries, fixed owners and times.
+#
+# ks-pod (package ks-tests) is the stack's test workload and pause image, for its real nodes; it
+# is not a release image.
 #
 # Names: $KS_IMAGE_REPOSITORY/<name>:<version>, KS_IMAGE_REPOSITORY defaulting to
 # ghcr.io/kubestellar-rs (what the charts default to), the version being what `<name> --version`
@@ -44,7 +47,7 @@ while [ $# -gt 0 ]; do
     --no-build) build=0 ;;
     --profile) [ $# -ge 2 ] || die "--profile needs a cargo profile name"; profile="$2"; shift ;;
     -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    ks-hub|ks-addon|ks-agent) names+=("$1") ;;
+    ks-hub|ks-addon|ks-agent|ks-pod) names+=("$1") ;;
     *) die "unknown argument '$1' (see --help)" ;;
   esac
   shift
@@ -58,7 +61,9 @@ if [ "$build" = 1 ]; then
   # One cargo invocation, so the three binaries share one compilation of their dependencies.
   t0=$SECONDS
   packages=()
-  for name in "${names[@]}"; do packages+=(--package "$name" --bin "$name"); done
+  for name in "${names[@]}"; do
+    if [ "$name" = ks-pod ]; then packages+=(--package ks-tests --bin ks-pod); else packages+=(--package "$name" --bin "$name"); fi
+  done
   log "cargo build --profile $profile ${names[*]}"
   (cd "$ROOT" && "${CARGO:-cargo}" build --profile "$profile" --locked "${packages[@]}")
   log "$profile build: $((SECONDS - t0))s"

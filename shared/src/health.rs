@@ -349,12 +349,21 @@ fn pod(status: &Map<String, Value>, conditions: &Conditions) -> Result<Health, S
             return Err(format!("its status.{field} is not a list"));
         };
         for container in list {
+            let name = container["name"].as_str().unwrap_or_default();
             let waiting = &container["state"]["waiting"];
             let reason = waiting["reason"].as_str().unwrap_or_default();
             if STUCK_WAITING.contains(&reason) {
                 // Not its message, which counts the back-off up.
-                let name = container["name"].as_str().unwrap_or_default();
                 return Ok(degraded(format!("container {name}: {reason}")));
+            }
+            // Between a crash and its back-off: exited, to be started again (the Pod has not
+            // failed).
+            let terminated = &container["state"]["terminated"];
+            if let Some(code) = terminated["exitCode"].as_i64().filter(|&code| code != 0) {
+                let reason = terminated["reason"].as_str().unwrap_or("Error");
+                return Ok(degraded(format!(
+                    "container {name}: exited with code {code} ({reason})"
+                )));
             }
         }
     }

@@ -14,7 +14,7 @@ use ks_shared::api::{
     condition_type,
 };
 use ks_tests::harness::{Ctx, apply, run, wait_until};
-use ks_tests::stack::{ocm, wait_for};
+use ks_tests::stack::{node, ocm, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, app_yaml, crd_yaml, custom_object_yaml, policy_yaml, singleton_policy_yaml};
 use kube::Client;
@@ -42,6 +42,7 @@ ks_tests::stack_main!(
         stack_test!(a_custom_resource_is_judged_by_its_health_rule, PATH),
         stack_test!(a_custom_resource_without_a_status_subresource_returns_its_status, PATH),
         stack_test!(a_multi_wec_aggregate_says_what_the_least_healthy_wecs_say, PATH),
+        stack_test!(a_real_node_shows_real_readiness_and_crash_loops, PATH),
     ]
 );
 
@@ -1116,7 +1117,7 @@ async fn a_custom_resource_without_a_status_subresource_returns_its_status(ctx: 
     )
     .await?;
     println!(
-        "status returned into the object {:.2} s after the WEC's write",
+        "the first status returned into the object {:.2} s after the WEC's write (the agent's read access to a new API group comes first)",
         started.elapsed().as_secs_f64()
     );
 
@@ -1137,6 +1138,7 @@ async fn a_custom_resource_without_a_status_subresource_returns_its_status(ctx: 
     let delivered = generations().await?;
     anyhow::ensure!(!delivered.is_empty(), "no ManifestWork of the policy");
     set_status(json!({"state": "ok", "n": 2}))?;
+    let started = std::time::Instant::now();
     wait_until(
         gizmos(wds.clone()),
         "g1",
@@ -1145,6 +1147,10 @@ async fn a_custom_resource_without_a_status_subresource_returns_its_status(ctx: 
         status_is(json!({"state": "ok", "n": 2})),
     )
     .await?;
+    println!(
+        "a new status returned into the object {:.2} s after the WEC's write",
+        started.elapsed().as_secs_f64()
+    );
     let returned = gizmos(wds.clone()).get("g1").await?;
     anyhow::ensure!(
         returned.metadata.generation > Some(1),
@@ -1272,4 +1278,110 @@ async fn a_multi_wec_aggregate_says_what_the_least_healthy_wecs_say(ctx: Ctx) ->
     .await?;
 
     app.delete(&tools)
+}
+
+/// On cluster1's real node (containerd and a kubelet, `ks_tests::stack::node`), a Deployment of
+/// the test workload really runs: its readiness probe passes and the WDS Deployment's returned
+/// status says 1 ready; a Pod whose container exits at once crash-loops there, and the policy,
+/// `kubectl kubestellar status` and `why` say it is Degraded on cluster1 by `CrashLoopBackOff`.
+async fn a_real_node_shows_real_readiness_and_crash_loops(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "real-node")?;
+    let real = node::node_name("cluster1");
+    let nodes: Api<Node> = Api::all(ctx.client("cluster1").await?);
+    if nodes.get_opt(&real).await?.is_none() {
+        anyhow::bail!(
+            "the stack has no real node {real}: {}",
+            node::missing_tools().unwrap_or_else(|| "see `make up`'s output".into())
+        );
+    }
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let image = format!(
+        "ghcr.io/kubestellar-rs/{}:{}",
+        node::POD_IMAGE,
+        env!("CARGO_PKG_VERSION")
+    );
+    // What puts a Pod on the real node, and only there.
+    let placement = json!({
+        "nodeSelector": {node::REAL_NODE_LABEL: "true"},
+        "tolerations": [{"key": node::REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+    });
+    let container = |name: &str, args: Value| {
+        json!({"name": name, "image": image, "imagePullPolicy": "Never", "args": args,
+               "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
+                                   "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}})
+    };
+    let mut serving = container("web", json!(["serve", "--port", "8080"]));
+    serving["readinessProbe"] = json!({"httpGet": {"path": "/healthz", "port": 8080}, "periodSeconds": 1});
+    let mut pod_spec = placement.clone();
+    pod_spec["containers"] = json!([serving]);
+    let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "labels": {"app": "web"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
+                 "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec}}});
+    let mut crashing = placement;
+    crashing["containers"] = json!([container("crasher", json!(["crash"]))]);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "crasher", "labels": {"app": "web"}},
+                     "spec": crashing});
+    apply(&Api::<Deployment>::namespaced(wds.clone(), &ns), deployment).await?;
+    apply(
+        &Api::<k8s_openapi::api::core::v1::Pod>::namespaced(wds.clone(), &ns),
+        pod,
+    )
+    .await?;
+    let policy = ctx.unique_name("real");
+    bind(
+        &wds,
+        &policy,
+        &ns,
+        only("cluster1"),
+        json!({"wantSingletonReportedState": true}),
+    )
+    .await?;
+
+    let deployments: Api<Deployment> = Api::namespaced(wds.clone(), &ns);
+    let started = std::time::Instant::now();
+    let ready = |d: Option<&Deployment>| {
+        let status = d.and_then(|d| d.status.as_ref());
+        status.and_then(|s| s.ready_replicas) == Some(1) && status.and_then(|s| s.available_replicas) == Some(1)
+    };
+    wait_web(&deployments, "1 replica ready on the real node", ready).await?;
+    println!(
+        "ready on the real node, its status returned, {:.1} s after the policy",
+        started.elapsed().as_secs_f64()
+    );
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let crash_looping = |p: Option<&BindingPolicy>| {
+        wec_health(p, "cluster1").is_some_and(|((_, _, degraded, _), first)| {
+            degraded == 1 && first.contains("crasher") && first.contains("CrashLoopBackOff")
+        })
+    };
+    wait_until(
+        policies,
+        &policy,
+        "the crasher degraded on cluster1",
+        DEADLINE,
+        crash_looping,
+    )
+    .await?;
+    let status = tools.kubestellar(&["status", &policy])?;
+    println!("$ kubectl kubestellar status {policy}\n{status}");
+    anyhow::ensure!(
+        status.contains("CrashLoopBackOff"),
+        "status does not say it crash-loops"
+    );
+    // A crash loop passes through a moment of running (ready, without a readiness probe):
+    // `why` reads the WorkStatus as it is at that moment.
+    let names_the_crash = || async {
+        let why = tools.kubestellar(&["why", "pod/crasher", "-n", &ns, "-o", "json"])?;
+        let why: Value = serde_json::from_str(&why)?;
+        let problem = why["broken"]["problem"].as_str().unwrap_or_default();
+        anyhow::Ok(
+            why["broken"]["link"] == "health"
+                && why["broken"]["wec"] == "cluster1"
+                && problem.starts_with("it is Degraded on cluster1: container crasher"),
+        )
+    };
+    wait_for("why to name the crash on cluster1", DEADLINE, names_the_crash).await?;
+    cleanup(&ctx, &[policy], &[], &ns).await
 }

@@ -117,6 +117,18 @@ fn a_pod_with_a_container_that_cannot_start_is_degraded() {
         verdict("", "Pod", crashing),
         (Verdict::Degraded, "container app: CrashLoopBackOff".into())
     );
+    // Between a crash and its back-off, as a real kubelet reports it.
+    let exited = json!({"status": {"phase": "Running",
+        "conditions": [{"type": "Ready", "status": "False", "reason": "ContainersNotReady"}],
+        "containerStatuses": [{"name": "app", "restartCount": 1,
+                               "state": {"terminated": {"exitCode": 1, "reason": "Error"}}}]}});
+    assert_eq!(
+        verdict("", "Pod", exited),
+        (Verdict::Degraded, "container app: exited with code 1 (Error)".into())
+    );
+    let completed_init = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+        "initContainerStatuses": [{"name": "setup", "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]}});
+    assert_eq!(verdict("", "Pod", completed_init).0, Verdict::Healthy);
     let ready = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}});
     assert_eq!(verdict("", "Pod", ready).0, Verdict::Healthy);
     let pending = json!({"status": {"phase": "Pending"}});

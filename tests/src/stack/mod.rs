@@ -5,7 +5,8 @@
 //! agent per WEC, joined by OCM's double opt-in; Jaeger; and our own processes: the hub process
 //! for wds1, a stand-in kubelet on the hosting cluster, the ITS and each WEC that runs our
 //! images, and the status add-on chart installed by helm on its1 (its ks-addon installs the
-//! status agent on every WEC through OCM).
+//! status agent on every WEC through OCM). Where the host has containerd, cluster1 also gets a
+//! real node that runs the test workload's containers ([`node`]).
 //!
 //! State lives in `.stack/` at the repository root: `kubeconfig` (a context per space), `env`
 //! (to source), `logs/`, `pids/`, `pki/`. `up` is idempotent; `down` stops what `up` started.
@@ -15,6 +16,7 @@ mod jaeger;
 mod kubeconfig;
 pub mod kubeflex;
 pub mod kubelet;
+pub mod node;
 pub mod ocm;
 mod pki;
 mod procs;
@@ -201,6 +203,17 @@ impl Stack {
         {
             self.start_kubelet(&space)?;
         }
+        // A real node where containers run, on the WECs that get one, if the host can.
+        match node::missing_tools() {
+            None => {
+                for (index, wec) in node::REAL_NODE_WECS.iter().enumerate() {
+                    if self.wec_names().iter().any(|w| w == wec) {
+                        self.start_real_node(wec, index as u8).await?;
+                    }
+                }
+            }
+            Some(missing) => println!("no real node: {missing}"),
+        }
         self.start_hub("wds1", HubOptions::STACK)?;
         self.install_status_addon().await?;
         self.wait_mailbox_quotas().await?;
@@ -211,6 +224,7 @@ impl Stack {
 
     /// Stops every process `up` started: everything else first, etcd last.
     pub fn down(&self) -> anyhow::Result<()> {
+        self.stop_real_node_pods();
         let (etcd, others): (Vec<String>, Vec<String>) = self.procs.started().into_iter().partition(|n| n == "etcd");
         self.procs.stop_all(&others, Duration::from_secs(10))?;
         self.procs.stop_all(&etcd, Duration::from_secs(10))
@@ -328,6 +342,7 @@ impl Stack {
             "upstream-transport-metrics" => 750,
             "upstream-transport-pprof" => 800,
             "kubeflex" => 850,
+            "kubelet" => 900,
             _ => 200,
         };
         SIDE_BASE_PORT + offset + index

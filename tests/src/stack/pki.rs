@@ -69,18 +69,10 @@ impl Pki {
         }
         std::fs::create_dir_all(dir)?;
         let ca_key = KeyPair::generate()?;
-        let mut ca = CertificateParams::default();
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.distinguished_name.push(DnType::CommonName, "kubestellar-stack-ca");
-        ca.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        let ca_cert = ca.self_signed(&ca_key)?;
+        let ca_cert = ca_params().self_signed(&ca_key)?;
         write(&pki.ca_cert(), &ca_cert.pem())?;
         write(&pki.ca_key(), &ca_key.serialize_pem())?;
-        let issuer = Issuer::new(ca, ca_key);
+        let issuer = Issuer::new(ca_params(), ca_key);
 
         let serving_key = KeyPair::generate()?;
         let mut serving = CertificateParams::default();
@@ -94,21 +86,52 @@ impl Pki {
         write(&pki.serving_key(), &serving_key.serialize_pem())?;
 
         for who in [&ADMIN, &BOOTSTRAP] {
-            let key = KeyPair::generate()?;
-            let mut client = CertificateParams::default();
-            client.distinguished_name.push(DnType::CommonName, who.user);
-            for group in who.groups {
-                client.distinguished_name.push(DnType::OrganizationName, *group);
-            }
-            client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-            write(&pki.client_cert(who), &client.signed_by(&key, &issuer)?.pem())?;
-            write(&pki.client_key(who), &key.serialize_pem())?;
+            pki.issue_client(who, &issuer)?;
         }
         let service_account = KeyPair::generate()?;
         write(&pki.service_account_key(), &service_account.serialize_pem())?;
         write(&pki.service_account_public_key(), &service_account.public_key_pem())?;
         Ok(pki)
     }
+}
+
+impl Pki {
+    /// The client certificate and key of `who`, issued by the CA now if there are none yet (an
+    /// identity only some stacks need, such as a real node's).
+    pub fn ensure_client(&self, who: &ClientIdentity) -> anyhow::Result<()> {
+        if self.client_cert(who).exists() && self.client_key(who).exists() {
+            return Ok(());
+        }
+        let ca_key = KeyPair::from_pem(&std::fs::read_to_string(self.ca_key())?)?;
+        // The CA's subject and key are all a signature needs of it: the same parameters as the
+        // CA certificate was made with.
+        self.issue_client(who, &Issuer::new(ca_params(), ca_key))
+    }
+
+    fn issue_client(&self, who: &ClientIdentity, issuer: &Issuer<'_, KeyPair>) -> anyhow::Result<()> {
+        let key = KeyPair::generate()?;
+        let mut client = CertificateParams::default();
+        client.distinguished_name.push(DnType::CommonName, who.user);
+        for group in who.groups {
+            client.distinguished_name.push(DnType::OrganizationName, *group);
+        }
+        client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        write(&self.client_cert(who), &client.signed_by(&key, issuer)?.pem())?;
+        write(&self.client_key(who), &key.serialize_pem())
+    }
+}
+
+/// The CA certificate's parameters.
+fn ca_params() -> CertificateParams {
+    let mut ca = CertificateParams::default();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name.push(DnType::CommonName, "kubestellar-stack-ca");
+    ca.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    ca
 }
 
 fn write(path: &Path, pem: &str) -> anyhow::Result<()> {

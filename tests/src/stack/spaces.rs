@@ -99,7 +99,16 @@ impl Stack {
         match space.role {
             // resourcequota: counts the WorkStatuses under the add-on's quota in each mailbox.
             Role::Its => controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation", "resourcequota"]),
-            Role::Wec => controllers.extend(["deployment", "replicaset", "daemonset", "statefulset", "job"]),
+            // root-ca-cert-publisher: the `kube-root-ca.crt` ConfigMap every Pod on a real node
+            // mounts with its ServiceAccount token.
+            Role::Wec => controllers.extend([
+                "deployment",
+                "replicaset",
+                "daemonset",
+                "statefulset",
+                "job",
+                "root-ca-cert-publisher",
+            ]),
             Role::Hosting | Role::Wds => {}
         }
         let args = [

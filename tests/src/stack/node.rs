@@ -1,0 +1,349 @@
+//! A real node in a WEC: Debian's containerd (with its CRI plugin and overlayfs) and runc run the
+//! Pods that a kubelet, built from the pinned Kubernetes release, is given by the WEC's scheduler.
+//! Pods get addresses on a bridge of the node's own (Debian's CNI plugins), which the kubelet's
+//! probes reach from the host. The node has no registry to pull from: the stack's test workload
+//! image `ks-pod` (`images/build.sh ks-pod`) is imported into its containerd, which also runs it
+//! as every Pod's pause container. It is tainted [`REAL_NODE_TAINT`], so that only Pods that ask
+//! for it (tolerate the taint and select [`REAL_NODE_LABEL`]) run there, and every other Pod stays
+//! on the WEC's kwok node.
+//!
+//! It runs only where containerd, runc and the CNI plugins are installed (`apt-get install
+//! containerd runc containernetworking-plugins`, which CI does); elsewhere the stack says so and
+//! goes on without it, and the tests that need it fail saying why.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::pki::ClientIdentity;
+use super::{FIELD_MANAGER, Stack, wait_for};
+
+/// The WECs that get a real node.
+pub const REAL_NODE_WECS: [&str; 1] = ["cluster1"];
+/// The label every real node carries (value `true`).
+pub const REAL_NODE_LABEL: &str = "kubestellar.io/real-node";
+/// The taint (effect `NoSchedule`) that keeps Pods off a real node unless they tolerate it.
+pub const REAL_NODE_TAINT: &str = "kubestellar.io/real-node";
+/// What the node's containerd runs: the test workload, also its pause image.
+pub const POD_IMAGE: &str = "ks-pod";
+
+/// Where the host's container tools are (Debian's packages).
+const CONTAINERD: &str = "/usr/bin/containerd";
+const CTR: &str = "/usr/bin/ctr";
+const CNI_PLUGINS: &str = "/usr/lib/cni";
+/// containerd looks for runc and its shim on `PATH`.
+const TOOLS_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// The name of the real node of `wec`.
+pub fn node_name(wec: &str) -> String {
+    format!("{wec}-real")
+}
+
+/// What the host lacks to run a real node, if anything.
+pub fn missing_tools() -> Option<String> {
+    let needed = [
+        CONTAINERD,
+        CTR,
+        "/usr/sbin/runc",
+        "/usr/bin/containerd-shim-runc-v2",
+        "/usr/lib/cni/bridge",
+        "/usr/lib/cni/host-local",
+        "/usr/lib/cni/loopback",
+    ];
+    let missing: Vec<&str> = needed.into_iter().filter(|p| !Path::new(p).exists()).collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "missing {}: install Debian's containerd, runc and containernetworking-plugins",
+            missing.join(", ")
+        )
+    })
+}
+
+/// A real node's files, under `.stack/nodes/<wec>`.
+struct NodeFiles {
+    dir: PathBuf,
+}
+
+impl NodeFiles {
+    fn socket(&self) -> PathBuf {
+        self.dir.join("containerd.sock")
+    }
+    fn containerd_config(&self) -> PathBuf {
+        self.dir.join("containerd.toml")
+    }
+    fn kubelet_config(&self) -> PathBuf {
+        self.dir.join("kubelet.yaml")
+    }
+    fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubelet.kubeconfig")
+    }
+    fn cni(&self) -> PathBuf {
+        self.dir.join("cni")
+    }
+}
+
+impl Stack {
+    fn node_files(&self, wec: &str) -> NodeFiles {
+        NodeFiles {
+            dir: self.state.join("nodes").join(wec),
+        }
+    }
+
+    /// Process names of a WEC's real node.
+    fn node_processes(wec: &str) -> [String; 2] {
+        [format!("node-{wec}-containerd"), format!("node-{wec}-kubelet")]
+    }
+
+    /// Starts the real node of `wec` (containerd, then the kubelet), unless it runs; waits until
+    /// its Node is Ready.
+    pub(super) async fn start_real_node(&self, wec: &str, index: u8) -> anyhow::Result<()> {
+        let files = self.node_files(wec);
+        let [containerd, kubelet] = Self::node_processes(wec);
+        std::fs::create_dir_all(files.cni())?;
+        self.write_containerd_config(wec, index, &files)?;
+        self.procs.ensure(
+            &containerd,
+            Path::new(CONTAINERD),
+            &["--config".into(), files.containerd_config().display().to_string()],
+            &[("PATH", TOOLS_PATH)],
+        )?;
+        wait_for("containerd's socket", Duration::from_secs(30), || async {
+            self.procs.check_alive(&containerd)?;
+            Ok(files.socket().exists())
+        })
+        .await
+        .with_context(|| self.procs.tail(&containerd, 20))?;
+        self.import_pod_image(&files)?;
+        self.write_kubelet_files(wec, &files).await?;
+        let args = [
+            format!("--config={}", files.kubelet_config().display()),
+            format!("--kubeconfig={}", files.kubeconfig().display()),
+            format!("--hostname-override={}", node_name(wec)),
+            format!("--root-dir={}", files.dir.join("kubelet").display()),
+            format!("--cert-dir={}", files.dir.join("kubelet-pki").display()),
+            format!("--node-labels={REAL_NODE_LABEL}=true"),
+        ];
+        self.procs
+            .ensure(&kubelet, &self.bin("kubelet"), &args, &[("PATH", TOOLS_PATH)])?;
+        let nodes: Api<Node> = Api::all(self.client(wec).await?);
+        let name = node_name(wec);
+        wait_for(&format!("Node {name} Ready"), Duration::from_secs(60), || async {
+            self.procs.check_alive(&kubelet)?;
+            let node = nodes.get_opt(&name).await.unwrap_or(None);
+            Ok(node.is_some_and(|n| is_ready(&n)))
+        })
+        .await
+        .with_context(|| self.procs.tail(&kubelet, 30))
+    }
+
+    /// Stops every Pod container of the real nodes (containerd's shims outlive containerd), so
+    /// that stopping the processes leaves nothing running.
+    pub(super) fn stop_real_node_pods(&self) {
+        for wec in REAL_NODE_WECS {
+            let [containerd, _] = Self::node_processes(wec);
+            if self.procs.running(&containerd).is_none() {
+                continue;
+            }
+            let socket = self.node_files(wec).socket();
+            let ctr = |args: &[&str]| {
+                Command::new(CTR)
+                    .arg("--address")
+                    .arg(&socket)
+                    .args(["--namespace", "k8s.io"])
+                    .args(args)
+                    .output()
+            };
+            let Ok(listed) = ctr(&["tasks", "list", "--quiet"]) else {
+                continue;
+            };
+            for task in String::from_utf8_lossy(&listed.stdout).lines() {
+                let _ = ctr(&["tasks", "kill", "--signal", "SIGKILL", task]);
+                let _ = ctr(&["tasks", "delete", "--force", task]);
+            }
+        }
+    }
+
+    fn write_containerd_config(&self, wec: &str, index: u8, files: &NodeFiles) -> anyhow::Result<()> {
+        let p = |path: PathBuf| path.display().to_string();
+        let config = format!(
+            r#"version = 2
+root = "{root}"
+state = "{state}"
+[grpc]
+  address = "{socket}"
+[ttrpc]
+  address = "{socket}.ttrpc"
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "{image}"
+  # Pause containers ask for an OOM score of -998, which this host refuses to set (a score may
+  # only be lowered with CAP_SYS_RESOURCE, which the stack's sandbox lacks): no score below
+  # containerd's own.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = "overlayfs"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = "{CNI_PLUGINS}"
+    conf_dir = "{cni}"
+"#,
+            root = p(files.dir.join("containerd")),
+            state = p(files.dir.join("containerd-state")),
+            socket = p(files.socket()),
+            image = self.pod_image_ref()?,
+            cni = p(files.cni()),
+        );
+        std::fs::write(files.containerd_config(), config)?;
+        // One bridge and subnet per node; the bridge's address is the Pods' gateway, and is how
+        // the kubelet's probes reach them.
+        let network = json!({
+            "cniVersion": "1.0.0",
+            "name": format!("ks-{wec}"),
+            "plugins": [
+                {"type": "bridge", "bridge": bridge_name(wec), "isGateway": true, "ipMasq": false,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.89.{index}.0/24")}]],
+                          "dataDir": p(files.dir.join("ipam"))}},
+                {"type": "loopback"},
+            ],
+        });
+        std::fs::write(
+            files.cni().join("10-ks.conflist"),
+            serde_json::to_string_pretty(&network)?,
+        )?;
+        Ok(())
+    }
+
+    /// The reference `images/build.sh` gives the `ks-pod` image (its version is the crate's).
+    fn pod_image_ref(&self) -> anyhow::Result<String> {
+        Ok(format!(
+            "ghcr.io/kubestellar-rs/{POD_IMAGE}:{}",
+            env!("CARGO_PKG_VERSION")
+        ))
+    }
+
+    /// Packs the `ks-pod` binary built beside the stack's into its image and imports it.
+    fn import_pod_image(&self, files: &NodeFiles) -> anyhow::Result<()> {
+        let target = self
+            .our_binaries
+            .parent()
+            .context("the binaries' directory has a parent")?;
+        let repo = self.state.parent().context("the state directory has a parent")?;
+        let profile = match self.our_binaries.file_name().and_then(|n| n.to_str()) {
+            Some("debug") => "dev",
+            Some(other) => other,
+            None => "dev",
+        };
+        let packed = Command::new(repo.join("images/build.sh"))
+            .args(["--no-build", "--profile", profile, POD_IMAGE])
+            .env("CARGO_TARGET_DIR", target)
+            .output()?;
+        if !packed.status.success() {
+            bail!(
+                "packing the {POD_IMAGE} image failed: {}",
+                String::from_utf8_lossy(&packed.stderr)
+            );
+        }
+        let archive = target.join("images").join(format!("{POD_IMAGE}.oci.tar"));
+        let imported = Command::new(CTR)
+            .arg("--address")
+            .arg(files.socket())
+            .args(["--namespace", "k8s.io", "images", "import"])
+            .arg(&archive)
+            .output()?;
+        if !imported.status.success() {
+            bail!(
+                "importing {} into the real node failed: {}",
+                archive.display(),
+                String::from_utf8_lossy(&imported.stderr)
+            );
+        }
+        Ok(())
+    }
+
+    /// The kubelet's configuration, and its credential: a client certificate as
+    /// `system:node:<name>` (group `system:nodes`), bound to the `system:node` ClusterRole (the
+    /// stack's apiservers authorise by RBAC alone, without the Node authorizer).
+    async fn write_kubelet_files(&self, wec: &str, files: &NodeFiles) -> anyhow::Result<()> {
+        let name = node_name(wec);
+        let user = format!("system:node:{name}");
+        let file = format!("node-{wec}");
+        let who = ClientIdentity {
+            file: &file,
+            user: &user,
+            groups: &["system:nodes"],
+        };
+        let pki = self.pki();
+        pki.ensure_client(&who)?;
+        let port = self
+            .spaces()
+            .iter()
+            .find(|s| s.name == wec)
+            .context("no such WEC")?
+            .port;
+        std::fs::write(
+            files.kubeconfig(),
+            super::kubeconfig::render(&pki, &who, &[(wec.to_string(), port)])?,
+        )?;
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": format!("ks-stack:{name}")},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        }))?;
+        Api::<ClusterRoleBinding>::all(self.client(wec).await?)
+            .patch(
+                &binding.metadata.name.clone().unwrap_or_default(),
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(&binding),
+            )
+            .await?;
+        let config = json!({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            "containerRuntimeEndpoint": format!("unix://{}", files.socket().display()),
+            "cgroupDriver": "cgroupfs",
+            // Pods' cgroups are containerd's, per container: two nodes on one host would share
+            // the kubelet's QoS hierarchy.
+            "cgroupsPerQOS": false,
+            "enforceNodeAllocatable": [],
+            "failSwapOn": false,
+            "failCgroupV1": false,
+            "address": "127.0.0.1",
+            "port": self.side_port("kubelet", wec),
+            "readOnlyPort": 0,
+            "healthzPort": 0,
+            "authentication": {"anonymous": {"enabled": false}, "webhook": {"enabled": false},
+                               "x509": {"clientCAFile": pki.ca_cert().display().to_string()}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "registerWithTaints": [{"key": REAL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}],
+            // Nothing can be pulled again: never collect images. The host's disk is shared with
+            // everything else, so pressure is only what would stop the node working.
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+                             "nodefs.inodesFree": "1%"},
+            "localStorageCapacityIsolation": false,
+            "resolvConf": "",
+        });
+        std::fs::write(files.kubelet_config(), serde_saphyr::to_string(&config)?)?;
+        Ok(())
+    }
+}
+
+/// The node's bridge: at most 15 characters, as Linux allows.
+fn bridge_name(wec: &str) -> String {
+    let mut name = format!("ks-{wec}");
+    name.truncate(15);
+    name
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
