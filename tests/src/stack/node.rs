@@ -103,6 +103,7 @@ impl Stack {
     /// Starts the real node of `wec` (containerd, then the kubelet), unless it runs; waits until
     /// its Node is Ready.
     pub(super) async fn start_real_node(&self, wec: &str, index: u8) -> anyhow::Result<()> {
+        let started = std::time::Instant::now();
         let files = self.node_files(wec);
         let [containerd, kubelet] = Self::node_processes(wec);
         std::fs::create_dir_all(files.cni())?;
@@ -139,7 +140,9 @@ impl Stack {
             Ok(node.is_some_and(|n| is_ready(&n)))
         })
         .await
-        .with_context(|| self.procs.tail(&kubelet, 30))
+        .with_context(|| self.procs.tail(&kubelet, 30))?;
+        println!("real node {name} Ready in {:.1}s", started.elapsed().as_secs_f64());
+        Ok(())
     }
 
     /// Stops every Pod container of the real nodes (containerd's shims outlive containerd), so
