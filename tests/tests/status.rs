@@ -1283,7 +1283,8 @@ async fn a_multi_wec_aggregate_says_what_the_least_healthy_wecs_say(ctx: Ctx) ->
 /// On cluster1's real node (containerd and a kubelet, `ks_tests::stack::node`), a Deployment of
 /// the test workload really runs: its readiness probe passes and the WDS Deployment's returned
 /// status says 1 ready; a Pod whose container exits at once crash-loops there, and the policy,
-/// `kubectl kubestellar status` and `why` say it is Degraded on cluster1 by `CrashLoopBackOff`.
+/// `kubectl kubestellar status` and `why` say it is Degraded on cluster1 by `CrashLoopBackOff`;
+/// one over its memory limit is OOMKilled there, and Degraded too.
 async fn a_real_node_shows_real_readiness_and_crash_loops(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "real-node")?;
     let real = node::node_name("cluster1");
@@ -1319,16 +1320,18 @@ async fn a_real_node_shows_real_readiness_and_crash_loops(ctx: Ctx) -> anyhow::R
         "metadata": {"name": "web", "labels": {"app": "web"}},
         "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "web"}},
                  "template": {"metadata": {"labels": {"app": "web"}}, "spec": pod_spec}}});
-    let mut crashing = placement;
-    crashing["containers"] = json!([container("crasher", json!(["crash"]))]);
-    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "crasher", "labels": {"app": "web"}},
-                     "spec": crashing});
+    let pod = |name: &str, container: Value| {
+        let mut spec = placement.clone();
+        spec["containers"] = json!([container]);
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": "web"}}, "spec": spec})
+    };
+    // Over its memory limit: the kernel kills it, the kubelet says OOMKilled.
+    let mut eating = container("eater", json!(["eat", "--mebibytes", "64"]));
+    eating["resources"] = json!({"limits": {"memory": "16Mi"}, "requests": {"memory": "16Mi"}});
     apply(&Api::<Deployment>::namespaced(wds.clone(), &ns), deployment).await?;
-    apply(
-        &Api::<k8s_openapi::api::core::v1::Pod>::namespaced(wds.clone(), &ns),
-        pod,
-    )
-    .await?;
+    let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(wds.clone(), &ns);
+    apply(&pods, pod("crasher", container("crasher", json!(["crash"])))).await?;
+    apply(&pods, pod("eater", eating)).await?;
     let policy = ctx.unique_name("real");
     bind(
         &wds,
@@ -1353,13 +1356,13 @@ async fn a_real_node_shows_real_readiness_and_crash_loops(ctx: Ctx) -> anyhow::R
     let policies: Api<BindingPolicy> = Api::all(wds.clone());
     let crash_looping = |p: Option<&BindingPolicy>| {
         wec_health(p, "cluster1").is_some_and(|((_, _, degraded, _), first)| {
-            degraded == 1 && first.contains("crasher") && first.contains("CrashLoopBackOff")
+            degraded == 2 && first.contains("crasher") && first.contains("CrashLoopBackOff")
         })
     };
     wait_until(
         policies,
         &policy,
-        "the crasher degraded on cluster1",
+        "the crasher and the eater degraded on cluster1",
         DEADLINE,
         crash_looping,
     )
@@ -1383,5 +1386,18 @@ async fn a_real_node_shows_real_readiness_and_crash_loops(ctx: Ctx) -> anyhow::R
         )
     };
     wait_for("why to name the crash on cluster1", DEADLINE, names_the_crash).await?;
+    let on_wec = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(ctx.client("cluster1").await?, &ns);
+    let oom_killed = || async {
+        let eater = on_wec.get("eater").await?;
+        let statuses = eater.status.and_then(|s| s.container_statuses).unwrap_or_default();
+        anyhow::Ok(statuses.iter().any(|c| {
+            [c.state.as_ref(), c.last_state.as_ref()]
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.terminated.as_ref())
+                .any(|t| t.reason.as_deref() == Some("OOMKilled"))
+        }))
+    };
+    wait_for("the eater OOMKilled on the real node", DEADLINE, oom_killed).await?;
     cleanup(&ctx, &[policy], &[], &ns).await
 }

@@ -428,11 +428,11 @@ fn items<P: Plugin>(inputs: &Inputs<'_, P>, binding: &str) -> (Items, Failing, V
             created: object.metadata.creation_timestamp.clone(),
         };
         // Where a write of its status raises its generation (no status subresource), its
-        // versions are told apart by content instead.
+        // versions are told apart by content instead (objects without a generation, such as
+        // ConfigMaps, have no versions to tell apart).
+        let by_content = !served.status_subresource && object.metadata.generation.is_some();
         let delivered_as = object.as_delivered(served_as).and_then(|manifest| {
-            let content = (!served.status_subresource)
-                .then(|| object.content_digest())
-                .transpose()?;
+            let content = by_content.then(|| object.content_digest()).transpose()?;
             Ok((manifest, content))
         });
         let (mut manifest, content) = match delivered_as {

@@ -2,7 +2,7 @@
 //! ks-pod`). With no command it waits for a stop signal: the pod sandbox's "pause" container,
 //! which containerd starts for every Pod. `serve` answers every HTTP request with 200 until it is
 //! stopped: a workload whose readiness probe passes. `crash` exits with status 1 at once: a
-//! container that crash-loops.
+//! container that crash-loops. `eat` takes memory and holds it: a container over its limit.
 
 use std::process::ExitCode;
 
@@ -15,7 +15,7 @@ use tokio::signal::unix::{SignalKind, signal};
 #[command(
     name = "ks-pod",
     version,
-    about = "A pause container, a workload that serves HTTP, or one that crashes"
+    about = "A pause container, a workload that serves HTTP, one that crashes or one that takes memory"
 )]
 struct Args {
     #[command(subcommand)]
@@ -32,6 +32,11 @@ enum Command {
     },
     /// Exit with status 1 at once.
     Crash,
+    /// Take this much memory (every page written), then wait until stopped.
+    Eat {
+        #[arg(long)]
+        mebibytes: usize,
+    },
 }
 
 #[tokio::main(flavor = "current_thread")]
@@ -58,6 +63,13 @@ async fn main() -> ExitCode {
         Some(Command::Crash) => {
             eprintln!("ks-pod: crashing, as asked");
             ExitCode::FAILURE
+        }
+        Some(Command::Eat { mebibytes }) => {
+            let eaten = vec![1u8; mebibytes << 20];
+            println!("ks-pod: holding {} MiB", eaten.len() >> 20);
+            stopped().await;
+            drop(eaten);
+            ExitCode::SUCCESS
         }
     }
 }

@@ -227,6 +227,7 @@ impl Stack {
         self.stop_real_node_pods();
         let (etcd, others): (Vec<String>, Vec<String>) = self.procs.started().into_iter().partition(|n| n == "etcd");
         self.procs.stop_all(&others, Duration::from_secs(10))?;
+        self.release_real_node_mounts();
         self.procs.stop_all(&etcd, Duration::from_secs(10))
     }
 

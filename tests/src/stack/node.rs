@@ -108,7 +108,7 @@ impl Stack {
         let [containerd, kubelet] = Self::node_processes(wec);
         std::fs::create_dir_all(files.cni())?;
         self.write_containerd_config(wec, index, &files)?;
-        self.procs.ensure(
+        let restarted = self.procs.ensure(
             &containerd,
             Path::new(CONTAINERD),
             &["--config".into(), files.containerd_config().display().to_string()],
@@ -120,7 +120,7 @@ impl Stack {
         })
         .await
         .with_context(|| self.procs.tail(&containerd, 20))?;
-        self.import_pod_image(&files)?;
+        self.import_pod_image(&files, restarted)?;
         self.write_kubelet_files(wec, &files).await?;
         let args = [
             format!("--config={}", files.kubelet_config().display()),
@@ -169,6 +169,26 @@ impl Stack {
                 let _ = ctr(&["tasks", "kill", "--signal", "SIGKILL", task]);
                 let _ = ctr(&["tasks", "delete", "--force", task]);
             }
+        }
+    }
+
+    /// Unmounts what the real nodes left mounted once they are stopped (the kubelet's root
+    /// directory, which it mounts onto itself, and the volumes of Pods it did not get to tear
+    /// down), deepest first, so that `.stack` can be removed.
+    pub(super) fn release_real_node_mounts(&self) {
+        let nodes = self.state.join("nodes");
+        let Ok(mounts) = std::fs::read_to_string("/proc/self/mountinfo") else {
+            return;
+        };
+        // The mount point is the fifth field, with spaces and the like octal-escaped.
+        let mut points: Vec<&str> = mounts
+            .lines()
+            .filter_map(|line| line.split(' ').nth(4))
+            .filter(|point| Path::new(point).starts_with(&nodes))
+            .collect();
+        points.sort_by_key(|point| std::cmp::Reverse(point.len()));
+        for point in points {
+            let _ = Command::new("umount").arg("--lazy").arg(point).status();
         }
     }
 
@@ -228,12 +248,19 @@ state = "{state}"
         ))
     }
 
-    /// Packs the `ks-pod` binary built beside the stack's into its image and imports it.
-    fn import_pod_image(&self, files: &NodeFiles) -> anyhow::Result<()> {
+    /// Packs the `ks-pod` binary built beside the stack's into its image and imports it, unless
+    /// containerd ran before and has the image of that binary already.
+    fn import_pod_image(&self, files: &NodeFiles, restarted: bool) -> anyhow::Result<()> {
         let target = self
             .our_binaries
             .parent()
             .context("the binaries' directory has a parent")?;
+        let archive = target.join("images").join(format!("{POD_IMAGE}.oci.tar"));
+        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let binary = modified(&self.our_binaries.join(POD_IMAGE));
+        if !restarted && binary.is_some() && modified(&archive) >= binary {
+            return Ok(());
+        }
         let repo = self.state.parent().context("the state directory has a parent")?;
         let profile = match self.our_binaries.file_name().and_then(|n| n.to_str()) {
             Some("debug") => "dev",
@@ -250,7 +277,6 @@ state = "{state}"
                 String::from_utf8_lossy(&packed.stderr)
             );
         }
-        let archive = target.join("images").join(format!("{POD_IMAGE}.oci.tar"));
         let imported = Command::new(CTR)
             .arg("--address")
             .arg(files.socket())
