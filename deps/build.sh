@@ -7,7 +7,7 @@
 #   deps/build.sh [all|NAME...]        build (default: all)
 #   deps/build.sh tidy [all|NAME...]   regenerate deps/go/NAME/go.{mod,sum} from versions.env
 #
-# NAME: kubernetes kubelet etcd ocm kwok helm jaeger kubeflex crds, or kubestellar (upstream, for `make bench`; not in all)
+# NAME: kubernetes kubelet etcd ocm kwok helm jaeger kubeflex registry crane crds, or kubestellar (upstream, for `make bench`; not in all)
 # Outputs: $KS_CACHE/bin/<bin>-<version> (+ .stamp), symlink $KS_CACHE/bin/<bin> -> it,
 #          $KS_CACHE/crds/{ocm-hub,ocm-spoke,kubeflex,kubestellar,kwok-stages}/*.yaml
 #          KS_CACHE defaults to $HOME/.cache/kubestellar-rs.
@@ -32,7 +32,7 @@ BUILD_GOFLAGS="-trimpath -buildvcs=false -mod=readonly"
 # the transitive ones); builds verify against the committed go.sum instead.
 TIDY_GONOSUMDB="k8s.io/kubernetes,github.com/kubestellar/kubeflex"
 
-ALL=(kubernetes kubelet etcd ocm kwok helm jaeger kubeflex crds)
+ALL=(kubernetes kubelet etcd ocm kwok helm jaeger kubeflex registry crane crds)
 # Built only on request: upstream KubeStellar is what `make bench` compares us with; tests never need it.
 OPTIONAL=(kubestellar)
 CURRENT="startup"
@@ -55,6 +55,8 @@ module_of() {
     jaeger)     echo "github.com/jaegertracing/jaeger $JAEGER_VERSION" ;;
     kubeflex)   echo "github.com/kubestellar/kubeflex $KUBEFLEX_VERSION" ;;
     kubestellar) echo "github.com/kubestellar/kubestellar $KUBESTELLAR_VERSION" ;;
+    registry)   echo "github.com/distribution/distribution/v3 $REGISTRY_VERSION" ;;
+    crane)      echo "github.com/google/go-containerregistry $CRANE_VERSION" ;;
     *) die "unknown component '$1' (known: ${ALL[*]} ${OPTIONAL[*]})" ;;
   esac
 }
@@ -83,6 +85,9 @@ bins_of() {
     # The two hub processes of upstream's core chart (the WDS controller-manager and the OCM transport).
     kubestellar) printf '%s\n' kubestellar-controller-manager=github.com/kubestellar/kubestellar/cmd/controller-manager \
                   ocm-transport-controller=github.com/kubestellar/kubestellar/pkg/transport/ocm-transport-controller ;;
+    # The stack's OCI registry, which the real node pulls from, and the client that pushes to it.
+    registry)   echo registry=github.com/distribution/distribution/v3/cmd/registry ;;
+    crane)      echo crane=github.com/google/go-containerregistry/cmd/crane ;;
   esac
 }
 
@@ -114,6 +119,8 @@ ldflags_of() {
     jaeger) echo "-s -w -X github.com/jaegertracing/jaeger/internal/version.latestVersion=$JAEGER_V2_VERSION" ;;
     kubeflex) echo "-s -w -X main.Version=$KUBEFLEX_VERSION" ;;
     kubestellar) echo "-s -w -X k8s.io/component-base/version.gitVersion=$KUBESTELLAR_VERSION -X k8s.io/client-go/pkg/version.gitVersion=$KUBESTELLAR_VERSION" ;;
+    registry) echo "-s -w -X github.com/distribution/distribution/v3/version.version=$REGISTRY_VERSION" ;;
+    crane) echo "-s -w" ;;
   esac
 }
 

@@ -14,7 +14,7 @@ use ks_shared::api::{
     condition_type,
 };
 use ks_tests::harness::{Ctx, apply, run, wait_until};
-use ks_tests::stack::{node, ocm, wait_for};
+use ks_tests::stack::{node, ocm, registry, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Tools, app_yaml, crd_yaml, custom_object_yaml, policy_yaml, singleton_policy_yaml};
 use kube::Client;
@@ -1297,18 +1297,15 @@ async fn a_real_node_shows_real_readiness_and_crash_loops(ctx: Ctx) -> anyhow::R
     }
     let wds = ctx.client("wds1").await?;
     let ns = ctx.namespace("wds1").await?;
-    let image = format!(
-        "ghcr.io/kubestellar-rs/{}:{}",
-        node::POD_IMAGE,
-        env!("CARGO_PKG_VERSION")
-    );
+    // Pulled from the stack's registry.
+    let image = registry::image_ref(node::POD_IMAGE);
     // What puts a Pod on the real node, and only there.
     let placement = json!({
         "nodeSelector": {node::REAL_NODE_LABEL: "true"},
         "tolerations": [{"key": node::REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
     });
     let container = |name: &str, args: Value| {
-        json!({"name": name, "image": image, "imagePullPolicy": "Never", "args": args,
+        json!({"name": name, "image": image, "imagePullPolicy": "Always", "args": args,
                "securityContext": {"runAsNonRoot": true, "readOnlyRootFilesystem": true,
                                    "allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}})
     };

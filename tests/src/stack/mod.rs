@@ -6,7 +6,8 @@
 //! for wds1, a stand-in kubelet on the hosting cluster, the ITS and each WEC that runs our
 //! images, and the status add-on chart installed by helm on its1 (its ks-addon installs the
 //! status agent on every WEC through OCM). Where the host has containerd, cluster1 also gets a
-//! real node that runs the test workload's containers ([`node`]).
+//! real node that runs the test workload's containers ([`node`]), pulled from the stack's OCI
+//! registry ([`registry`]).
 //!
 //! State lives in `.stack/` at the repository root: `kubeconfig` (a context per space), `env`
 //! (to source), `logs/`, `pids/`, `pki/`. `up` is idempotent; `down` stops what `up` started.
@@ -20,6 +21,7 @@ pub mod node;
 pub mod ocm;
 mod pki;
 mod procs;
+pub mod registry;
 mod spaces;
 pub mod status_addon;
 mod tools;
@@ -206,6 +208,7 @@ impl Stack {
         // A real node where containers run, on the WECs that get one, if the host can.
         match node::missing_tools() {
             None => {
+                self.start_registry()?;
                 for (index, wec) in node::REAL_NODE_WECS.iter().enumerate() {
                     if self.wec_names().iter().any(|w| w == wec) {
                         self.start_real_node(wec, index as u8).await?;

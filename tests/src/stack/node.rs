@@ -1,9 +1,9 @@
 //! A real node in a WEC: Debian's containerd (with its CRI plugin and overlayfs) and runc run the
 //! Pods that a kubelet, built from the pinned Kubernetes release, is given by the WEC's scheduler.
 //! Pods get addresses on a bridge of the node's own (Debian's CNI plugins), which the kubelet's
-//! probes reach from the host. The node has no registry to pull from: the stack's test workload
-//! image `ks-pod` (`images/build.sh ks-pod`) is imported into its containerd, which also runs it
-//! as every Pod's pause container. It is tainted [`REAL_NODE_TAINT`], so that only Pods that ask
+//! probes reach from the host. It pulls images from the stack's registry ([`super::registry`]),
+//! where the stack pushes its test workload image `ks-pod` (`images/build.sh ks-pod`), which is
+//! also every Pod's pause container. It is tainted [`REAL_NODE_TAINT`], so that only Pods that ask
 //! for it (tolerate the taint and select [`REAL_NODE_LABEL`]) run there, and every other Pod stays
 //! on the WEC's kwok node.
 //!
@@ -15,13 +15,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 use super::pki::ClientIdentity;
+use super::registry::REGISTRY;
 use super::{FIELD_MANAGER, Stack, wait_for};
 
 /// The WECs that get a real node.
@@ -107,8 +108,10 @@ impl Stack {
         let files = self.node_files(wec);
         let [containerd, kubelet] = Self::node_processes(wec);
         std::fs::create_dir_all(files.cni())?;
-        self.write_containerd_config(wec, index, &files)?;
-        let restarted = self.procs.ensure(
+        // Pulled from the stack's registry, as every image the node runs.
+        let pause = self.push_image(POD_IMAGE)?;
+        self.write_containerd_config(wec, index, &files, &pause)?;
+        self.procs.ensure(
             &containerd,
             Path::new(CONTAINERD),
             &["--config".into(), files.containerd_config().display().to_string()],
@@ -120,7 +123,6 @@ impl Stack {
         })
         .await
         .with_context(|| self.procs.tail(&containerd, 20))?;
-        self.import_pod_image(&files, restarted)?;
         self.write_kubelet_files(wec, &files).await?;
         let args = [
             format!("--config={}", files.kubelet_config().display()),
@@ -192,7 +194,7 @@ impl Stack {
         }
     }
 
-    fn write_containerd_config(&self, wec: &str, index: u8, files: &NodeFiles) -> anyhow::Result<()> {
+    fn write_containerd_config(&self, wec: &str, index: u8, files: &NodeFiles, pause: &str) -> anyhow::Result<()> {
         let p = |path: PathBuf| path.display().to_string();
         let config = format!(
             r#"version = 2
@@ -208,6 +210,8 @@ state = "{state}"
   # only be lowered with CAP_SYS_RESOURCE, which the stack's sandbox lacks): no score below
   # containerd's own.
   restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".registry.mirrors."{REGISTRY}"]
+    endpoint = ["http://{REGISTRY}"]
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
   [plugins."io.containerd.grpc.v1.cri".cni]
@@ -217,7 +221,7 @@ state = "{state}"
             root = p(files.dir.join("containerd")),
             state = p(files.dir.join("containerd-state")),
             socket = p(files.socket()),
-            image = self.pod_image_ref()?,
+            image = pause,
             cni = p(files.cni()),
         );
         std::fs::write(files.containerd_config(), config)?;
@@ -237,59 +241,6 @@ state = "{state}"
             files.cni().join("10-ks.conflist"),
             serde_json::to_string_pretty(&network)?,
         )?;
-        Ok(())
-    }
-
-    /// The reference `images/build.sh` gives the `ks-pod` image (its version is the crate's).
-    fn pod_image_ref(&self) -> anyhow::Result<String> {
-        Ok(format!(
-            "ghcr.io/kubestellar-rs/{POD_IMAGE}:{}",
-            env!("CARGO_PKG_VERSION")
-        ))
-    }
-
-    /// Packs the `ks-pod` binary built beside the stack's into its image and imports it, unless
-    /// containerd ran before and has the image of that binary already.
-    fn import_pod_image(&self, files: &NodeFiles, restarted: bool) -> anyhow::Result<()> {
-        let target = self
-            .our_binaries
-            .parent()
-            .context("the binaries' directory has a parent")?;
-        let archive = target.join("images").join(format!("{POD_IMAGE}.oci.tar"));
-        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
-        let binary = modified(&self.our_binaries.join(POD_IMAGE));
-        if !restarted && binary.is_some() && modified(&archive) >= binary {
-            return Ok(());
-        }
-        let repo = self.state.parent().context("the state directory has a parent")?;
-        let profile = match self.our_binaries.file_name().and_then(|n| n.to_str()) {
-            Some("debug") => "dev",
-            Some(other) => other,
-            None => "dev",
-        };
-        let packed = Command::new(repo.join("images/build.sh"))
-            .args(["--no-build", "--profile", profile, POD_IMAGE])
-            .env("CARGO_TARGET_DIR", target)
-            .output()?;
-        if !packed.status.success() {
-            bail!(
-                "packing the {POD_IMAGE} image failed: {}",
-                String::from_utf8_lossy(&packed.stderr)
-            );
-        }
-        let imported = Command::new(CTR)
-            .arg("--address")
-            .arg(files.socket())
-            .args(["--namespace", "k8s.io", "images", "import"])
-            .arg(&archive)
-            .output()?;
-        if !imported.status.success() {
-            bail!(
-                "importing {} into the real node failed: {}",
-                archive.display(),
-                String::from_utf8_lossy(&imported.stderr)
-            );
-        }
         Ok(())
     }
 
