@@ -18,7 +18,8 @@ pub fn content_digest<'a>(fields: impl IntoIterator<Item = (&'a String, &'a Valu
         .into_iter()
         .filter(|(key, _)| !matches!(key.as_str(), "apiVersion" | "kind" | "metadata" | "status"))
         .collect();
-    let text = serde_json::to_string(&content).unwrap_or_default();
+    // A map of string keys to JSON values always serialises.
+    let text = serde_json::to_string(&content).expect("JSON values serialise");
     let digest = ring::digest::digest(&ring::digest::SHA256, text.as_bytes());
     digest.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -42,7 +42,7 @@ pub async fn apply_object_status(
     key: &WorkloadRef,
     target: StatusTarget<'_>,
     status: &Json,
-) -> kube::Result<Option<Json>> {
+) -> kube::Result<StatusWritten> {
     let mut metadata = json!({"name": key.name});
     let api: Api<DynamicObject> = match key.namespace() {
         Some(namespace) => {
@@ -57,10 +57,29 @@ pub async fn apply_object_status(
     let body =
         json!({"apiVersion": resource.api_version, "kind": resource.kind, "metadata": metadata, "status": status});
     let stored = match target {
-        StatusTarget::Subresource => apply_status(&api, &key.name, body).await?,
-        StatusTarget::Object { .. } => api.patch(&key.name, &apply_params(), &Patch::Apply(&body)).await?,
+        StatusTarget::Subresource => apply_status(&api, &key.name, body).await,
+        StatusTarget::Object { .. } => api.patch(&key.name, &apply_params(), &Patch::Apply(&body)).await,
     };
-    Ok(stored.data.get("status").cloned())
+    match stored {
+        Ok(stored) => Ok(StatusWritten::Stored(stored.data.get("status").cloned())),
+        // Deleted meanwhile (named by its UID: a 409 for the object itself). One made again
+        // under its name refuses the old UID with a 422, an error like any refusal.
+        Err(kube::Error::Api(e))
+            if e.code == 404 || (e.code == 409 && matches!(target, StatusTarget::Object { .. })) =>
+        {
+            Ok(StatusWritten::Gone)
+        }
+        Err(err) => Err(err),
+    }
+}
+
+/// What a write of a workload object's `.status` came to.
+#[derive(Debug, PartialEq)]
+pub enum StatusWritten {
+    /// Written: the status the apiserver stored (it may prune or default).
+    Stored(Option<Json>),
+    /// The object is gone: nothing to write to.
+    Gone,
 }
 
 /// Where a workload object's `.status` is written.
@@ -283,6 +302,77 @@ mod tests {
             );
             assert_eq!(written.is_err(), fails, "{code}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_status_without_a_subresource_is_applied_to_the_object_naming_its_uid_alone() {
+        let resource = ApiResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            api_version: "example.com/v1".into(),
+            kind: "Gizmo".into(),
+            plural: "gizmos".into(),
+        };
+        let key = WorkloadRef::new("example.com", "gizmos", "ns", "g");
+        let status = json!({"phase": "Running"});
+        let target = StatusTarget::Object { uid: "uid-g" };
+        let stored = json!({"apiVersion": "example.com/v1", "kind": "Gizmo",
+                            "metadata": {"name": "g", "namespace": "ns", "uid": "uid-g"},
+                            "spec": {"size": 1}, "status": status});
+        let (client, mut server) = mock::client();
+        let (written, asked) = tokio::join!(
+            apply_object_status(&client, &resource, &key, target, &status),
+            server.answer(200, stored)
+        );
+        assert_eq!(written.unwrap(), StatusWritten::Stored(Some(status.clone())));
+        assert_eq!(asked.method, "PATCH");
+        // The object itself, not a status subresource it does not have.
+        assert!(
+            asked.uri.starts_with("/apis/example.com/v1/namespaces/ns/gizmos/g?"),
+            "{}",
+            asked.uri
+        );
+        assert_eq!(asked.content_type, "application/apply-patch+yaml");
+        // Its UID, so that a missing object is refused rather than created, and nothing but
+        // the status: labels and spec stay the owner's.
+        assert_eq!(
+            asked.body,
+            json!({"apiVersion": "example.com/v1", "kind": "Gizmo",
+                   "metadata": {"name": "g", "namespace": "ns", "uid": "uid-g"}, "status": status})
+        );
+
+        // Gone (409 for a UID that names no object; 404): nothing to write to. Made again under
+        // the name (422: the UID cannot change) or failing: an error.
+        for (code, gone) in [(409, true), (404, true), (422, false), (500, false)] {
+            let (client, mut server) = mock::client();
+            let refused = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+                                 "reason": "Refused", "message": "no"});
+            let (written, _) = tokio::join!(
+                apply_object_status(&client, &resource, &key, target, &status),
+                server.answer(code, refused)
+            );
+            match written {
+                Ok(written) => assert!(gone && written == StatusWritten::Gone, "{code}"),
+                Err(_) => assert!(!gone, "{code}"),
+            }
+        }
+        // Through a status subresource a 409 is a conflict like any other.
+        let (client, mut server) = mock::client();
+        let conflict = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409,
+                              "reason": "Conflict", "message": "no"});
+        let (written, asked) = tokio::join!(
+            apply_object_status(&client, &resource, &key, StatusTarget::Subresource, &status),
+            server.answer(409, conflict)
+        );
+        assert!(written.is_err());
+        assert!(
+            asked
+                .uri
+                .starts_with("/apis/example.com/v1/namespaces/ns/gizmos/g/status?"),
+            "{}",
+            asked.uri
+        );
+        assert!(asked.body["metadata"].get("uid").is_none());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! and removed from every mailbox (found by label) when no longer wanted.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,7 +37,7 @@ use super::plan::{self, Cached, Desired, Entry};
 use super::revisions::Revisions;
 use super::schedule::{Pass, Schedule};
 use super::sharding::Limits;
-use super::{Error, Plugin, moves, propagation, template, trace, wrap};
+use super::{Error, Plugin, moves, propagation, sharers, template, trace, wrap};
 use crate::informers::{GroupResource, WorkloadInformers, workload_watch};
 
 /// Settings of the transport controller.
@@ -86,6 +86,9 @@ enum Input {
     /// A WEC's inventory object or customization changed: its template properties may have, or
     /// it may have been accepted.
     Cluster(String),
+    /// What a wrapped object holds, or has its destination hold for it, changed, or it went: the
+    /// [`sharers`] labels of the others in its mailbox may.
+    Holdings(String),
 }
 
 /// Runs the transport through `plugin` until `shutdown`. `informers` are the hub's, already
@@ -98,6 +101,7 @@ pub async fn run<P: Plugin>(
     settings: Settings,
     shutdown: CancellationToken,
 ) -> Result<(), Error> {
+    let plugin = Arc::new(plugin);
     let (inputs, mut received) = mpsc::unbounded_channel();
     // Every (re-)list is `Input::All`: deletions missed while a watch was down show only as
     // absences.
@@ -118,13 +122,19 @@ pub async fn run<P: Plugin>(
     let mut policy_revisions = Revisions::default();
     // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each of JSON text) until
     // each is read into what the cache keeps.
+    let mut fingerprints = HashMap::new();
+    let holder = plugin.clone();
     let works = watch_seen_into_inputs(
         Api::<P::Cached>::all(its.clone()),
         watcher::Config::default().labels(&ours).page_size(50),
         |_| {},
         &shutdown,
         &inputs,
-        move |seen| seen_work(&seeing, &mut revisions, seen),
+        move |seen| {
+            let fingerprint = |w: &P::Cached| sharers::fingerprint(holds(&*holder, w));
+            let holdings = holdings_changed(&mut fingerprints, &seen, fingerprint);
+            seen_work(&seeing, &mut revisions, seen).into_iter().chain(holdings)
+        },
     );
     let policies = watch_seen_into_inputs(
         Api::<BindingPolicy>::all(wds.clone()),
@@ -226,6 +236,7 @@ pub async fn run<P: Plugin>(
             },
         };
         let mut transforms_changed = false;
+        let mut holdings_changed = BTreeSet::new();
         for input in next.into_iter().chain(std::iter::from_fn(|| received.try_recv().ok())) {
             match input {
                 Input::Binding(name) => {
@@ -241,8 +252,16 @@ pub async fn run<P: Plugin>(
                     .depending_on(&cluster)
                     .into_iter()
                     .for_each(|b| schedule.changed(b)),
+                Input::Holdings(mailbox) => {
+                    holdings_changed.insert(mailbox);
+                }
             }
         }
+        let sharing = transport.sharing(&holdings_changed);
+        if !sharing.is_empty() {
+            tracing::debug!(mailboxes = ?holdings_changed, bindings = ?sharing, "what ManifestWorks share may have changed");
+        }
+        sharing.into_iter().for_each(|b| schedule.changed(b));
         if transforms_changed {
             transport.report_transforms().await;
             transport
@@ -301,7 +320,7 @@ struct Applied {
 }
 
 struct Transport<P: Plugin> {
-    plugin: P,
+    plugin: Arc<P>,
     packaging: trace::Packaging,
     wds: Client,
     its: Client,
@@ -363,6 +382,53 @@ fn written<'a, P: Plugin>(
         let held = plugin.held(w).iter().map(|h| &h.identity);
         held.zip(plugin.written(w).iter().copied())
     })
+}
+
+/// Sets the [`sharers`] label of `work`, to be written at `key` holding `objects`, from `holders`.
+fn label_sharing<'o, W: Resource + Clone>(
+    key: &WorkKey,
+    work: &mut Cow<'_, W>,
+    objects: impl IntoIterator<Item = &'o wrap::Identity>,
+    holders: &sharers::Holders<'_>,
+) {
+    let label = sharers::label(&holders.sharers(key, objects));
+    if work.labels().get(sharers::LABEL) != Some(&label) {
+        work.to_mut().labels_mut().insert(sharers::LABEL.to_string(), label);
+    }
+}
+
+/// What a wrapped object holds, and what its destination holds for it (reported applied, also
+/// what it no longer holds until the destination has let it go).
+fn holds<'a, P: Plugin>(plugin: &'a P, work: &'a P::Cached) -> impl Iterator<Item = &'a wrap::Identity> + 'a {
+    let held = plugin.held(work).iter().map(|h| &h.identity);
+    held.chain(plugin.applied_objects(work))
+}
+
+/// The mailbox whose [`sharers`] labels may change, when the watch shows a wrapped object whose
+/// holdings (by `fingerprint`, kept in `fingerprints`) changed or that went.
+fn holdings_changed<W: Resource>(
+    fingerprints: &mut HashMap<WorkKey, u64>,
+    seen: &Seen<'_, W>,
+    fingerprint: impl Fn(&W) -> u64,
+) -> Option<Input> {
+    match seen {
+        Seen::Changed(work) => {
+            let key = work_key(*work);
+            let print = fingerprint(work);
+            (fingerprints.insert(key.clone(), print) != Some(print)).then_some(Input::Holdings(key.0))
+        }
+        Seen::Deleted(work) => {
+            let key = work_key(*work);
+            fingerprints.remove(&key);
+            Some(Input::Holdings(key.0))
+        }
+        // Every Binding is planned again (`Input::All`), and the next change of each wrapped
+        // object counts as one (the list does not show them one by one).
+        Seen::Listed => {
+            fingerprints.clear();
+            None
+        }
+    }
 }
 
 fn seen_work<W: Resource>(
@@ -570,7 +636,7 @@ impl<P: Plugin> Transport<P> {
             .iter()
             .map(|(mailbox, works)| {
                 let (own, others): (Vec<_>, Vec<_>) = works.iter().partition(|w| of_binding(&***w, &name));
-                let in_place = wrap::in_place(written(&self.plugin, own), written(&self.plugin, others));
+                let in_place = wrap::in_place(written(&*self.plugin, own), written(&*self.plugin, others));
                 (mailbox.clone(), in_place)
             })
             .collect()
@@ -735,7 +801,7 @@ impl<P: Plugin> Transport<P> {
             .into_iter()
             .filter(|w| of_binding(&**w, &name))
             .collect();
-        let propagation = plan::propagation(&self.plugin, binding, &self.current_works(&name), &reported);
+        let propagation = plan::propagation(&*self.plugin, binding, &self.current_works(&name), &reported);
         let current = policy.status.as_ref();
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
         let condition = propagation::condition(
@@ -793,7 +859,7 @@ impl<P: Plugin> Transport<P> {
         let current = self.current_works(&binding.name_any());
         let in_place = self.written_in_place(binding);
         plan::plan(&plan::Inputs {
-            plugin: &self.plugin,
+            plugin: &*self.plugin,
             binding,
             objects,
             removals: &plan::removals(&self.transforms.state()),
@@ -892,15 +958,19 @@ impl<P: Plugin> Transport<P> {
                 "ManifestWorks keep the objects they lose until those are applied elsewhere"
             );
         }
+        let around = self.around(desired.keys().chain(now.keys()));
+        let holders = self.holders(&around);
         let now = Instant::now();
         let mut settling = false;
         let mut changes: Vec<BoxFuture<'_, Result<Option<Rejection>, Error>>> = Vec::new();
         for ((mailbox, name), work) in &desired {
             let work_key = (mailbox.clone(), name.clone());
-            let work = match kept.get(&work_key) {
+            let mut work = match kept.get(&work_key) {
                 Some(objects) => Cow::Owned(self.keeping(work, objects, &desired, &taken)),
                 None => Cow::Borrowed(work),
             };
+            let objects = wanted.get(&work_key).into_iter().chain(kept.get(&work_key)).flatten();
+            label_sharing(&work_key, &mut work, objects, &holders);
             let existing = current
                 .iter()
                 .find(|w| w.namespace().as_deref() == Some(mailbox.as_str()) && w.name_any() == *name);
@@ -934,7 +1004,8 @@ impl<P: Plugin> Transport<P> {
             };
             // Going, but another takes objects it holds that have not landed there: meanwhile it
             // holds those alone (the rest goes from the WEC now).
-            let work = self.keeping(&self.plugin.emptied(stale), objects, &desired, &taken);
+            let mut work = Cow::Owned(self.keeping(&self.plugin.emptied(stale), objects, &desired, &taken));
+            label_sharing(&key, &mut work, objects, &holders);
             // Written over the UID the cache shows (`ours`): one deleted or replaced meanwhile is
             // refused by the ITS, never made again; our origin labels made it ours.
             if !self.plugin.same_content(stale, &work) {
@@ -1030,6 +1101,45 @@ impl<P: Plugin> Transport<P> {
                     .is_some_and(|b| b.spec.destinations.iter().any(|d| d.cluster_id == wec))
             })
             .collect()
+    }
+
+    /// The Bindings whose wrapped objects' [`sharers`] labels may have changed in `mailboxes`:
+    /// those labelled, who may have lost a sharer, and those holding an object another there
+    /// holds.
+    fn sharing(&self, mailboxes: &BTreeSet<String>) -> BTreeSet<String> {
+        if mailboxes.is_empty() {
+            return BTreeSet::new();
+        }
+        let around = self.works_where(|w| w.namespace().is_some_and(|m| mailboxes.contains(&m)));
+        let holders = self.holders(&around);
+        let shares = |w: &P::Cached| {
+            let labelled = w.labels().get(sharers::LABEL).is_some_and(|v| !v.is_empty());
+            labelled || !holders.sharers(&work_key(w), holds(&*self.plugin, w)).is_empty()
+        };
+        around
+            .iter()
+            .filter(|w| shares(w))
+            .filter_map(|w| w.labels().get(ORIGIN_BINDING_LABEL).cloned())
+            .collect()
+    }
+
+    /// Which of the wrapped objects `around` hold each object (or have their destination hold it).
+    fn holders<'a>(&'a self, around: &'a [Arc<P::Cached>]) -> sharers::Holders<'a> {
+        sharers::Holders::new(around.iter().map(|w| {
+            let meta = w.meta();
+            let (mailbox, name) = (meta.namespace.as_deref(), meta.name.as_deref());
+            (
+                mailbox.unwrap_or_default(),
+                name.unwrap_or_default(),
+                holds(&*self.plugin, w),
+            )
+        }))
+    }
+
+    /// The wrapped objects in the mailboxes of `keys`.
+    fn around<'a>(&self, keys: impl Iterator<Item = &'a WorkKey>) -> Vec<Arc<P::Cached>> {
+        let mailboxes: BTreeSet<&str> = keys.map(|(mailbox, _)| mailbox.as_str()).collect();
+        self.works_where(|w| w.namespace().is_some_and(|m| mailboxes.contains(m.as_str())))
     }
 
     /// A wrapped object as it is.

@@ -21,6 +21,7 @@ pub mod propagation;
 mod revisions;
 mod schedule;
 pub mod sharding;
+pub mod sharers;
 pub mod template;
 pub mod trace;
 pub mod transforms;

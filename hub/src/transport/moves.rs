@@ -74,18 +74,18 @@ pub fn dropped(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn object(name: &str) -> Identity {
+    pub(in crate::transport) fn object(name: &str) -> Identity {
         (String::new(), "ConfigMap".into(), "ns".into(), name.into())
     }
 
-    fn key(mailbox: &str, name: &str) -> WorkKey {
+    pub(in crate::transport) fn key(mailbox: &str, name: &str) -> WorkKey {
         (mailbox.into(), name.into())
     }
 
-    fn holding(names: &[&str]) -> BTreeSet<Identity> {
+    pub(in crate::transport) fn holding(names: &[&str]) -> BTreeSet<Identity> {
         names.iter().map(|n| object(n)).collect()
     }
 

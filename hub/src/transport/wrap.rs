@@ -133,8 +133,13 @@ pub fn origin_labels(origin: &Origin<'_>) -> BTreeMap<String, String> {
 
 /// Our origin labels among `labels`.
 fn origin_labels_of(labels: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    labels_of(labels, &[ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL])
+}
+
+/// The labels named `keys` among `labels`.
+fn labels_of(labels: Option<&BTreeMap<String, String>>, keys: &[&str]) -> BTreeMap<String, String> {
     let mut labels = labels.cloned().unwrap_or_default();
-    labels.retain(|k, _| k == ORIGIN_BINDING_LABEL || k == ORIGIN_WDS_LABEL);
+    labels.retain(|k, _| keys.contains(&k.as_str()));
     labels
 }
 
@@ -180,6 +185,9 @@ pub fn wrap(
     let texts: Vec<&str> = deliveries.iter().map(|d| &*d.digest_text).collect();
     let digest = content_digest(&labels, &texts, &manifest_configs);
     let manifests: Vec<Arc<Value>> = deliveries.iter().map(|d| d.manifest.clone()).collect();
+    // Sharing nothing until the controller finds otherwise (see `sharers`); not in the digest.
+    let mut labels = labels;
+    labels.insert(super::sharers::LABEL.to_string(), String::new());
     ManifestWork {
         metadata: ObjectMeta {
             name: Some(name.to_string()),
@@ -469,7 +477,7 @@ pub fn keeping(work: &ManifestWork, sources: &[&ManifestWork], objects: &BTreeSe
     }
     let texts: Vec<String> = kept.spec.workload.manifests.iter().map(|m| digest_text(m)).collect();
     let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-    let labels = kept.metadata.labels.clone().unwrap_or_default();
+    let labels = origin_labels_of(kept.metadata.labels.as_ref());
     let digest = content_digest(&labels, &texts, &kept.spec.manifest_configs);
     let groups = api_groups(&kept.spec.workload.manifests);
     let annotations = kept.metadata.annotations.get_or_insert_default();
@@ -601,12 +609,18 @@ impl super::Plugin for Ocm {
 
 /// Whether an existing ManifestWork already says what `desired` says. The stored manifests are
 /// what the apiserver made of ours, so they are compared through the digest of what we sent, plus
-/// what others could change without touching it: our labels and which objects it holds. The
+/// what others could change without touching it: our labels (origin, and the
+/// [`super::sharers`] label) and which objects it holds. The
 /// Binding generation annotation alone is no reason to write; a missing API groups or object
 /// count annotation (a ManifestWork written before there was one) is.
 pub fn same_content(existing: &CachedWork, desired: &ManifestWork) -> bool {
     let ours = |metadata: &ObjectMeta, held: Vec<Identity>| {
-        let labels = origin_labels_of(metadata.labels.as_ref());
+        let mut labels = labels_of(
+            metadata.labels.as_ref(),
+            &[ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, super::sharers::LABEL],
+        );
+        // Empty is none, as on a ManifestWork written before there was one.
+        labels.retain(|k, v| k != super::sharers::LABEL || !v.is_empty());
         let annotation = |name: &str| metadata.annotations.as_ref().and_then(|a| a.get(name).cloned());
         (
             labels,
@@ -793,7 +807,8 @@ mod tests {
             as_json["metadata"]["labels"],
             json!({
                 "transport.kubestellar.io/originOwnerReferenceBindingKey": "nginx",
-                "transport.kubestellar.io/originWdsName": "wds1"
+                "transport.kubestellar.io/originWdsName": "wds1",
+                "transport.kubestellar.io/sharedWith": ""
             })
         );
         assert_eq!(

@@ -168,25 +168,28 @@ where
 }
 
 /// [`watch_trimmed_into_inputs`] for a controller that tells changes from deletions and lists,
-/// or keeps its own account of what the watch showed: `on` makes the input of each.
-pub fn watch_seen_into_inputs<K, I>(
+/// or keeps its own account of what the watch showed: `on` makes the inputs of each (the cache
+/// already shows what they are about).
+pub fn watch_seen_into_inputs<K, I, R>(
     api: Api<K>,
     config: watcher::Config,
     trim: impl FnMut(&mut K) + Send + 'static,
     stop: &CancellationToken,
     inputs: &UnboundedSender<I>,
-    mut on: impl FnMut(Seen<'_, K>) -> Option<I> + Send + 'static,
+    mut on: impl FnMut(Seen<'_, K>) -> R + Send + 'static,
 ) -> Store<K>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     I: Send + 'static,
+    R: IntoIterator<Item = I>,
 {
     let (stop, inputs) = (stop.child_token(), inputs.clone());
     trimmed_store(api, config, trim, stop.clone(), move |seen| {
-        if let Some(input) = on(seen)
-            && inputs.send(input).is_err()
-        {
-            stop.cancel();
+        for input in on(seen) {
+            if inputs.send(input).is_err() {
+                stop.cancel();
+                return;
+            }
         }
     })
 }

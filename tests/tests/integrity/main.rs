@@ -6,6 +6,7 @@ mod content;
 mod incarnation;
 mod ownership;
 mod removal;
+mod sharing;
 mod status_labels;
 
 use ks_tests::harness::run;
@@ -18,6 +19,7 @@ ks_tests::stack_main!(
         incarnation::tests(),
         ownership::tests(),
         removal::tests(),
+        sharing::tests(),
         status_labels::tests()
     ]
     .into_iter()

@@ -39,7 +39,7 @@ use super::report::{CachedWorkStatus, MAX_RETURNED_STATUS};
 use super::rules::Rules;
 use super::sandbox::{Request, Sandbox};
 use super::state::{BindingView, Bindings, CachedName, Delivered, EvaluationErrors, Index, WorkloadRef};
-use super::writes::{self, StatusTarget};
+use super::writes::{self, StatusTarget, StatusWritten};
 use crate::binding::ObjectIdentity;
 use crate::informers::{CachedObject, Served, WorkloadInformers};
 use watches::{Input, Stores, cached_name};
@@ -692,16 +692,15 @@ impl StatusController {
             (false, None) => return Ok(false),
         };
         match writes::apply_object_status(&self.wds, &served.resource, key, target, &status).await {
-            Ok(stored) => {
+            Ok(StatusWritten::Stored(stored)) => {
                 self.metrics.common.writes.inc();
                 tracing::debug!(object = %key, "status written");
                 self.applied.insert(key.clone(), Applied { uid, status, stored });
                 Ok(true)
             }
-            // Deleted meanwhile (named by its UID: a 409 where there is no status subresource):
-            // nothing to write to. One made again under its name refuses the old UID (422, as
-            // refused below): its own turn comes with its event.
-            Err(kube::Error::Api(e)) if e.code == 404 || (e.code == 409 && !served.status_subresource) => {
+            // Deleted meanwhile. One made again under its name refuses the old UID (refused
+            // below): its own turn comes with its event.
+            Ok(StatusWritten::Gone) => {
                 tracing::debug!(object = %key, "no status to write to");
                 Ok(false)
             }

@@ -35,7 +35,7 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
         metrics: Metrics::default(),
     };
     Transport {
-        plugin: Ocm,
+        plugin: Arc::new(Ocm),
         packaging: Default::default(),
         wds: client.clone(),
         its: client.clone(),
@@ -769,4 +769,105 @@ fn only_both_origin_labels_make_a_work_ours() {
     assert!(!of_origin(&labels(&[(ORIGIN_BINDING_LABEL, "x-a")]), "x-a", "b"));
     assert!(!of_origin(&labels(&[(ORIGIN_WDS_LABEL, "b")]), "x-a", "b"));
     assert!(!of_origin(&BTreeMap::new(), "x-a", "b"));
+}
+
+/// Binding `binding`'s ManifestWork `name` in `c1` holding the ConfigMaps `names`, with the
+/// sharers label `sharing` names.
+fn work_of(binding: &str, name: &str, names: &[&str], sharing: &[&str]) -> ManifestWork {
+    let mut work = work(name, names);
+    let labels = work.labels_mut();
+    labels.insert(ORIGIN_BINDING_LABEL.into(), binding.into());
+    labels.insert(
+        sharers::LABEL.into(),
+        sharers::label(&sharing.iter().copied().collect()),
+    );
+    work
+}
+
+#[tokio::test]
+async fn a_work_is_labelled_with_those_sharing_its_objects_and_again_when_one_goes() {
+    let other = work_of("o", "o.wds1.0", &["a"], &["b.wds1.0"]);
+    let ours = work("b.wds1.0", &["a", "b"]);
+    // Another Binding's ManifestWork holds a too: ours is written labelled with it.
+    let (client, server) = mock::client();
+    let transport = with_works(&client, &[other.clone(), ours.clone()]);
+    let labelled = work_of("b", "b.wds1.0", &["a", "b"], &["o.wds1.0"]);
+    let (applied, asked) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&ours))),
+        answer_once(server, 200, &labelled)
+    );
+    assert!(applied.unwrap().rejections.is_empty());
+    assert_eq!(asked.body["metadata"]["labels"], json!(labelled.labels()));
+    // Labelled so already: nothing to write.
+    let (client, server) = mock::client();
+    drop(server);
+    let transport = with_works(&client, &[other, labelled.clone()]);
+    transport
+        .apply_works("b", desired(std::slice::from_ref(&ours)))
+        .await
+        .unwrap();
+    assert_eq!(transport.settings.metrics.common.writes.get(), 0);
+    // The other is gone: ours is written with the label empty (not left out: the value its
+    // create set would stay), so OCM's agent applies it again.
+    let (client, server) = mock::client();
+    let transport = with_works(&client, std::slice::from_ref(&labelled));
+    let alone = work_of("b", "b.wds1.0", &["a", "b"], &[]);
+    let (applied, asked) = tokio::join!(
+        transport.apply_works("b", desired(std::slice::from_ref(&ours))),
+        answer_once(server, 200, &alone)
+    );
+    assert!(applied.unwrap().rejections.is_empty());
+    assert_eq!(asked.body["metadata"]["labels"], json!(alone.labels()));
+    assert_eq!(asked.body["metadata"]["labels"][sharers::LABEL], "");
+    // One written before there was a label shares nothing: no reason to write.
+    let (client, server) = mock::client();
+    drop(server);
+    let transport = with_works(&client, std::slice::from_ref(&ours));
+    transport
+        .apply_works("b", desired(std::slice::from_ref(&ours)))
+        .await
+        .unwrap();
+    assert_eq!(transport.settings.metrics.common.writes.get(), 0);
+}
+
+#[tokio::test]
+async fn an_object_dropped_but_still_applied_by_the_wec_is_shared_until_it_is_let_go() {
+    // o.wds1.0 no longer holds a, but its WEC has not applied that version: a is still there for it.
+    let mut other = work_of("o", "o.wds1.0", &["c"], &[]);
+    other.metadata.generation = Some(2);
+    other.status = serde_json::from_value(json!({"resourceStatus": {"manifests": [
+        {"resourceMeta": {"group": "", "kind": "ConfigMap", "namespace": "ns", "name": "a",
+                          "version": "v1", "resource": "configmaps", "ordinal": 0},
+         "conditions": [{"type": "Applied", "status": "True", "reason": "r", "message": "",
+                         "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}}))
+    .unwrap();
+    let labelled = work_of("b", "b.wds1.0", &["a"], &["o.wds1.0"]);
+    let (client, server) = mock::client();
+    drop(server);
+    let transport = with_works(&client, &[other, labelled]);
+    transport
+        .apply_works("b", desired(&[work("b.wds1.0", &["a"])]))
+        .await
+        .unwrap();
+    assert_eq!(transport.settings.metrics.common.writes.get(), 0);
+}
+
+#[tokio::test]
+async fn the_bindings_to_plan_again_are_those_sharing_or_labelled_in_the_mailbox() {
+    let (client, _server) = mock::client();
+    let transport = with_works(
+        &client,
+        &[
+            work_of("b", "b.wds1.0", &["a"], &[]),
+            work_of("o", "o.wds1.0", &["a", "c"], &[]),
+            work_of("x", "x.wds1.0", &["d"], &["gone.wds1.0"]),
+            work_of("y", "y.wds1.0", &["e"], &[]),
+        ],
+    );
+    let mailboxes = BTreeSet::from(["c1".to_string()]);
+    assert_eq!(
+        transport.sharing(&mailboxes),
+        BTreeSet::from(["b", "o", "x"].map(String::from))
+    );
+    assert!(transport.sharing(&BTreeSet::from(["c2".to_string()])).is_empty());
 }
