@@ -45,7 +45,7 @@ die() { echo "deps/build.sh: $*" >&2; exit 1; }
 # module VERSION of the wrapper's single requirement.
 module_of() {
   case "$1" in
-    # kubelet is its own wrapper of the same module, so that the real nodes' one binary is not a
+    # kubelet is its own wrapper of the same module, so that the real nodes' binaries are not a
     # change of every other Kubernetes binary's build key.
     kubernetes|kubelet) echo "k8s.io/kubernetes $KUBERNETES_VERSION" ;;
     etcd)       echo "go.etcd.io/etcd/server/v3 $ETCD_VERSION" ;;
@@ -68,7 +68,8 @@ bins_of() {
                   kube-controller-manager=k8s.io/kubernetes/cmd/kube-controller-manager \
                   kube-scheduler=k8s.io/kubernetes/cmd/kube-scheduler \
                   kubectl=k8s.io/kubernetes/cmd/kubectl ;;
-    kubelet)    echo kubelet=k8s.io/kubernetes/cmd/kubelet ;;
+    # A real node's kubelet, and the kube-proxy that gives its Pods the Services (`kubernetes`).
+    kubelet)    printf '%s\n' kubelet=k8s.io/kubernetes/cmd/kubelet kube-proxy=k8s.io/kubernetes/cmd/kube-proxy ;;
     # etcd's main package is the server module root (server/main.go).
     etcd)       echo etcd=go.etcd.io/etcd/server/v3 ;;
     # Upstream names: cmd/addon is the binary of the "addon-manager" image (run as `addon manager`);

@@ -67,6 +67,20 @@ const BUILT_IN_GROUPS: [&str; 10] = [
     "storage.k8s.io",
 ];
 
+/// The port the agent serves `/metrics`, `/healthz` and `/readyz` on where the kubelet can ask
+/// (the Pod's address): 8080, the agent's default, unless its `httpAddress` says another; none
+/// for a loopback address or port 0 (a free port, unknown beforehand).
+fn probed_port(settings: &AgentSettings) -> Option<u16> {
+    let Some(address) = &settings.http_address else {
+        return Some(AGENT_HTTP_PORT);
+    };
+    let address: std::net::SocketAddr = address.parse().ok()?;
+    (!address.ip().is_loopback() && address.port() != 0).then_some(address.port())
+}
+
+/// The agent's default HTTP port (`ks-agent --http-address`).
+const AGENT_HTTP_PORT: u16 = 8080;
+
 /// The agent's objects on the WEC, in apply order (namespace and identity before the Pod);
 /// `delivered` are the API groups of what KubeStellar delivers there.
 pub fn agent_manifests(cluster: &str, settings: &AgentSettings, delivered: &BTreeSet<String>) -> Vec<Value> {
@@ -104,7 +118,6 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings, delivered: &BTre
             "image": settings.image,
             "imagePullPolicy": "IfNotPresent",
             "args": args,
-            "ports": [{"name": "metrics", "containerPort": 8080}],
             "volumeMounts": [{"name": "hub-config", "mountPath": HUB_MOUNT_PATH, "readOnly": true}],
             "resources": {
                 "requests": {"cpu": "10m", "memory": "32Mi"},
@@ -118,6 +131,14 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings, delivered: &BTre
         }],
         "volumes": [{"name": "hub-config", "secret": {"secretName": STATUS_ADDON_HUB_SECRET}}],
     });
+    if let Some(port) = probed_port(settings) {
+        let container = &mut pod_spec["containers"][0];
+        container["ports"] = json!([{"name": "http", "containerPort": port}]);
+        // Ready once its caches are synced and no watch is stuck; restarted if it stops answering.
+        container["readinessProbe"] = json!({"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5});
+        container["livenessProbe"] = json!({"httpGet": {"path": "/healthz", "port": "http"},
+                                            "periodSeconds": 10, "failureThreshold": 6});
+    }
     if !settings.node_selector.is_empty() {
         pod_spec["nodeSelector"] = json!(settings.node_selector);
     }
@@ -279,6 +300,38 @@ mod tests {
         assert_eq!(container["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
         assert_eq!(container["securityContext"]["readOnlyRootFilesystem"], true);
         assert_eq!(container["resources"]["limits"]["memory"], "256Mi");
+        assert_eq!(container["ports"], json!([{"name": "http", "containerPort": 8080}]));
+        assert_eq!(
+            container["readinessProbe"]["httpGet"],
+            json!({"path": "/readyz", "port": "http"})
+        );
+        assert_eq!(
+            container["livenessProbe"]["httpGet"],
+            json!({"path": "/healthz", "port": "http"})
+        );
+    }
+
+    #[test]
+    fn probes_ask_the_port_the_agent_serves_on_where_the_kubelet_can_reach_it() {
+        let probed = |address: Option<&str>| {
+            let mut settings = settings();
+            settings.http_address = address.map(str::to_string);
+            let manifests = agent_manifests("cluster1", &settings, &BTreeSet::new());
+            let container = by_kind(&manifests, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0].clone();
+            assert_eq!(
+                container.get("readinessProbe").is_some(),
+                container.get("livenessProbe").is_some()
+            );
+            container
+                .get("readinessProbe")
+                .map(|_| container["ports"][0]["containerPort"].clone())
+        };
+        assert_eq!(probed(None), Some(json!(8080)));
+        assert_eq!(probed(Some("0.0.0.0:9100")), Some(json!(9100)));
+        assert_eq!(probed(Some("[::]:9100")), Some(json!(9100)));
+        // The pod's loopback, or a port unknown beforehand: nothing a kubelet can ask.
+        assert_eq!(probed(Some("127.0.0.1:9100")), None);
+        assert_eq!(probed(Some("0.0.0.0:0")), None);
     }
 
     #[test]

@@ -355,6 +355,9 @@ pub struct ManagedClusterAddOnStatus {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase")]
 pub struct RegistrationConfig {
+    // Read leniently: an ITS without OCM's conversion webhook stores what a v1beta1 client
+    // writes here as `{}`, and one such add-on must not stop the list of all of them.
+    #[serde(default)]
     pub signer_name: String,
     #[serde(default)]
     pub subject: Subject,

@@ -16,6 +16,16 @@ use super::{ADMIN, BOOTSTRAP, Stack};
 
 /// A kubeconfig (as YAML) with one context per `(name, port)`, all as `who`; the first is current.
 pub fn render(pki: &Pki, who: &ClientIdentity, spaces: &[(String, u16)]) -> anyhow::Result<String> {
+    render_at(pki, who, spaces, std::net::Ipv4Addr::LOCALHOST)
+}
+
+/// [`render`], with the servers at `host`.
+pub fn render_at(
+    pki: &Pki,
+    who: &ClientIdentity,
+    spaces: &[(String, u16)],
+    host: std::net::Ipv4Addr,
+) -> anyhow::Result<String> {
     let read = |p: &Path| -> anyhow::Result<String> { Ok(STANDARD.encode(std::fs::read(p)?)) };
     let ca = read(&pki.ca_cert())?;
     let user = json!({
@@ -28,7 +38,7 @@ pub fn render(pki: &Pki, who: &ClientIdentity, spaces: &[(String, u16)]) -> anyh
     let clusters: Vec<_> = spaces
         .iter()
         .map(|(name, port)| {
-            json!({"name": name, "cluster": {"server": format!("https://127.0.0.1:{port}"), "certificate-authority-data": ca}})
+            json!({"name": name, "cluster": {"server": format!("https://{host}:{port}"), "certificate-authority-data": ca}})
         })
         .collect();
     let contexts: Vec<_> = spaces
@@ -76,7 +86,11 @@ impl Stack {
             )?;
         }
         let its = all.iter().find(|s| s.0 == "its1").cloned().context("its1")?;
-        std::fs::write(self.bootstrap_kubeconfig(), render(pki, &BOOTSTRAP, &[its])?)?;
+        // The OCM agents hand the ITS's address on to add-on agents, which may run in Pods.
+        std::fs::write(
+            self.bootstrap_kubeconfig(),
+            render_at(pki, &BOOTSTRAP, &[its], self.api_host())?,
+        )?;
         Ok(())
     }
 }

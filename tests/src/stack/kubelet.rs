@@ -6,8 +6,9 @@
 //! the Deployment goes away or is scaled to zero, and restarts it when its arguments change or
 //! when it exits. Like a kubelet, it updates a changed Secret's files in place without restarting
 //! anything (a process that must see new credentials watches its files, as the agent does), and
-//! keeps a running process's files when its Secret goes away. One such kubelet runs per WEC and
-//! one on the hosting cluster.
+//! keeps a running process's files when its Secret goes away. A Deployment that places its Pods
+//! on a real node ([`super::node`]) is left to that node's kubelet, and its process stopped. One
+//! such kubelet runs per WEC and one on the hosting cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -115,6 +116,13 @@ fn our_binary(image: &str) -> Option<&'static str> {
 
 /// What to run for a Deployment, or `None` when it should not run (not ours, scaled to zero,
 /// or a mounted Secret is missing). `pod_dir` is where its files go.
+/// Whether the Deployment places its Pods on a real node, whose kubelet runs them.
+fn on_real_node(deployment: &Deployment) -> bool {
+    let pod = deployment.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+    pod.and_then(|p| p.node_selector.as_ref())
+        .is_some_and(|s| s.contains_key(super::node::REAL_NODE_LABEL))
+}
+
 fn local_pod(
     space: &str,
     deployment: &Deployment,
@@ -282,6 +290,9 @@ async fn sync(
         let namespace = deployment.namespace().unwrap_or_default();
         let dir = pods_dir.join(space).join(&namespace).join(deployment.name_any());
         let name = pod_process(space, &namespace, &deployment.name_any());
+        if on_real_node(deployment) {
+            continue;
+        }
         let Some(pod) = local_pod(space, deployment, by_namespace.get(&namespace).unwrap_or(&none), &dir) else {
             // A running container keeps its files when a Secret it mounts goes away.
             let scaled_down = deployment.spec.as_ref().and_then(|s| s.replicas) == Some(0);
@@ -475,6 +486,18 @@ mod tests {
             pod.files[Path::new("/tmp/pods/x/managed/hub/kubeconfig")],
             b"kubeconfig"
         );
+    }
+
+    #[test]
+    fn leaves_a_pod_placed_on_a_real_node_to_its_kubelet() {
+        let mut placed = deployment(1);
+        assert!(!on_real_node(&placed));
+        let pod = placed.spec.as_mut().unwrap().template.spec.as_mut().unwrap();
+        pod.node_selector = Some(BTreeMap::from([(
+            super::super::node::REAL_NODE_LABEL.into(),
+            "true".into(),
+        )]));
+        assert!(on_real_node(&placed));
     }
 
     #[test]

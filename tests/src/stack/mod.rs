@@ -115,6 +115,34 @@ impl Stack {
         })
     }
 
+    /// The space `name`.
+    pub fn space(&self, name: &str) -> anyhow::Result<Space> {
+        self.spaces()
+            .into_iter()
+            .find(|s| s.name == name)
+            .with_context(|| format!("no space {name}"))
+    }
+
+    /// Whether the stack runs real nodes: the host has what they need.
+    pub fn has_real_nodes(&self) -> bool {
+        node::missing_tools().is_none()
+    }
+
+    /// Whether `space` has a real node.
+    pub fn has_real_node(&self, space: &str) -> bool {
+        self.has_real_nodes() && node::REAL_NODE_WECS.contains(&space)
+    }
+
+    /// The host address the stack's apiservers are reached at from Pods as from the host:
+    /// [`node::STACK_ADDRESS`] with real nodes, else loopback.
+    pub fn api_host(&self) -> std::net::Ipv4Addr {
+        if self.has_real_nodes() {
+            node::STACK_ADDRESS
+        } else {
+            std::net::Ipv4Addr::LOCALHOST
+        }
+    }
+
     pub fn spaces(&self) -> Vec<Space> {
         let fixed = [("kubeflex", Role::Hosting), ("wds1", Role::Wds), ("its1", Role::Its)];
         let wecs = (1..=self.wecs).map(|i| (format!("cluster{i}"), Role::Wec));
@@ -167,6 +195,9 @@ impl Stack {
         self.check_binaries()?;
         self.check_ports()?;
         let pki = Pki::ensure(&self.state.join("pki"))?;
+        if self.has_real_nodes() {
+            Self::ensure_stack_address()?;
+        }
         self.write_kubeconfigs(&pki)?;
         self.start_etcd(&pki)?;
         wait_tcp(ETCD_PORT, Duration::from_secs(30)).with_context(|| self.procs.tail("etcd", 20))?;
@@ -231,6 +262,7 @@ impl Stack {
         let (etcd, others): (Vec<String>, Vec<String>) = self.procs.started().into_iter().partition(|n| n == "etcd");
         self.procs.stop_all(&others, Duration::from_secs(10))?;
         self.release_real_node_mounts();
+        self.remove_real_node_rules();
         self.procs.stop_all(&etcd, Duration::from_secs(10))
     }
 
@@ -347,6 +379,8 @@ impl Stack {
             "upstream-transport-pprof" => 800,
             "kubeflex" => 850,
             "kubelet" => 900,
+            "kube-proxy" => 950,
+            "kube-proxy-metrics" => 1000,
             _ => 200,
         };
         SIDE_BASE_PORT + offset + index

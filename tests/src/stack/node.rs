@@ -7,8 +7,15 @@
 //! for it (tolerate the taint and select [`REAL_NODE_LABEL`]) run there, and every other Pod stays
 //! on the WEC's kwok node.
 //!
-//! It runs only where containerd, runc and the CNI plugins are installed (`apt-get install
-//! containerd runc containernetworking-plugins`, which CI does); elsewhere the stack says so and
+//! Its Pods reach the stack's apiservers as Pods reach a cluster's: `kubernetes.default`
+//! (10.96.0.1) through a kube-proxy of the node's own (built from the pinned release, iptables
+//! mode), whose endpoint is the WEC's apiserver at [`STACK_ADDRESS`], an address of the host's
+//! loopback link that every apiserver listens on once the stack has real nodes; the OCM agents join
+//! the ITS at that address too, so the credentials they hand on to add-on agents work from Pods.
+//!
+//! It runs only where containerd, runc, the CNI plugins, iptables and iproute2 are installed
+//! (`apt-get install containerd runc containernetworking-plugins iptables iproute2`, which CI
+//! does) and the stack may add a link and firewall rules (root); elsewhere the stack says so and
 //! goes on without it, and the tests that need it fail saying why.
 
 use std::path::{Path, PathBuf};
@@ -34,10 +41,19 @@ pub const REAL_NODE_TAINT: &str = "kubestellar.io/real-node";
 /// What the node's containerd runs: the test workload, also its pause image.
 pub const POD_IMAGE: &str = "ks-pod";
 
+/// The host address Pods reach the stack's apiservers at: added to the host's loopback link when
+/// the stack has real nodes. Every apiserver's serving certificate names it.
+pub const STACK_ADDRESS: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 88, 0, 1);
+/// The first address of the spaces' Service range, `kubernetes.default`'s: every serving
+/// certificate names it, as Pods' in-cluster clients ask for it.
+pub const KUBERNETES_SERVICE_ADDRESS: std::net::Ipv4Addr = std::net::Ipv4Addr::new(10, 96, 0, 1);
+
 /// Where the host's container tools are (Debian's packages).
 const CONTAINERD: &str = "/usr/bin/containerd";
 const CTR: &str = "/usr/bin/ctr";
 const CNI_PLUGINS: &str = "/usr/lib/cni";
+const IPTABLES: &str = "/usr/sbin/iptables";
+const IP: &str = "/usr/sbin/ip";
 /// containerd looks for runc and its shim on `PATH`.
 const TOOLS_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -56,11 +72,14 @@ pub fn missing_tools() -> Option<String> {
         "/usr/lib/cni/bridge",
         "/usr/lib/cni/host-local",
         "/usr/lib/cni/loopback",
+        IPTABLES,
+        "/usr/sbin/iptables-restore",
+        IP,
     ];
     let missing: Vec<&str> = needed.into_iter().filter(|p| !Path::new(p).exists()).collect();
     (!missing.is_empty()).then(|| {
         format!(
-            "missing {}: install Debian's containerd, runc and containernetworking-plugins",
+            "missing {}: install Debian's containerd, runc, containernetworking-plugins, iptables and iproute2",
             missing.join(", ")
         )
     })
@@ -87,6 +106,9 @@ impl NodeFiles {
     fn cni(&self) -> PathBuf {
         self.dir.join("cni")
     }
+    fn kube_proxy_config(&self) -> PathBuf {
+        self.dir.join("kube-proxy.yaml")
+    }
 }
 
 impl Stack {
@@ -97,8 +119,33 @@ impl Stack {
     }
 
     /// Process names of a WEC's real node.
-    fn node_processes(wec: &str) -> [String; 2] {
-        [format!("node-{wec}-containerd"), format!("node-{wec}-kubelet")]
+    fn node_processes(wec: &str) -> [String; 3] {
+        [
+            format!("node-{wec}-containerd"),
+            format!("node-{wec}-kubelet"),
+            format!("node-{wec}-kube-proxy"),
+        ]
+    }
+
+    /// Makes [`STACK_ADDRESS`] an address of the host (on the loopback link, which every host
+    /// has, unlike a dummy one), unless it is.
+    pub(super) fn ensure_stack_address() -> anyhow::Result<()> {
+        let address = format!("{STACK_ADDRESS}/32");
+        let shown = Command::new(IP)
+            .args(["-brief", "address", "show", "dev", "lo"])
+            .output()?;
+        if String::from_utf8_lossy(&shown.stdout).contains(&address) {
+            return Ok(());
+        }
+        let output = Command::new(IP)
+            .args(["address", "add", &address, "dev", "lo"])
+            .output()?;
+        anyhow::ensure!(
+            output.status.success(),
+            "ip address add {address} dev lo: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+        Ok(())
     }
 
     /// Starts the real node of `wec` (containerd, then the kubelet), unless it runs; waits until
@@ -106,7 +153,7 @@ impl Stack {
     pub(super) async fn start_real_node(&self, wec: &str, index: u8) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
         let files = self.node_files(wec);
-        let [containerd, kubelet] = Self::node_processes(wec);
+        let [containerd, kubelet, proxy] = Self::node_processes(wec);
         std::fs::create_dir_all(files.cni())?;
         // Pulled from the stack's registry, as every image the node runs.
         let pause = self.push_image(POD_IMAGE)?;
@@ -143,15 +190,101 @@ impl Stack {
         })
         .await
         .with_context(|| self.procs.tail(&kubelet, 30))?;
+        self.write_kube_proxy_files(wec, index, &files)?;
+        let args = [format!("--config={}", files.kube_proxy_config().display())];
+        self.procs
+            .ensure(&proxy, &self.bin("kube-proxy"), &args, &[("PATH", TOOLS_PATH)])?;
+        // Synced once the host's rules lead `kubernetes.default` to the WEC's apiserver.
+        wait_for(
+            "kube-proxy's rules for kubernetes.default",
+            Duration::from_secs(60),
+            || async {
+                self.procs.check_alive(&proxy)?;
+                let rules = Command::new(IPTABLES)
+                    .args(["-t", "nat", "-S", "KUBE-SERVICES"])
+                    .output()?;
+                Ok(String::from_utf8_lossy(&rules.stdout).contains("default/kubernetes:https"))
+            },
+        )
+        .await
+        .with_context(|| self.procs.tail(&proxy, 30))?;
         println!("real node {name} Ready in {:.1}s", started.elapsed().as_secs_f64());
         Ok(())
+    }
+
+    /// kube-proxy's configuration and credential (`system:kube-proxy`, which Kubernetes binds
+    /// to `system:node-proxier`). It leaves the host's conntrack settings as they are.
+    fn write_kube_proxy_files(&self, wec: &str, index: u8, files: &NodeFiles) -> anyhow::Result<()> {
+        let pki = self.pki();
+        let who = ClientIdentity {
+            file: "kube-proxy",
+            user: "system:kube-proxy",
+            groups: &[],
+        };
+        pki.ensure_client(&who)?;
+        let kubeconfig = files.dir.join("kube-proxy.kubeconfig");
+        std::fs::write(
+            &kubeconfig,
+            super::kubeconfig::render(&pki, &who, &[(wec.to_string(), self.space(wec)?.port)])?,
+        )?;
+        let config = json!({
+            "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
+            "kind": "KubeProxyConfiguration",
+            "clientConnection": {"kubeconfig": kubeconfig.display().to_string()},
+            "hostnameOverride": node_name(wec),
+            "mode": "iptables",
+            "clusterCIDR": format!("10.89.{index}.0/24"),
+            "healthzBindAddress": format!("127.0.0.1:{}", self.side_port("kube-proxy", wec)),
+            "metricsBindAddress": format!("127.0.0.1:{}", self.side_port("kube-proxy-metrics", wec)),
+            "nodePortAddresses": ["127.0.0.1/32"],
+            "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
+        });
+        std::fs::write(files.kube_proxy_config(), serde_saphyr::to_string(&config)?)?;
+        Ok(())
+    }
+
+    /// Removes the firewall rules the real nodes' kube-proxies made, once they are stopped.
+    pub(super) fn remove_real_node_rules(&self) {
+        if REAL_NODE_WECS
+            .iter()
+            .any(|wec| self.node_files(wec).kube_proxy_config().exists())
+        {
+            let _ = Command::new(self.bin("kube-proxy"))
+                .args(["--cleanup"])
+                .env("PATH", TOOLS_PATH)
+                .output();
+        }
+    }
+
+    /// The host PID of the container `id` (a Pod status's `containerID` without its
+    /// `containerd://`) on `wec`'s real node.
+    pub fn container_pid(&self, wec: &str, id: &str) -> anyhow::Result<u32> {
+        let id = id.strip_prefix("containerd://").unwrap_or(id);
+        let listed = Command::new(CTR)
+            .arg("--address")
+            .arg(self.node_files(wec).socket())
+            .args(["--namespace", "k8s.io", "tasks", "list"])
+            .output()?;
+        anyhow::ensure!(
+            listed.status.success(),
+            "ctr tasks list: {}",
+            String::from_utf8_lossy(&listed.stderr).trim()
+        );
+        // TASK PID STATUS
+        String::from_utf8_lossy(&listed.stdout)
+            .lines()
+            .find_map(|line| {
+                let mut fields = line.split_whitespace();
+                (fields.next() == Some(id)).then(|| fields.next()?.parse().ok())?
+            })
+            .with_context(|| format!("no running task {id} on {wec}'s real node"))
     }
 
     /// Stops every Pod container of the real nodes (containerd's shims outlive containerd), so
     /// that stopping the processes leaves nothing running.
     pub(super) fn stop_real_node_pods(&self) {
         for wec in REAL_NODE_WECS {
-            let [containerd, _] = Self::node_processes(wec);
+            let [containerd, ..] = Self::node_processes(wec);
             if self.procs.running(&containerd).is_none() {
                 continue;
             }
@@ -225,14 +358,16 @@ state = "{state}"
             cni = p(files.cni()),
         );
         std::fs::write(files.containerd_config(), config)?;
-        // One bridge and subnet per node; the bridge's address is the Pods' gateway, and is how
-        // the kubelet's probes reach them.
+        // One bridge and subnet per node; the bridge's address is the Pods' gateway (their
+        // default route), and is how the kubelet's probes reach them.
         let network = json!({
             "cniVersion": "1.0.0",
             "name": format!("ks-{wec}"),
             "plugins": [
                 {"type": "bridge", "bridge": bridge_name(wec), "isGateway": true, "ipMasq": false,
                  "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.89.{index}.0/24")}]],
+                          // Through the bridge to the host: Services, and the stack's apiservers.
+                          "routes": [{"dst": "0.0.0.0/0"}],
                           "dataDir": p(files.dir.join("ipam"))}},
                 {"type": "loopback"},
             ],
@@ -258,15 +393,9 @@ state = "{state}"
         };
         let pki = self.pki();
         pki.ensure_client(&who)?;
-        let port = self
-            .spaces()
-            .iter()
-            .find(|s| s.name == wec)
-            .context("no such WEC")?
-            .port;
         std::fs::write(
             files.kubeconfig(),
-            super::kubeconfig::render(&pki, &who, &[(wec.to_string(), port)])?,
+            super::kubeconfig::render(&pki, &who, &[(wec.to_string(), self.space(wec)?.port)])?,
         )?;
         let binding: ClusterRoleBinding = serde_json::from_value(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",

@@ -61,10 +61,15 @@ impl Pki {
         self.dir.join(format!("{}.key", who.file))
     }
 
-    /// Creates the files unless they exist (so `make up` after `make down` keeps the same CA).
+    /// Creates the files unless they exist (so `make up` after `make down` keeps the same CA);
+    /// a serving certificate naming other addresses than [`SERVING_NAMES`] is issued again.
     pub fn ensure(dir: &Path) -> anyhow::Result<Pki> {
         let pki = Pki { dir: dir.to_path_buf() };
         if pki.ca_cert().exists() {
+            if std::fs::read_to_string(pki.serving_names()).ok().as_deref() != Some(&serving_names()) {
+                let ca_key = KeyPair::from_pem(&std::fs::read_to_string(pki.ca_key())?)?;
+                pki.issue_serving(&Issuer::new(ca_params(), ca_key))?;
+            }
             return Ok(pki);
         }
         std::fs::create_dir_all(dir)?;
@@ -73,17 +78,7 @@ impl Pki {
         write(&pki.ca_cert(), &ca_cert.pem())?;
         write(&pki.ca_key(), &ca_key.serialize_pem())?;
         let issuer = Issuer::new(ca_params(), ca_key);
-
-        let serving_key = KeyPair::generate()?;
-        let mut serving = CertificateParams::default();
-        serving.distinguished_name.push(DnType::CommonName, "127.0.0.1");
-        serving.subject_alt_names = vec![
-            SanType::IpAddress([127, 0, 0, 1].into()),
-            SanType::DnsName("localhost".try_into()?),
-        ];
-        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
-        write(&pki.serving_cert(), &serving.signed_by(&serving_key, &issuer)?.pem())?;
-        write(&pki.serving_key(), &serving_key.serialize_pem())?;
+        pki.issue_serving(&issuer)?;
 
         for who in [&ADMIN, &BOOTSTRAP] {
             pki.issue_client(who, &issuer)?;
@@ -108,6 +103,25 @@ impl Pki {
         self.issue_client(who, &Issuer::new(ca_params(), ca_key))
     }
 
+    /// The serving certificate every process of the stack serves with, for [`SERVING_NAMES`].
+    fn issue_serving(&self, issuer: &Issuer<'_, KeyPair>) -> anyhow::Result<()> {
+        let key = KeyPair::generate()?;
+        let mut serving = CertificateParams::default();
+        serving.distinguished_name.push(DnType::CommonName, "127.0.0.1");
+        serving.subject_alt_names = vec![SanType::DnsName(SERVING_NAMES.0.try_into()?)];
+        serving
+            .subject_alt_names
+            .extend(SERVING_NAMES.1.iter().map(|ip| SanType::IpAddress((*ip).into())));
+        serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        write(&self.serving_cert(), &serving.signed_by(&key, issuer)?.pem())?;
+        write(&self.serving_key(), &key.serialize_pem())?;
+        write(&self.serving_names(), &serving_names())
+    }
+
+    fn serving_names(&self) -> PathBuf {
+        self.dir.join("serving.names")
+    }
+
     fn issue_client(&self, who: &ClientIdentity, issuer: &Issuer<'_, KeyPair>) -> anyhow::Result<()> {
         let key = KeyPair::generate()?;
         let mut client = CertificateParams::default();
@@ -119,6 +133,23 @@ impl Pki {
         write(&self.client_cert(who), &client.signed_by(&key, issuer)?.pem())?;
         write(&self.client_key(who), &key.serialize_pem())
     }
+}
+
+/// What the serving certificate names: `localhost`, loopback, the stack address real nodes'
+/// Pods reach the apiservers at, and `kubernetes.default`'s address, which in-cluster clients ask
+/// for.
+const SERVING_NAMES: (&str, [std::net::Ipv4Addr; 3]) = (
+    "localhost",
+    [
+        std::net::Ipv4Addr::LOCALHOST,
+        super::node::STACK_ADDRESS,
+        super::node::KUBERNETES_SERVICE_ADDRESS,
+    ],
+);
+
+/// [`SERVING_NAMES`] as the file beside the certificate records them.
+fn serving_names() -> String {
+    format!("{:?}\n", SERVING_NAMES)
 }
 
 /// The CA certificate's parameters.

@@ -44,7 +44,7 @@ impl Stack {
 
     /// Packs our image `name` from the binary built beside the stack's and pushes it to the
     /// registry, unless the registry has that build already; its reference.
-    pub(super) fn push_image(&self, name: &str) -> anyhow::Result<String> {
+    pub fn push_image(&self, name: &str) -> anyhow::Result<String> {
         let target = self
             .our_binaries
             .parent()

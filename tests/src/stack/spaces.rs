@@ -38,15 +38,27 @@ impl Stack {
 
     pub(super) fn start_apiserver(&self, pki: &Pki, space: &Space) -> anyhow::Result<()> {
         let p = |path: PathBuf| path.display().to_string();
+        // `kubernetes.default`'s endpoint: the apiserver at the stack address where a real node's
+        // Pods ask for it; none elsewhere.
+        let (advertise, reconciler) = if self.has_real_node(&space.name) {
+            (self.api_host().to_string(), "lease")
+        } else {
+            ("127.0.0.1".to_string(), "none")
+        };
         let args = [
+            format!("--advertise-address={advertise}"),
+            format!("--endpoint-reconciler-type={reconciler}"),
             format!("--etcd-servers=https://127.0.0.1:{ETCD_PORT}"),
             format!("--etcd-prefix=/registry-{}", space.name),
             format!("--etcd-cafile={}", p(pki.ca_cert())),
             format!("--etcd-certfile={}", p(pki.client_cert(&ADMIN))),
             format!("--etcd-keyfile={}", p(pki.client_key(&ADMIN))),
             format!("--secure-port={}", space.port),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
+            // With real nodes, their Pods reach every apiserver at the stack address.
+            format!(
+                "--bind-address={}",
+                if self.has_real_nodes() { "0.0.0.0" } else { "127.0.0.1" }
+            ),
             format!("--tls-cert-file={}", p(pki.serving_cert())),
             format!("--tls-private-key-file={}", p(pki.serving_key())),
             format!("--client-ca-file={}", p(pki.ca_cert())),
@@ -58,7 +70,6 @@ impl Stack {
             "--allow-privileged=true".into(),
             // One apiserver per space on one machine: no need for fairness queues or endpoints.
             "--enable-priority-and-fairness=false".into(),
-            "--endpoint-reconciler-type=none".into(),
             // No node lifecycle controller runs to lift the not-ready taint from kwok's Nodes.
             "--disable-admission-plugins=TaintNodesByCondition".into(),
             // `kubectl get --raw /debug/pprof/profile` (admins only) shows where its CPU goes.
