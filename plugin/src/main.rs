@@ -31,8 +31,9 @@ use kube::api::Api;
       The WDS and ITS are contexts of your kubeconfig (--wds, --its; the local stack's are wds1 and its1)."
 )]
 struct Cli {
-    /// Kubeconfig with the WDS's and the ITS's contexts (default: $KUBECONFIG or ~/.kube/config).
-    #[arg(long, global = true, env = "KUBECONFIG", value_name = "PATH")]
+    /// Kubeconfig with the WDS's and the ITS's contexts (default: $KUBECONFIG, whose files, separated
+    /// by ':', are merged as kubectl merges them; else ~/.kube/config).
+    #[arg(long, global = true, value_name = "PATH")]
     kubeconfig: Option<PathBuf>,
     /// Context of the Workload Definition Space.
     #[arg(
@@ -74,9 +75,9 @@ enum Command {
     Why {
         /// <resource>/<name>, the resource as kubectl takes it (deployment/web, cm/settings, ...).
         object: String,
-        /// Namespace of a namespaced object.
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
+        /// Namespace of a namespaced object (default: the WDS context's namespace, else default).
+        #[arg(short, long)]
+        namespace: Option<String>,
         /// Only this WEC.
         #[arg(long, value_name = "WEC")]
         wec: Option<String>,
@@ -91,8 +92,9 @@ enum Command {
     Trace {
         /// <resource>/<name>, as for `why`.
         object: String,
-        #[arg(short, long, default_value = "default")]
-        namespace: String,
+        /// Namespace of a namespaced object (default: the WDS context's namespace, else default).
+        #[arg(short, long)]
+        namespace: Option<String>,
         /// Jaeger's query endpoint.
         #[arg(
             long,
@@ -124,6 +126,7 @@ async fn run(cli: &Cli) -> anyhow::Result<String> {
         Command::Why { object, namespace, wec } => {
             let (typed, name) = target::split(object)?;
             let (wds, its) = (space(cli, &cli.wds, "WDS").await?, space(cli, &cli.its, "ITS").await?);
+            let namespace = namespace.as_deref().unwrap_or(wds.default_namespace());
             let resource = resolve(&wds, &cli.wds, typed).await?;
             let evidence = evidence::gather(&wds, &its, &resource, Some(namespace), name)
                 .await
@@ -160,7 +163,10 @@ async fn run(cli: &Cli) -> anyhow::Result<String> {
             let (typed, name) = target::split(object)?;
             let wds = space(cli, &cli.wds, "WDS").await?;
             let resource = resolve(&wds, &cli.wds, typed).await?;
-            let namespace = if resource.namespaced { namespace.as_str() } else { "" };
+            let namespace = match &resource {
+                r if !r.namespaced => "",
+                _ => namespace.as_deref().unwrap_or(wds.default_namespace()),
+            };
             let found = trace::query(jaeger, &trace::search_path(&resource.plural, name)).await?;
             let trace = trace::newest(&found, namespace).with_context(|| {
                 format!("Jaeger at {jaeger} has no rollout trace of {}/{name} (a rollout is traced when the hub sends traces there)", resource.qualified())

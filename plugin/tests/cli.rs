@@ -55,3 +55,33 @@ fn bad_input_and_unreachable_spaces_are_clear_errors() {
     let error = failure(2, &["--kubeconfig", kubeconfig, "why", "deploy/web", "-o", "xml"]);
     assert!(error.contains("invalid value 'xml'"), "{error}");
 }
+
+/// A kubeconfig file in the temporary directory with one context `name` (its namespace
+/// `namespace`) of an unreachable server.
+fn kubeconfig_with(name: &str, namespace: &str) -> std::path::PathBuf {
+    let path = std::env::temp_dir().join(format!("ks-plugin-{}-{name}.kubeconfig", std::process::id()));
+    let config = format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: {name}\n  cluster: {{server: \"https://127.0.0.1:1\"}}\n\
+         users:\n- name: {name}\n  user: {{}}\ncontexts:\n- name: {name}\n  context: {{cluster: {name}, user: {name}, namespace: {namespace}}}\n"
+    );
+    std::fs::write(&path, config).expect("write kubeconfig");
+    path
+}
+
+#[test]
+fn a_kubeconfig_list_is_merged_as_kubectl_merges_it() {
+    // The WDS's context in one file, the ITS's in another.
+    let (wds, its) = (kubeconfig_with("wds-a", "shop"), kubeconfig_with("its-b", "x"));
+    let list = std::env::join_paths([&wds, &its]).expect("a path list");
+    let output = Command::new(env!("CARGO_BIN_EXE_kubectl-kubestellar"))
+        .args(["--wds", "wds-a", "--its", "its-b", "status", "web"])
+        .env("KUBECONFIG", &list)
+        .output()
+        .expect("run kubectl-kubestellar");
+    let error = String::from_utf8_lossy(&output.stderr);
+    // Both contexts were found: it went on to read the (unreachable) WDS.
+    assert!(error.contains("reading the WDS (context wds-a)"), "{error}");
+    for file in [wds, its] {
+        let _ = std::fs::remove_file(file);
+    }
+}

@@ -147,13 +147,25 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
             "installStrategy must be",
         ),
         // values.schema.json: a misspelt key or a wrong type is refused, not ignored.
-        (HUB_CHART, json!({"hubb": {}}), "additional properties 'hubb' not allowed"),
+        (
+            HUB_CHART,
+            json!({"hubb": {}}),
+            "additional properties 'hubb' not allowed",
+        ),
         (HUB_CHART, json!({"hub": {"port": "8080"}}), "got string, want integer"),
-        (ADDON_CHART, json!({"agent": {"imag": {}}}), "additional properties 'imag' not allowed"),
+        (
+            ADDON_CHART,
+            json!({"agent": {"imag": {}}}),
+            "additional properties 'imag' not allowed",
+        ),
         // Upstream's values are named, with what to set instead.
         (HUB_CHART, json!({"InstallPCHs": false}), "set installPostCreateHooks"),
         (HUB_CHART, json!({"verbosity": {"default": 2}}), "set hub.logLevel"),
-        (ADDON_CHART, json!({"controller": {"verbosity": 2}}), "set controller.logLevel"),
+        (
+            ADDON_CHART,
+            json!({"controller": {"verbosity": 2}}),
+            "set controller.logLevel",
+        ),
         (ADDON_CHART, json!({"agent": {"v": 4}}), "AddOnDeploymentConfig"),
     ];
     for (chart, values, message) in &bad {
@@ -164,13 +176,20 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
     }
     // `helm lint --strict` says so too.
     for (chart, values, message) in [
-        (HUB_CHART, json!({"hubb": {}}), "additional properties 'hubb' not allowed"),
+        (
+            HUB_CHART,
+            json!({"hubb": {}}),
+            "additional properties 'hubb' not allowed",
+        ),
         (HUB_CHART, json!({"InstallPCHs": false}), "set installPostCreateHooks"),
     ] {
         let file = tools.values_file(&values)?;
         match tools.helm(&["lint", "--strict", &chart_path(chart), "--values", &file]) {
             Ok(out) => bail!("helm lint {chart} passed with {values}: {out}"),
-            Err(err) => ensure!(format!("{err:#}").contains(message), "helm lint {chart} with {values}: {err:#}"),
+            Err(err) => ensure!(
+                format!("{err:#}").contains(message),
+                "helm lint {chart} with {values}: {err:#}"
+            ),
         }
     }
     Ok(())
