@@ -28,7 +28,9 @@ use kube::api::Api;
       kubectl kubestellar why configmap/settings -n shop --wec cluster1 -o yaml\n  \
       kubectl kubestellar status web-policy\n  \
       kubectl kubestellar trace deployment/web -n shop --jaeger http://127.0.0.1:16686\n\n\
-      The WDS and ITS are contexts of your kubeconfig (--wds, --its; the local stack's are wds1 and its1)."
+      The WDS and ITS are contexts of your kubeconfig (--wds, --its; the local stack's are wds1 and its1).\n\n\
+      Exit status: 0 answered (for `why`: every link holds); 3 `why` answered and names a broken link; \
+      1 no answer (a space unreachable, nothing found); 2 a usage error."
 )]
 struct Cli {
     /// Kubeconfig with the WDS's and the ITS's contexts (default: $KUBECONFIG, whose files, separated
@@ -106,13 +108,33 @@ enum Command {
     },
 }
 
+/// The exit status of `why` when it names a broken link: scripts can tell it from an answer with
+/// none (0) and from no answer (1).
+const BROKEN_LINK: u8 = 3;
+
+/// What a command answered, and whether it names a broken link.
+struct Answer {
+    text: String,
+    broken: bool,
+}
+
+impl From<String> for Answer {
+    fn from(text: String) -> Answer {
+        Answer { text, broken: false }
+    }
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(&cli).await {
-        Ok(text) => {
-            print!("{text}");
-            ExitCode::SUCCESS
+        Ok(answer) => {
+            print!("{}", answer.text);
+            if answer.broken {
+                ExitCode::from(BROKEN_LINK)
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Err(err) => {
             eprintln!("error: {err:#}");
@@ -121,7 +143,7 @@ async fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: &Cli) -> anyhow::Result<String> {
+async fn run(cli: &Cli) -> anyhow::Result<Answer> {
     match &cli.command {
         Command::Why { object, namespace, wec } => {
             let (typed, name) = target::split(object)?;
@@ -132,7 +154,11 @@ async fn run(cli: &Cli) -> anyhow::Result<String> {
                 .await
                 .context(unreachable_hint(cli))?;
             let found = explain::explain(&evidence, wec.as_deref());
-            render::output(cli.output, &found, || render::explanation(&found, object, namespace))
+            let text = render::output(cli.output, &found, || render::explanation(&found, object, namespace))?;
+            Ok(Answer {
+                text,
+                broken: found.broken.is_some(),
+            })
         }
         Command::Status { policy } => {
             let (wds, its) = (space(cli, &cli.wds, "WDS").await?, space(cli, &cli.its, "ITS").await?);
@@ -153,7 +179,7 @@ async fn run(cli: &Cli) -> anyhow::Result<String> {
                 })?;
             let (works, statuses) = rollout::gather(&its, &binding).await.context(unreachable_hint(cli))?;
             let rows = rollout::rollout(&binding, &works, &statuses, health.as_ref());
-            render::output(cli.output, &rows, || render::rollout(&rows))
+            render::output(cli.output, &rows, || render::rollout(&rows)).map(Answer::from)
         }
         Command::Trace {
             object,
@@ -171,7 +197,7 @@ async fn run(cli: &Cli) -> anyhow::Result<String> {
             let trace = trace::newest(&found, namespace).with_context(|| {
                 format!("Jaeger at {jaeger} has no rollout trace of {}/{name} (a rollout is traced when the hub sends traces there)", resource.qualified())
             })?;
-            render::output(cli.output, &trace, || render::trace(&trace, jaeger))
+            render::output(cli.output, &trace, || render::trace(&trace, jaeger)).map(Answer::from)
         }
     }
 }

@@ -32,6 +32,8 @@ fn help_shows_the_commands_with_examples() {
         "kubectl kubestellar why deployment/web -n shop",
         "--wds",
         "--its",
+        "Exit status: 0 answered",
+        "3 `why` answered and names a broken link",
     ] {
         assert!(help.contains(expected), "{expected:?} missing from:\n{help}");
     }

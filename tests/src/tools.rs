@@ -107,17 +107,28 @@ impl Tools {
     /// `kubectl kubestellar <args>`: our plugin, found on `PATH` as kubectl finds plugins, with
     /// the stack's kubeconfig.
     pub fn kubestellar(&self, args: &[&str]) -> anyhow::Result<String> {
+        self.kubestellar_answer(args).map(|(_, answer)| answer)
+    }
+
+    /// `kubectl kubestellar` through kubectl's plugin lookup: whether it named a broken link
+    /// (`why`'s exit status 3), and its answer.
+    pub fn kubestellar_answer(&self, args: &[&str]) -> anyhow::Result<(bool, String)> {
         let path = std::env::join_paths(
             std::iter::once(self.plugins.clone())
                 .chain(std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())),
         )?;
-        output(
-            Command::new(self.bin.join("kubectl"))
-                .arg("kubestellar")
-                .args(args)
-                .env("KUBECONFIG", &self.kubeconfig)
-                .env("PATH", path),
-        )
+        let mut command = Command::new(self.bin.join("kubectl"));
+        command
+            .arg("kubestellar")
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("PATH", path);
+        let result = command.output().with_context(|| format!("running {command:?}"))?;
+        if result.status.code() == Some(3) {
+            return Ok((true, String::from_utf8(result.stdout)?));
+        }
+        let what = format!("{:?}", command.get_args().collect::<Vec<_>>());
+        Ok((false, succeeded(&what, result)?))
     }
 
     /// `kubectl` in `context` with `input` on its standard input (as in `kubectl apply -f -`).

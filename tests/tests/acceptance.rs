@@ -747,8 +747,9 @@ metadata: {{name: stray, namespace: {id}}}
             tools.kubestellar(&["why", object, "-n", namespace])?
         );
     }
-    let web = tools.kubestellar(&["why", "deployment/web", "-n", &id, "-o", "json"])?;
+    let (broken, web) = tools.kubestellar_answer(&["why", "deployment/web", "-n", &id, "-o", "json"])?;
     let web: serde_json::Value = serde_json::from_str(&web)?;
+    ensure!(!broken, "why exits 3 (a broken link) for deployment/web: {web:#}");
     ensure!(
         web["traceId"].as_str().is_some_and(|t| t.len() == 32),
         "no trace id: {web:#}"

@@ -1373,11 +1373,13 @@ async fn a_real_node_shows_real_readiness_and_crash_loops(ctx: Ctx) -> anyhow::R
     // A crash loop passes through a moment of running (ready, without a readiness probe):
     // `why` reads the WorkStatus as it is at that moment.
     let names_the_crash = || async {
-        let why = tools.kubestellar(&["why", "pod/crasher", "-n", &ns, "-o", "json"])?;
+        let (broken, why) = tools.kubestellar_answer(&["why", "pod/crasher", "-n", &ns, "-o", "json"])?;
         let why: Value = serde_json::from_str(&why)?;
         let problem = why["broken"]["problem"].as_str().unwrap_or_default();
+        // A broken link is exit status 3, for scripts.
         anyhow::Ok(
-            why["broken"]["link"] == "health"
+            broken
+                && why["broken"]["link"] == "health"
                 && why["broken"]["wec"] == "cluster1"
                 && problem.starts_with("it is Degraded on cluster1: container crasher"),
         )
