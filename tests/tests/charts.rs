@@ -174,6 +174,49 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
             Err(err) => ensure!(format!("{err:#}").contains(message), "{chart} with {values}: {err:#}"),
         }
     }
+    // The pod settings clusters ask for reach the Deployments and ServiceAccounts of both charts.
+    let pod = json!({
+        "podLabels": {"team": "a"}, "priorityClassName": "high",
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "ScheduleAnyway"}],
+        "extraEnv": [{"name": "OTEL_EXPORTER_OTLP_TIMEOUT", "value": "5000"}],
+        "serviceAccount": {"annotations": {"example.com/role": "r"}},
+    });
+    let mut direct = direct_values();
+    for (key, value) in pod.as_object().into_iter().flatten() {
+        direct["hub"][key] = value.clone();
+    }
+    for (chart, values, deployment, account) in [
+        (HUB_CHART, direct, "ks-hub-wds1", "t-ks-hub"),
+        (
+            ADDON_CHART,
+            json!({"controller": pod}),
+            "t-ks-status-addon",
+            "t-ks-status-addon",
+        ),
+    ] {
+        let rendered = tools.render(chart, "ns", &values)?;
+        let spec = &find(&rendered, "Deployment", deployment)?["spec"]["template"];
+        ensure!(spec["metadata"]["labels"]["team"] == "a", "{chart}: {spec}");
+        ensure!(spec["spec"]["priorityClassName"] == "high", "{chart}: {spec}");
+        ensure!(
+            spec["spec"]["topologySpreadConstraints"][0]["maxSkew"] == 1,
+            "{chart}: {spec}"
+        );
+        let env = &spec["spec"]["containers"][0]["env"];
+        ensure!(
+            env.as_array()
+                .into_iter()
+                .flatten()
+                .any(|e| e["name"] == "OTEL_EXPORTER_OTLP_TIMEOUT"),
+            "{chart}: {env}"
+        );
+        let account = find(&rendered, "ServiceAccount", account)?;
+        ensure!(
+            account["metadata"]["annotations"]["example.com/role"] == "r",
+            "{chart}: {account}"
+        );
+    }
+
     // `helm lint --strict` says so too.
     for (chart, values, message) in [
         (

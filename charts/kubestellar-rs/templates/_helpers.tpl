@@ -171,6 +171,9 @@ spec:
     metadata:
       labels:
         {{- include "kubestellar-rs.hubSelector" . | nindent 8 }}
+        {{- with $hub.podLabels }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
       {{- with $hub.podAnnotations }}
       annotations:
         {{- toYaml . | nindent 8 }}
@@ -178,6 +181,13 @@ spec:
     spec:
       serviceAccountName: {{ .serviceAccount }}
       automountServiceAccountToken: {{ .automountToken }}
+      {{- with $hub.priorityClassName }}
+      priorityClassName: {{ . | quote }}
+      {{- end }}
+      {{- with $hub.topologySpreadConstraints }}
+      topologySpreadConstraints:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
       {{- with $hub.imagePullSecrets }}
       imagePullSecrets:
         {{- toYaml . | nindent 8 }}
@@ -216,6 +226,9 @@ spec:
             {{- with $hub.otlpEndpoint }}
             - name: OTEL_EXPORTER_OTLP_ENDPOINT
               value: {{ . | quote }}
+            {{- end }}
+            {{- with $hub.extraEnv }}
+            {{- toYaml . | nindent 12 }}
             {{- end }}
           ports:
             - name: http
