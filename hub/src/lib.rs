@@ -5,6 +5,7 @@
 
 pub mod binding;
 mod discovery;
+pub mod events;
 pub mod finalizer;
 pub mod informers;
 pub mod kubeflex;

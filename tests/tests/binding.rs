@@ -10,7 +10,9 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use ks_shared::api::{Binding, BindingPolicy};
 use ks_shared::ocm::ManagedCluster;
 use ks_tests::harness::{Ctx, apply, run, wait_until};
+use ks_tests::stack::wait_for;
 use ks_tests::stack_test;
+use ks_tests::tools::Tools;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::conditions;
@@ -26,6 +28,7 @@ ks_tests::stack_main!(
         stack_test!(follows_objects_and_policy_edits, HUB, alone),
         stack_test!(follows_wecs, HUB),
         stack_test!(invalid_policy_reports_and_others_work, HUB),
+        stack_test!(a_policy_tells_what_happened_in_events, HUB),
         stack_test!(too_many_objects_for_one_binding_are_reported, HUB),
         stack_test!(status_request_labels_follow_policies, HUB),
         stack_test!(crd_created_at_runtime_is_watched, HUB),
@@ -383,6 +386,63 @@ async fn too_many_objects_for_one_binding_are_reported(ctx: Ctx) -> anyhow::Resu
     expect_binding(&bindings, &name, &[format!("configmaps {ns}/{:0>253}", 1)], &[]).await?;
     // The 4,000 ConfigMaps go too: left behind, they slow every later hub start on this stack.
     cleanup(&ctx, &policies, &[&name], &ns).await
+}
+
+/// What becomes of a policy shows in `kubectl describe bindingpolicy`, as Events: no WEC chosen,
+/// an invalid selector, and once both are mended, its objects propagated to its WEC.
+async fn a_policy_tells_what_happened_in_events(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "events")?;
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let name = format!("{ns}-told");
+    apply(
+        &Api::<ConfigMap>::namespaced(wds.clone(), &ns),
+        config_map("told", json!({})),
+    )
+    .await?;
+    let objects = json!([{"namespaces": [ns], "objectNames": ["told"]}]);
+    let nowhere = json!([{"matchLabels": {"name": "no-such-wec"}}]);
+    apply(&policies, policy(&name, nowhere, objects.clone())).await?;
+    described(&tools, &name, &["Warning", "NoWECSelected", "choose no WEC"]).await?;
+    let cluster1 = json!([{"matchLabels": {"name": "cluster1"}}]);
+    let invalid = json!([{"namespaces": [ns], "objectSelectors": [{"matchExpressions": [{"key": "app", "operator": "Equals", "values": ["x"]}]}]}]);
+    apply(&policies, policy(&name, cluster1.clone(), invalid)).await?;
+    described(
+        &tools,
+        &name,
+        &["Warning", "PolicyError", "not a valid label selector operator"],
+    )
+    .await?;
+    apply(&policies, policy(&name, cluster1, objects)).await?;
+    described(&tools, &name, &["Normal", "Resolved"]).await?;
+    described(
+        &tools,
+        &name,
+        &["Normal", "Propagated", "applied and available on all 1 WECs"],
+    )
+    .await?;
+    policies.delete(&name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// Waits until `kubectl describe bindingpolicy NAME` has an Event line holding all of `wanted`.
+async fn described(tools: &Tools, name: &str, wanted: &[&str]) -> anyhow::Result<()> {
+    let mut last = String::new();
+    let shown = wait_for(
+        &format!("kubectl describe bindingpolicy {name} to show an Event {wanted:?}"),
+        DEADLINE,
+        || {
+            let described = tools.kubectl("wds1", &["describe", "bindingpolicy", name]);
+            let found = described
+                .as_ref()
+                .is_ok_and(|d| d.lines().any(|l| wanted.iter().all(|w| l.contains(w))));
+            last = described.unwrap_or_else(|e| format!("{e:#}"));
+            std::future::ready(Ok(found))
+        },
+    )
+    .await;
+    shown.map_err(|e| anyhow::anyhow!("{e:#}; the last description:\n{last}"))
 }
 
 async fn invalid_policy_reports_and_others_work(ctx: Ctx) -> anyhow::Result<()> {

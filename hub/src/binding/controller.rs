@@ -19,7 +19,7 @@ use kube::api::Api;
 use kube::discovery::ApiResource;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tokio::sync::mpsc::{self, UnboundedReceiver};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -205,6 +205,7 @@ pub async fn run(
         policy_api,
         binding_api,
         metrics: settings.metrics,
+        events: crate::events::Events::new(wds.clone(), "kubestellar.io/binding-controller"),
     };
     for policy in looper.caches.policies.state() {
         looper.policy_changed(&policy.name_any()).await;
@@ -285,6 +286,8 @@ struct Loop<'a> {
     policy_api: Api<BindingPolicy>,
     binding_api: Api<Binding>,
     metrics: Metrics,
+    /// Events on the policies, when what their status says changes.
+    events: crate::events::Events,
 }
 
 impl Loop<'_> {
@@ -596,6 +599,15 @@ impl Loop<'_> {
             let status = writes::desired_status(&policy, resolved, errors, write_error, selected);
             if writes::status_differs(&policy, &status) {
                 let written = writes::apply_status(&self.policy_api, &name, &status).await;
+                if written.is_ok() {
+                    let before = policy
+                        .status
+                        .as_ref()
+                        .map(|s| s.conditions.as_slice())
+                        .unwrap_or_default();
+                    let told = crate::events::policy_resolution(before, &status.conditions);
+                    self.events.publish(&policy.object_ref(&()), told).await;
+                }
                 failed |= self.settle(written, Retry::Policy(name.clone()), "writing the policy status") == TRANSIENT;
             }
             // A missing finalizer is still to be added: its retry stays.
@@ -624,4 +636,4 @@ fn stuck_caches(unknown: &BTreeSet<GroupResource>, may_select: impl Fn(&str, &st
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -181,6 +181,7 @@ pub async fn run<P: Plugin>(
             );
         } => {}
     }
+    let wds_events = wds.clone();
     let transport = Transport {
         plugin,
         packaging: trace::Packaging::default(),
@@ -199,6 +200,7 @@ pub async fn run<P: Plugin>(
         expectations,
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
         unsettled: Default::default(),
+        events: crate::events::Events::new(wds_events, "kubestellar.io/transport-controller"),
     };
     let mut schedule = Schedule::new(
         BINDING_CONCURRENCY,
@@ -350,6 +352,8 @@ struct Transport<P: Plugin> {
     /// Since when a write over each ManifestWork has waited for its WEC to report on the
     /// version before.
     unsettled: std::sync::Mutex<std::collections::HashMap<WorkKey, Instant>>,
+    /// Events on the policies, when their propagation reaches an outcome.
+    events: crate::events::Events,
 }
 
 /// Bindings marked for something, shared by the reconciles running at once.
@@ -814,7 +818,13 @@ impl<P: Plugin> Transport<P> {
         }
         let patch = json!({"apiVersion": BindingPolicy::api_version(&()), "kind": BindingPolicy::kind(&()),
                            "status": {"propagation": propagation, "conditions": [condition]}});
-        apply_status(&Api::<BindingPolicy>::all(self.wds.clone()), &name, &patch).await
+        apply_status(&Api::<BindingPolicy>::all(self.wds.clone()), &name, &patch).await?;
+        let before = current.and_then(|s| s.condition(ks_shared::api::condition_type::PROPAGATED));
+        let told = crate::events::propagation(before, &condition);
+        self.events
+            .publish(&policy.object_ref(&()), told.into_iter().collect())
+            .await;
+        Ok(())
     }
 
     /// The wrapped objects `binding` calls for, from what the caches hold, with the last good

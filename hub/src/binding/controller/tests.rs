@@ -74,7 +74,15 @@ fn test_loop<'a>(client: &Client, policies: Vec<BindingPolicy>, resolutions: &'a
         policy_api: Api::all(client.clone()),
         binding_api: Api::all(client.clone()),
         metrics: Metrics::default(),
+        events: unheard_events(),
     }
+}
+
+/// Events published to nowhere: these tests follow the controller's writes, not its Events.
+pub(crate) fn unheard_events() -> crate::events::Events {
+    let (client, server) = mock::client();
+    drop(server);
+    crate::events::Events::new(client, "kubestellar.io/test")
 }
 
 /// Whether `retry`, and only it, waits for a retry.

@@ -52,6 +52,7 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
         expectations: Default::default(),
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
         unsettled: Default::default(),
+        events: crate::binding::controller::tests::unheard_events(),
     }
 }
 
