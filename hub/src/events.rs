@@ -3,7 +3,9 @@
 //! controller reports in a status (a condition's outcome, or an error's text), never one per
 //! pass: a status that converges stops them. kube's recorder folds a repeat within minutes into
 //! the first one's series. Publishing is best-effort: a failure is logged, not a reconcile's
-//! failure.
+//! failure. These few (a policy's) are published as they come; the status controller's, one per
+//! object and WEC whose health changes, go through a paced queue of their own
+//! (`status::events`).
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use ks_shared::api::{Condition, condition_type};
@@ -40,22 +42,24 @@ impl Events {
     }
 }
 
-fn event(type_: EventType, reason: &str, action: &str, note: &str) -> Event {
+fn event(type_: EventType, reason: &str, action: &str, text: &str) -> Event {
     Event {
         type_,
         reason: reason.into(),
-        // A note is at most 1 kB.
-        note: Some(truncated(note, 1024)),
+        note: Some(note(text)),
         action: action.into(),
         secondary: None,
     }
 }
 
-fn truncated(text: &str, bytes: usize) -> String {
-    if text.len() <= bytes {
+/// `text` as an Event's note, which the Events API takes up to 1 kB of: cut short (ending `…`)
+/// on a character boundary.
+pub fn note(text: &str) -> String {
+    const MAX: usize = 1024;
+    if text.len() <= MAX {
         return text.to_string();
     }
-    let mut end = bytes - '…'.len_utf8();
+    let mut end = MAX - '…'.len_utf8();
     while !text.is_char_boundary(end) {
         end -= 1;
     }
@@ -209,8 +213,8 @@ mod tests {
     #[test]
     fn a_long_note_is_cut_to_a_kilobyte_on_a_character_boundary() {
         let long = "é".repeat(1000);
-        let cut = truncated(&long, 1024);
+        let cut = note(&long);
         assert!(cut.len() <= 1024 && cut.ends_with('…'));
-        assert_eq!(truncated("short", 1024), "short");
+        assert_eq!(note("short"), "short");
     }
 }

@@ -16,8 +16,6 @@ use tokio_util::sync::CancellationToken;
 pub const QUEUE: usize = 1024;
 /// The most events published a second.
 pub const PER_SECOND: u64 = 10;
-/// The longest note kept (the Events API takes 1 kB).
-const MAX_NOTE: usize = 1000;
 
 /// Where health changes are said. Clones share the queue.
 #[derive(Clone)]
@@ -65,25 +63,18 @@ impl HealthEvents {
 /// degraded, related to the WEC's ManagedCluster (so that each WEC's events form their own
 /// series).
 fn event(wec: &str, health: &Health) -> Event {
-    let mut note = if health.reason.is_empty() {
+    let note = if health.reason.is_empty() {
         format!("{} on {wec}", health.verdict)
     } else {
         format!("{} on {wec}: {}", health.verdict, health.reason)
     };
-    if note.len() > MAX_NOTE {
-        let mut end = MAX_NOTE;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-    }
     Event {
         type_: match health.verdict {
             Verdict::Degraded => EventType::Warning,
             _ => EventType::Normal,
         },
         reason: health.verdict.to_string(),
-        note: Some(note),
+        note: Some(crate::events::note(&note)),
         action: "JudgeHealth".into(),
         secondary: Some(ObjectReference {
             api_version: Some("cluster.open-cluster-management.io/v1".into()),
@@ -124,6 +115,6 @@ mod tests {
             verdict: Verdict::Degraded,
             reason: "é".repeat(2000),
         };
-        assert!(event("cluster1", &long).note.unwrap().len() <= MAX_NOTE);
+        assert!(event("cluster1", &long).note.unwrap().len() <= 1024);
     }
 }
