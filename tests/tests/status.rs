@@ -149,6 +149,15 @@ async fn singleton_status_follows_qualified_wecs(ctx: Ctx) -> anyhow::Result<()>
         |d: Option<&Deployment>| returned(d).0 == Some(1),
     )
     .await?;
+    // Which `kubectl describe` tells, as an Event on the Deployment.
+    let tools = Tools::new(&ctx, "singleton")?;
+    wait_for("kubectl describe to tell the status returned", DEADLINE, || async {
+        let described = tools.kubectl("wds1", &["describe", "deployment", "web", "-n", &ns])?;
+        Ok(described
+            .lines()
+            .any(|l| l.contains("Normal") && l.contains("StatusReturned")))
+    })
+    .await?;
 
     // A policy without the flag also sends it to cluster2: cluster2 does not count, so the status
     // still comes back from cluster1, and follows it when the Deployment scales.

@@ -1,5 +1,5 @@
-//! Kubernetes Events on WDS objects when their health changes on a WEC (`kubectl describe`
-//! shows them). Published by a task of their own, so a reconcile never waits on them, at most
+//! Kubernetes Events on WDS objects when their health changes on a WEC, and when their status
+//! first comes back (`kubectl describe` shows them). Published by a task of their own, so a reconcile never waits on them, at most
 //! [`PER_SECOND`] a second: at most [`QUEUE`] wait, and what comes beyond is counted and
 //! dropped (a rollout of thousands of objects does not become thousands of writes at once into
 //! the WDS). kube's recorder folds a repeated event (same object, WEC and verdict) into a series.
@@ -53,7 +53,23 @@ impl HealthEvents {
 
     /// Says that the object `regarding` is now `health` on `wec`.
     pub fn changed(&self, regarding: ObjectReference, wec: &str, health: &Health) {
-        if self.queue.try_send((regarding, event(wec, health))).is_err() {
+        self.tell(regarding, event(wec, health));
+    }
+
+    /// Says that the object `regarding`, which had no status, has the status its WECs report.
+    pub fn status_returned(&self, regarding: ObjectReference) {
+        let returned = Event {
+            type_: EventType::Normal,
+            reason: "StatusReturned".into(),
+            note: Some("the status its WECs report is returned here for the first time".into()),
+            action: "ReturnStatus".into(),
+            secondary: None,
+        };
+        self.tell(regarding, returned);
+    }
+
+    fn tell(&self, regarding: ObjectReference, event: Event) {
+        if self.queue.try_send((regarding, event)).is_err() {
             self.dropped.inc();
         }
     }

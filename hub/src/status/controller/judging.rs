@@ -219,7 +219,7 @@ impl Pace {
 }
 
 /// A reference to the WDS object, for its Events.
-fn reference(object: &CachedObject, resource: &ApiResource) -> ObjectReference {
+pub(super) fn reference(object: &CachedObject, resource: &ApiResource) -> ObjectReference {
     ObjectReference {
         api_version: Some(resource.api_version.clone()),
         kind: Some(resource.kind.clone()),

@@ -695,6 +695,15 @@ impl StatusController {
             Ok(StatusWritten::Stored(stored)) => {
                 self.metrics.common.writes.inc();
                 tracing::debug!(object = %key, "status written");
+                // Told once an incarnation: an object that had no status (a restarted hub finds
+                // its status there already).
+                let had_none = current
+                    .as_ref()
+                    .is_none_or(|c| c.as_object().is_some_and(|o| o.is_empty()));
+                if had_none && status.as_object().is_some_and(|o| !o.is_empty()) {
+                    self.events
+                        .status_returned(judging::reference(object, &served.resource));
+                }
                 self.applied.insert(key.clone(), Applied { uid, status, stored });
                 Ok(true)
             }
