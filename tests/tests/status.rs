@@ -387,6 +387,15 @@ async fn bad_collectors_and_workstatuses_are_reported_or_ignored(ctx: Ctx) -> an
     };
     let syntax = "filter expression invalid: failed to parse expression";
     wait_until(collectors.clone(), &broken, syntax, DEADLINE, reports(syntax)).await?;
+    // `kubectl describe` tells it too, as an Event on the collector.
+    let tools = Tools::new(&ctx, "collectors")?;
+    wait_for("kubectl describe to tell the invalid collector", DEADLINE, || async {
+        let described = tools.kubectl("wds1", &["describe", "statuscollector", &broken])?;
+        Ok(described
+            .lines()
+            .any(|l| l.contains("Warning") && l.contains("Invalid") && l.contains(syntax)))
+    })
+    .await?;
 
     // Expressions that overflowed a thread's stack and aborted the hub (it then crash-looped on
     // them): deep parentheses are fine, a chain of 100 additions is too deep for the evaluator.

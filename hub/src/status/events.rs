@@ -17,17 +17,17 @@ pub const QUEUE: usize = 1024;
 /// The most events published a second.
 pub const PER_SECOND: u64 = 10;
 
-/// Where health changes are said. Clones share the queue.
+/// Where the status controller's Events are said. Clones share the queue.
 #[derive(Clone)]
-pub struct HealthEvents {
+pub struct StatusEvents {
     queue: mpsc::Sender<(ObjectReference, Event)>,
     dropped: Counter,
 }
 
-impl HealthEvents {
+impl StatusEvents {
     /// Starts publishing into the WDS of `client` until `stop`; `dropped` counts what did not fit
     /// the queue.
-    pub fn start(client: Client, dropped: Counter, stop: &CancellationToken) -> HealthEvents {
+    pub fn start(client: Client, dropped: Counter, stop: &CancellationToken) -> StatusEvents {
         let (queue, mut waiting) = mpsc::channel::<(ObjectReference, Event)>(QUEUE);
         let recorder = Recorder::new(client, Reporter::from("kubestellar-status"));
         let stop = stop.clone();
@@ -48,7 +48,7 @@ impl HealthEvents {
                 }
             }
         });
-        HealthEvents { queue, dropped }
+        StatusEvents { queue, dropped }
     }
 
     /// Says that the object `regarding` is now `health` on `wec`.
@@ -66,6 +66,14 @@ impl HealthEvents {
             secondary: None,
         };
         self.tell(regarding, returned);
+    }
+
+    /// Says what became of the StatusCollector `regarding`'s errors (`before`, `after`): a new
+    /// error, or none left.
+    pub fn collector_checked(&self, regarding: ObjectReference, before: &[String], after: &[String]) {
+        if let Some(event) = collector_event(before, after) {
+            self.tell(regarding, event);
+        }
     }
 
     fn tell(&self, regarding: ObjectReference, event: Event) {
@@ -101,9 +109,56 @@ fn event(wec: &str, health: &Health) -> Event {
     }
 }
 
+/// The Event for a StatusCollector whose errors went from `before` to `after`.
+fn collector_event(before: &[String], after: &[String]) -> Option<Event> {
+    if before == after {
+        return None;
+    }
+    let (type_, reason, note) = match after {
+        [] => (
+            EventType::Normal,
+            "Valid",
+            "its expressions are valid and evaluate".to_string(),
+        ),
+        [only] => (EventType::Warning, "Invalid", only.clone()),
+        [first, rest @ ..] => (
+            EventType::Warning,
+            "Invalid",
+            format!("{first} (and {} more)", rest.len()),
+        ),
+    };
+    Some(Event {
+        type_,
+        reason: reason.into(),
+        note: Some(crate::events::note(&note)),
+        action: "CheckCollector".into(),
+        secondary: None,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_collector_is_told_of_each_new_error_and_of_being_mended() {
+        let bad = ["select: undeclared reference to 'x'".to_string()];
+        let told = collector_event(&[], &bad).unwrap();
+        assert_eq!((told.type_, told.reason.as_str()), (EventType::Warning, "Invalid"));
+        assert_eq!(told.note.as_deref(), Some(bad[0].as_str()));
+        assert!(collector_event(&bad, &bad).is_none(), "the same errors are told once");
+        let two = [bad[0].clone(), "filter: no such field".into()];
+        assert!(
+            collector_event(&bad, &two)
+                .unwrap()
+                .note
+                .unwrap()
+                .ends_with("(and 1 more)")
+        );
+        let mended = collector_event(&two, &[]).unwrap();
+        assert_eq!((mended.type_, mended.reason.as_str()), (EventType::Normal, "Valid"));
+        assert!(collector_event(&[], &[]).is_none());
+    }
 
     #[test]
     fn a_degraded_object_is_a_warning_naming_its_wec_and_why() {

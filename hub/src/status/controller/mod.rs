@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::collector::{Collector, WecReport};
-use super::events::HealthEvents;
+use super::events::StatusEvents;
 use super::health;
 use super::metrics::Metrics;
 use super::plan::{self, StatusAction, Subject, WecStatus};
@@ -136,7 +136,7 @@ pub async fn run(
         _ = shutdown.cancelled() => return,
         _ = work_statuses.wait_until_ready() => {}
     }
-    let events = HealthEvents::start(wds.clone(), settings.metrics.health_events_dropped.clone(), &shutdown);
+    let events = StatusEvents::start(wds.clone(), settings.metrics.health_events_dropped.clone(), &shutdown);
     let mut controller = StatusController {
         wds,
         its,
@@ -250,7 +250,7 @@ struct StatusController {
     /// Each policy's health and `Healthy` condition as last found right or written.
     health_left: BTreeMap<String, health::Ours>,
     health_pace: judging::Pace,
-    events: HealthEvents,
+    events: StatusEvents,
     /// The status last applied to each object: the same status is not applied again and again
     /// to the same incarnation when the apiserver stores something else (pruning, defaults) or
     /// refuses it.
@@ -811,7 +811,11 @@ impl StatusController {
         if current.status.as_ref() == Some(&status) {
             return Ok(());
         }
-        writes::apply_collector_status(&self.wds, name, &status).await
+        writes::apply_collector_status(&self.wds, name, &status).await?;
+        let before = current.status.as_ref().map(|s| s.errors.as_slice()).unwrap_or_default();
+        self.events
+            .collector_checked(kube::Resource::object_ref(&*current, &()), before, &status.errors);
+        Ok(())
     }
 }
 
