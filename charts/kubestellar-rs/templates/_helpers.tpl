@@ -13,24 +13,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 
 {{/* Checks the values every template relies on; fails with a message naming the bad entry. */}}
 {{- define "kubestellar-rs.validate" -}}
-{{- /* Upstream core chart's values, which values.schema.json lets through to be named here. */ -}}
-{{- $versions := "set hub.image.tag, its.clusteradmImage, its.kubectlImage, its.helmImage or its.statusAddon.version" -}}
-{{- $upstream := dict
-  "InstallPCHs" "set installPostCreateHooks"
-  "kubeflex-operator" "this chart does not install KubeFlex: install KubeFlex's own chart first"
-  "argocd" "this chart does not install Argo CD: install Argo CD's own chart"
-  "verbosity" "set hub.logLevel (a RUST_LOG filter, e.g. info or info,ks_hub=debug)"
-  "transport_controller" "set hub.wdsQPS, hub.itsQPS and hub.extraArgs (e.g. --max-num-wrapped=1)"
-  "status_controller" "set its.statusAddon.values.controller (the ks-status-addon chart's values)"
-  "status_agent" "set its.statusAddon.values.agent, or an AddOnDeploymentConfig per WEC"
-  "HELM_VERSION" $versions "KUBECTL_VERSION" $versions "KUBESTELLAR_VERSION" $versions
-  "CLUSTERADM_VERSION" $versions "OCM_STATUS_ADDON_VERSION" $versions "TRANSPORT_VERSION" $versions
-  "KFLEX_GET_KUBECONFIG" $versions -}}
-{{- range $key, $use := $upstream -}}
-{{- if hasKey $.Values $key -}}
-{{- fail (printf "%s is a value of upstream KubeStellar's chart, not of this one: %s" $key $use) -}}
-{{- end -}}
-{{- end -}}
 {{- if not (has .Values.mode (list "kubeflex" "direct")) -}}
 {{- fail "mode must be kubeflex or direct" -}}
 {{- end -}}
