@@ -166,7 +166,11 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
             json!({"controller": {"verbosity": 2}}),
             "set controller.logLevel",
         ),
-        (ADDON_CHART, json!({"agent": {"v": 4}}), "set per WEC with an AddOnDeploymentConfig"),
+        (
+            ADDON_CHART,
+            json!({"agent": {"v": 4}}),
+            "set per WEC with an AddOnDeploymentConfig",
+        ),
     ];
     for (chart, values, message) in &bad {
         match tools.render(chart, "ns", values) {
