@@ -11,6 +11,59 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use ks_shared::api::{Condition, condition_type};
 use kube::Client;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use prometheus_client::metrics::counter::Counter;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// The most Events waiting in a [`Paced`] publisher.
+pub const QUEUE: usize = 1024;
+/// The most Events a [`Paced`] publisher publishes a second.
+pub const PER_SECOND: u64 = 10;
+
+/// Events published by a task of their own, so that a reconcile never waits on them, at most
+/// [`PER_SECOND`] a second: at most [`QUEUE`] wait, and what comes beyond is counted and dropped
+/// (a rollout of thousands of objects does not become thousands of writes at once into the WDS).
+/// For Events per object; clones share the queue.
+#[derive(Clone)]
+pub struct Paced {
+    queue: mpsc::Sender<(ObjectReference, Event)>,
+    dropped: Counter,
+}
+
+impl Paced {
+    /// Starts publishing, as `controller`, into the WDS of `client` until `stop`; `dropped`
+    /// counts what did not fit the queue.
+    pub fn start(client: Client, controller: &str, dropped: Counter, stop: &CancellationToken) -> Paced {
+        let (queue, mut waiting) = mpsc::channel::<(ObjectReference, Event)>(QUEUE);
+        let recorder = Recorder::new(client, Reporter::from(controller));
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let mut pace = tokio::time::interval(std::time::Duration::from_millis(1000 / PER_SECOND));
+            pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                pace.tick().await;
+                let (regarding, event) = tokio::select! {
+                    _ = stop.cancelled() => return,
+                    next = waiting.recv() => match next {
+                        Some(next) => next,
+                        None => return,
+                    },
+                };
+                if let Err(err) = recorder.publish(&event, &regarding).await {
+                    tracing::debug!(object = ?regarding.name, error = %err, "event not published");
+                }
+            }
+        });
+        Paced { queue, dropped }
+    }
+
+    /// Queues `event` about `regarding`, or counts it dropped.
+    pub fn tell(&self, regarding: ObjectReference, event: Event) {
+        if self.queue.try_send((regarding, event)).is_err() {
+            self.dropped.inc();
+        }
+    }
+}
 
 /// A controller's Event publisher.
 #[derive(Clone)]
@@ -100,6 +153,16 @@ pub fn policy_resolution(before: &[Condition], after: &[Condition]) -> Vec<Event
         }
     }
     events
+}
+
+/// The transport's Event on a WDS object that the WEC `wec` could not apply, saying why.
+pub fn delivery_failed(wec: &str, why: &str) -> Event {
+    event(
+        EventType::Warning,
+        "DeliveryFailed",
+        "Deliver",
+        &format!("not applied on {wec}: {why}"),
+    )
 }
 
 /// The transport's Event on a BindingPolicy when its `Propagated` condition reaches an outcome:

@@ -13,7 +13,9 @@ use ks_shared::api::{Binding, BindingPolicy, CustomTransform};
 use ks_shared::names;
 use ks_shared::ocm::ManifestWork;
 use ks_tests::harness::{Ctx, apply, run, wait_until};
+use ks_tests::stack::wait_for;
 use ks_tests::stack_test;
+use ks_tests::tools::Tools;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::wait::conditions;
@@ -30,6 +32,7 @@ ks_tests::stack_main!(
         stack_test!(templates_follow_wec_properties, PATH),
         stack_test!(sharding_and_generated_names, PATH),
         stack_test!(rejected_manifestwork_is_reported, PATH),
+        stack_test!(an_object_a_wec_cannot_apply_is_told_on_it, PATH),
         stack_test!(a_template_bomb_is_an_error_not_an_outage, PATH),
     ]
 );
@@ -642,4 +645,41 @@ async fn a_template_bomb_is_an_error_not_an_outage(ctx: Ctx) -> anyhow::Result<(
         policies.delete(&policy, &DeleteParams::default()).await?;
     }
     ctx.delete_namespace("wds1", &ns).await
+}
+
+/// A ConfigMap sent to cluster1 without its Namespace cannot be applied there: `kubectl describe`
+/// of the WDS ConfigMap tells it, with OCM's reason, as a Warning Event.
+async fn an_object_a_wec_cannot_apply_is_told_on_it(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "unapplied")?;
+    let wds = ctx.client("wds1").await?;
+    let ns = ctx.namespace("wds1").await?;
+    let label = json!({"app.kubernetes.io/part-of": format!("{ns}-cm")});
+    apply(
+        &Api::<ConfigMap>::namespaced(wds.clone(), &ns),
+        json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "homeless", "labels": label}}),
+    )
+    .await?;
+    let policies: Api<BindingPolicy> = Api::all(wds.clone());
+    let policy = format!("{ns}-homeless");
+    apply(
+        &policies,
+        json!({"apiVersion": "control.kubestellar.io/v1alpha1", "kind": "BindingPolicy",
+               "metadata": {"name": policy},
+               "spec": {"clusterSelectors": [{"matchLabels": {"name": "cluster1"}}],
+                        "downsync": [{"objectSelectors": [{"matchLabels": label}]}]}}),
+    )
+    .await?;
+    wait_for(
+        "kubectl describe to tell the ConfigMap was not applied",
+        DEADLINE,
+        || async {
+            let described = tools.kubectl("wds1", &["describe", "configmap", "homeless", "-n", &ns])?;
+            Ok(described.lines().any(|l| {
+                l.contains("Warning") && l.contains("DeliveryFailed") && l.contains("not applied on cluster1")
+            }))
+        },
+    )
+    .await?;
+    policies.delete(&policy, &DeleteParams::default()).await?;
+    Ok(())
 }

@@ -1,54 +1,30 @@
 //! Kubernetes Events on WDS objects when their health changes on a WEC, and when their status
-//! first comes back (`kubectl describe` shows them). Published by a task of their own, so a reconcile never waits on them, at most
-//! [`PER_SECOND`] a second: at most [`QUEUE`] wait, and what comes beyond is counted and
-//! dropped (a rollout of thousands of objects does not become thousands of writes at once into
-//! the WDS). kube's recorder folds a repeated event (same object, WEC and verdict) into a series.
+//! first comes back; on StatusCollectors when their errors change (`kubectl describe` shows
+//! them). Published through a paced queue ([`crate::events::Paced`]); kube's recorder folds a
+//! repeated event (same object, WEC and verdict) into a series.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use ks_shared::api::{Health, Verdict};
 use kube::Client;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType};
 use prometheus_client::metrics::counter::Counter;
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-/// The most events waiting to be published.
-pub const QUEUE: usize = 1024;
-/// The most events published a second.
-pub const PER_SECOND: u64 = 10;
+use crate::events::Paced;
 
 /// Where the status controller's Events are said. Clones share the queue.
 #[derive(Clone)]
 pub struct StatusEvents {
-    queue: mpsc::Sender<(ObjectReference, Event)>,
-    dropped: Counter,
+    paced: Paced,
 }
 
 impl StatusEvents {
     /// Starts publishing into the WDS of `client` until `stop`; `dropped` counts what did not fit
     /// the queue.
     pub fn start(client: Client, dropped: Counter, stop: &CancellationToken) -> StatusEvents {
-        let (queue, mut waiting) = mpsc::channel::<(ObjectReference, Event)>(QUEUE);
-        let recorder = Recorder::new(client, Reporter::from("kubestellar-status"));
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let mut pace = tokio::time::interval(std::time::Duration::from_millis(1000 / PER_SECOND));
-            pace.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            loop {
-                pace.tick().await;
-                let (regarding, event) = tokio::select! {
-                    _ = stop.cancelled() => return,
-                    next = waiting.recv() => match next {
-                        Some(next) => next,
-                        None => return,
-                    },
-                };
-                if let Err(err) = recorder.publish(&event, &regarding).await {
-                    tracing::debug!(object = ?regarding.name, error = %err, "health event not published");
-                }
-            }
-        });
-        StatusEvents { queue, dropped }
+        StatusEvents {
+            paced: Paced::start(client, "kubestellar-status", dropped, stop),
+        }
     }
 
     /// Says that the object `regarding` is now `health` on `wec`.
@@ -77,9 +53,7 @@ impl StatusEvents {
     }
 
     fn tell(&self, regarding: ObjectReference, event: Event) {
-        if self.queue.try_send((regarding, event)).is_err() {
-            self.dropped.inc();
-        }
+        self.paced.tell(regarding, event);
     }
 }
 

@@ -81,6 +81,39 @@ pub struct CachedWork {
     pub landed: Landed,
     /// How OCM writes each held object on the WEC (in the order of `held`).
     pub written: Box<[Written]>,
+    /// The objects OCM reports it could not apply, and why.
+    pub unapplied: Box<[Unapplied]>,
+}
+
+/// An object a WEC could not apply (OCM's per-object `Applied` condition is False), and why.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Unapplied {
+    pub group: String,
+    pub resource: String,
+    pub namespace: String,
+    pub name: String,
+    pub message: String,
+}
+
+/// The objects `status` reports not applied.
+fn unapplied(status: Option<&ManifestWorkStatus>) -> Box<[Unapplied]> {
+    let manifests = status.into_iter().flat_map(|s| &s.resource_status.manifests);
+    manifests
+        .filter_map(|m| {
+            let failed = m
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "Applied" && c.status == "False")?;
+            let r = &m.resource_meta;
+            Some(Unapplied {
+                group: r.group.clone(),
+                resource: r.resource.clone(),
+                namespace: r.namespace.clone(),
+                name: r.name.clone(),
+                message: failed.message.clone(),
+            })
+        })
+        .collect()
 }
 
 ks_shared::watched_as!(CachedWork, ManifestWork);
@@ -147,6 +180,7 @@ impl CachedWork {
             applied_objects,
             landed,
             written,
+            unapplied: unapplied(status),
         }
     }
 }
@@ -417,6 +451,15 @@ mod tests {
         // An older generation's Applied is not this generation's.
         let cached: CachedWork = serde_json::from_value(work(json!([deployment()]), status(1))).unwrap();
         assert!(!cached.applied);
+        // The one it could not apply, with why.
+        assert_eq!(
+            cached
+                .unapplied
+                .iter()
+                .map(|u| (u.name.as_str(), u.message.as_str()))
+                .collect::<Vec<_>>(),
+            [("web", "m")]
+        );
     }
 
     #[test]

@@ -37,8 +37,8 @@ use super::plan::{self, Cached, Desired, Entry};
 use super::revisions::Revisions;
 use super::schedule::{Pass, Schedule};
 use super::sharding::Limits;
-use super::{Error, Plugin, moves, propagation, sharers, template, trace, wrap};
-use crate::informers::{GroupResource, WorkloadInformers, workload_watch};
+use super::{Error, Plugin, cached, moves, propagation, sharers, template, trace, wrap};
+use crate::informers::{GroupResource, WorkloadInformers, WorkloadRef, workload_watch};
 
 /// Settings of the transport controller.
 #[derive(Clone, Debug)]
@@ -89,6 +89,8 @@ enum Input {
     /// What a wrapped object holds, or has its destination hold for it, changed, or it went: the
     /// [`sharers`] labels of the others in its mailbox may.
     Holdings(String),
+    /// The destination of a mailbox reports objects it could not apply, not reported before.
+    Unapplied(String, Vec<cached::Unapplied>),
 }
 
 /// Runs the transport through `plugin` until `shutdown`. `informers` are the hub's, already
@@ -123,6 +125,7 @@ pub async fn run<P: Plugin>(
     // Listed 50 at a time: a page holds whole ManifestWorks (up to 512 kB each of JSON text) until
     // each is read into what the cache keeps.
     let mut fingerprints = HashMap::new();
+    let mut told = HashMap::new();
     let holder = plugin.clone();
     let works = watch_seen_into_inputs(
         Api::<P::Cached>::all(its.clone()),
@@ -133,7 +136,11 @@ pub async fn run<P: Plugin>(
         move |seen| {
             let fingerprint = |w: &P::Cached| sharers::fingerprint(holds(&*holder, w));
             let holdings = holdings_changed(&mut fingerprints, &seen, fingerprint);
-            seen_work(&seeing, &mut revisions, seen).into_iter().chain(holdings)
+            let unapplied = newly_unapplied(&mut told, &seen, |w| holder.unapplied(w));
+            seen_work(&seeing, &mut revisions, seen)
+                .into_iter()
+                .chain(holdings)
+                .chain(unapplied)
         },
     );
     let policies = watch_seen_into_inputs(
@@ -182,6 +189,7 @@ pub async fn run<P: Plugin>(
         } => {}
     }
     let wds_events = wds.clone();
+    let settings_events_dropped = settings.metrics.events_dropped.clone();
     let transport = Transport {
         plugin,
         packaging: trace::Packaging::default(),
@@ -200,7 +208,13 @@ pub async fn run<P: Plugin>(
         expectations,
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
         unsettled: Default::default(),
-        events: crate::events::Events::new(wds_events, "kubestellar.io/transport-controller"),
+        events: crate::events::Events::new(wds_events.clone(), "kubestellar.io/transport-controller"),
+        object_events: crate::events::Paced::start(
+            wds_events,
+            "kubestellar.io/transport-controller",
+            settings_events_dropped,
+            &shutdown,
+        ),
     };
     let mut schedule = Schedule::new(
         BINDING_CONCURRENCY,
@@ -257,6 +271,7 @@ pub async fn run<P: Plugin>(
                 Input::Holdings(mailbox) => {
                     holdings_changed.insert(mailbox);
                 }
+                Input::Unapplied(mailbox, objects) => transport.tell_unapplied(&mailbox, &objects),
             }
         }
         let sharing = transport.sharing(&holdings_changed);
@@ -354,6 +369,8 @@ struct Transport<P: Plugin> {
     unsettled: std::sync::Mutex<std::collections::HashMap<WorkKey, Instant>>,
     /// Events on the policies, when their propagation reaches an outcome.
     events: crate::events::Events,
+    /// Events on the delivered objects, when a WEC cannot apply one.
+    object_events: crate::events::Paced,
 }
 
 /// Bindings marked for something, shared by the reconciles running at once.
@@ -432,6 +449,32 @@ fn holdings_changed<W: Resource>(
             fingerprints.clear();
             None
         }
+    }
+}
+
+/// What the watch shows a wrapped object's destination could not apply that it had not shown
+/// for that wrapped object before (`told`: what it has shown, by wrapped object).
+fn newly_unapplied<'a, W: Resource + 'a>(
+    told: &mut HashMap<WorkKey, BTreeSet<cached::Unapplied>>,
+    seen: &Seen<'a, W>,
+    unapplied: impl Fn(&'a W) -> &'a [cached::Unapplied],
+) -> Option<Input> {
+    match seen {
+        Seen::Changed(work) => {
+            let key = work_key(*work);
+            let now: BTreeSet<cached::Unapplied> = unapplied(work).iter().cloned().collect();
+            let before = told.remove(&key).unwrap_or_default();
+            let new: Vec<cached::Unapplied> = now.difference(&before).cloned().collect();
+            if !now.is_empty() {
+                told.insert(key.clone(), now);
+            }
+            (!new.is_empty()).then_some(Input::Unapplied(key.0, new))
+        }
+        Seen::Deleted(work) => {
+            told.remove(&work_key(*work));
+            None
+        }
+        Seen::Listed => None,
     }
 }
 
@@ -1150,6 +1193,28 @@ impl<P: Plugin> Transport<P> {
     fn around<'a>(&self, keys: impl Iterator<Item = &'a WorkKey>) -> Vec<Arc<P::Cached>> {
         let mailboxes: BTreeSet<&str> = keys.map(|(mailbox, _)| mailbox.as_str()).collect();
         self.works_where(|w| w.namespace().is_some_and(|m| mailboxes.contains(m.as_str())))
+    }
+
+    /// Tells each WDS object of `objects` that the WEC of `mailbox` could not apply it (an Event
+    /// on it, through the paced queue). OCM's mailbox is its WEC's name.
+    fn tell_unapplied(&self, mailbox: &str, objects: &[cached::Unapplied]) {
+        for object in objects {
+            let key = WorkloadRef::new(&object.group, &object.resource, &object.namespace, &object.name);
+            let gr = GroupResource::new(&object.group, &object.resource);
+            let (Some(cached), Some(served)) = (self.informers.get(&key), self.informers.served(&gr)) else {
+                continue;
+            };
+            let regarding = k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some(served.resource.api_version.clone()),
+                kind: Some(served.resource.kind.clone()),
+                name: Some(object.name.clone()),
+                namespace: (!object.namespace.is_empty()).then(|| object.namespace.clone()),
+                uid: cached.uid(),
+                ..Default::default()
+            };
+            self.object_events
+                .tell(regarding, crate::events::delivery_failed(mailbox, &object.message));
+        }
     }
 
     /// A wrapped object as it is.

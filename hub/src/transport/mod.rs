@@ -38,6 +38,8 @@ pub struct Metrics {
     /// its policy changed), not counted as reconciles.
     pub reports: prometheus_client::metrics::counter::Counter,
     pub lag: expectations::Lag,
+    /// Events on delivered objects that did not fit their queue.
+    pub events_dropped: prometheus_client::metrics::counter::Counter,
 }
 
 impl Metrics {
@@ -65,6 +67,11 @@ impl Metrics {
             "write_seen_seconds",
             "Seconds from a ManifestWork write's reply to the watch showing it, 0 when it showed first (its Binding is planned from what it wrote meanwhile)",
             self.lag.seen.clone(),
+        );
+        sub.register(
+            "events_dropped",
+            "Events on delivered objects (a WEC could not apply one) dropped as their queue was full",
+            self.events_dropped.clone(),
         );
         sub.register(
             "write_unseen",
@@ -178,6 +185,8 @@ pub trait Plugin: Send + Sync + 'static {
     fn available(inventory: &Self::Inventory) -> bool;
     /// The objects of a wrapped object the destination reports applied, while the whole is not.
     fn applied_objects<'a>(&self, cached: &'a Self::Cached) -> &'a [wrap::Identity];
+    /// The objects of a wrapped object the destination reports it could not apply, and why.
+    fn unapplied<'a>(&self, cached: &'a Self::Cached) -> &'a [cached::Unapplied];
     /// How the destination writes each object a wrapped object holds (in the order of
     /// [`Plugin::held`]).
     fn written<'a>(&self, cached: &'a Self::Cached) -> &'a [wrap::Written];

@@ -602,6 +602,10 @@ impl super::Plugin for Ocm {
         &work.written
     }
 
+    fn unapplied<'a>(&self, work: &'a CachedWork) -> &'a [super::cached::Unapplied] {
+        &work.unapplied
+    }
+
     fn landed(&self, work: &CachedWork) -> super::propagation::Landed {
         work.landed
     }

@@ -53,6 +53,12 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
         unsettled: Default::default(),
         events: crate::binding::controller::tests::unheard_events(),
+        object_events: crate::events::Paced::start(
+            mock::client().0,
+            "kubestellar.io/test",
+            Default::default(),
+            &CancellationToken::new(),
+        ),
     }
 }
 
@@ -871,4 +877,38 @@ async fn the_bindings_to_plan_again_are_those_sharing_or_labelled_in_the_mailbox
         BTreeSet::from(["b", "o", "x"].map(String::from))
     );
     assert!(transport.sharing(&BTreeSet::from(["c2".to_string()])).is_empty());
+}
+
+#[test]
+fn what_a_wec_could_not_apply_is_told_once_per_work_and_again_when_it_fails_anew() {
+    let failing = |message: &str| {
+        let mut work = CachedWork::of(&work("b.wds1.0", &["a"]));
+        work.unapplied = Box::new([cached::Unapplied {
+            group: String::new(),
+            resource: "configmaps".into(),
+            namespace: "ns".into(),
+            name: "a".into(),
+            message: message.into(),
+        }]);
+        work
+    };
+    let mut told = HashMap::new();
+    let first = failing("namespaces \"ns\" not found");
+    let tell =
+        |told: &mut HashMap<_, _>, w: &CachedWork| match newly_unapplied(told, &Seen::Changed(w), |w: &CachedWork| {
+            &w.unapplied
+        }) {
+            Some(Input::Unapplied(mailbox, objects)) => Some((mailbox, objects.len())),
+            _ => None,
+        };
+    assert_eq!(tell(&mut told, &first), Some(("c1".into(), 1)));
+    assert_eq!(tell(&mut told, &first), None, "told once");
+    assert_eq!(tell(&mut told, &failing("another reason")), Some(("c1".into(), 1)));
+    let applied = CachedWork::of(&work("b.wds1.0", &["a"]));
+    assert_eq!(tell(&mut told, &applied), None);
+    assert_eq!(
+        tell(&mut told, &first),
+        Some(("c1".into(), 1)),
+        "failing again after it applied"
+    );
 }
