@@ -234,6 +234,20 @@ pub(crate) mod tests {
         csr("cluster1", REQUESTER, AGENT_CLUSTER1.to_vec())
     }
 
+    /// An add-on whose stored registration lost its fields (`{}`) is read, not refused (which
+    /// stopped the list of every add-on), and reads as not ours: ks-addon applies its own again.
+    #[test]
+    fn a_registration_stored_empty_is_read_and_is_not_ours() {
+        let addon: ks_shared::ocm::ManagedClusterAddOn = serde_json::from_value(serde_json::json!({
+            "apiVersion": "addon.open-cluster-management.io/v1alpha1", "kind": "ManagedClusterAddOn",
+            "metadata": {"name": "addon-status", "namespace": "cluster1"},
+            "spec": {}, "status": {"registrations": [{}]}}))
+        .expect("read leniently");
+        let stored = addon.status.unwrap_or_default().registrations;
+        assert_eq!(stored.len(), 1);
+        assert_ne!(stored, vec![registration("cluster1")]);
+    }
+
     #[test]
     fn conventions_match_the_addon_framework() {
         assert_eq!(

@@ -3,9 +3,13 @@
 //! controller reports in a status (a condition's outcome, or an error's text), never one per
 //! pass: a status that converges stops them. kube's recorder folds a repeat within minutes into
 //! the first one's series. Publishing is best-effort: a failure is logged, not a reconcile's
-//! failure. These few (a policy's) are published as they come; the status controller's, one per
-//! object and WEC whose health changes, go through a paced queue of their own
-//! (`status::events`).
+//! failure. The binding controller's few (a policy's) are published as they come ([`Events`]);
+//! the transport's and the status controller's, per object, through a paced queue ([`Paced`]).
+//!
+//! What these writes cannot do: the recorder creates each Event under a fresh name
+//! (`<object>.<nanoseconds>`), and a repeat only merge-patches the Event it created itself, by
+//! that name; a merge patch of an Event deleted meanwhile is refused (404), not a create. So it
+//! never writes over another's Event, and never writes the object an Event is about.
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use ks_shared::api::{Condition, condition_type};
@@ -271,6 +275,50 @@ mod tests {
             (told.reason.as_str(), told.type_),
             ("NoWECSelected", EventType::Warning)
         );
+    }
+
+    /// What the writes are: a create under a fresh name, then, for a repeat, a merge patch of
+    /// that one Event by its name; a 404 to it is the end (no create), as the publish ends
+    /// without asking again (the mock would wait for an answer).
+    #[tokio::test]
+    async fn an_event_is_created_once_and_a_repeat_only_patches_that_one() {
+        let (client, mut server) = ks_tests::mock::client();
+        let events = Events::new(client, "kubestellar.io/test");
+        let policy = ObjectReference {
+            api_version: Some("control.kubestellar.io/v1alpha1".into()),
+            kind: Some("BindingPolicy".into()),
+            name: Some("p".into()),
+            uid: Some("uid-p".into()),
+            ..Default::default()
+        };
+        let broken = [ready(false, "invalid selector")];
+        let told = || policy_resolution(&[], &broken);
+        let stored = serde_json::json!({"metadata": {"name": "p.1"}});
+        let ((), created) = tokio::join!(events.publish(&policy, told()), server.answer(201, stored));
+        assert_eq!(created.method, "POST");
+        assert!(
+            created
+                .uri
+                .starts_with("/apis/events.k8s.io/v1/namespaces/default/events?"),
+            "{}",
+            created.uri
+        );
+        let name = created.body["metadata"]["name"].as_str().unwrap().to_string();
+        assert!(name.starts_with("p."), "{name}");
+        assert_eq!(created.body["regarding"]["uid"], "uid-p");
+        assert_eq!(created.body["reason"], "PolicyError");
+        let gone = ks_tests::mock::failure(404);
+        let ((), patched) = tokio::join!(events.publish(&policy, told()), server.answer(404, gone));
+        assert_eq!(patched.method, "PATCH");
+        assert!(
+            patched
+                .uri
+                .starts_with(&format!("/apis/events.k8s.io/v1/namespaces/default/events/{name}?")),
+            "{}",
+            patched.uri
+        );
+        assert_eq!(patched.content_type, "application/merge-patch+json");
+        assert_eq!(patched.body["series"]["count"], 2);
     }
 
     #[test]

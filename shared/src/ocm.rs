@@ -356,7 +356,9 @@ pub struct ManagedClusterAddOnStatus {
 #[serde(rename_all = "camelCase")]
 pub struct RegistrationConfig {
     // Read leniently: an ITS without OCM's conversion webhook stores what a v1beta1 client
-    // writes here as `{}`, and one such add-on must not stop the list of all of them.
+    // writes here as `{}`, and one such add-on must not stop the list of all of them. Nothing is
+    // written from it: ks-addon compares it with the registration it wants and, as they differ,
+    // applies its own again (the status field it owns).
     #[serde(default)]
     pub signer_name: String,
     #[serde(default)]

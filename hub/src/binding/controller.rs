@@ -636,4 +636,4 @@ fn stuck_caches(unknown: &BTreeSet<GroupResource>, may_select: impl Fn(&str, &st
 }
 
 #[cfg(test)]
-pub(crate) mod tests;
+mod tests;

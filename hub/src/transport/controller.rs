@@ -188,8 +188,12 @@ pub async fn run<P: Plugin>(
             );
         } => {}
     }
-    let wds_events = wds.clone();
-    let settings_events_dropped = settings.metrics.events_dropped.clone();
+    let events = crate::events::Paced::start(
+        wds.clone(),
+        "kubestellar.io/transport-controller",
+        settings.metrics.events_dropped.clone(),
+        &shutdown,
+    );
     let transport = Transport {
         plugin,
         packaging: trace::Packaging::default(),
@@ -208,13 +212,7 @@ pub async fn run<P: Plugin>(
         expectations,
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
         unsettled: Default::default(),
-        events: crate::events::Events::new(wds_events.clone(), "kubestellar.io/transport-controller"),
-        object_events: crate::events::Paced::start(
-            wds_events,
-            "kubestellar.io/transport-controller",
-            settings_events_dropped,
-            &shutdown,
-        ),
+        events,
     };
     let mut schedule = Schedule::new(
         BINDING_CONCURRENCY,
@@ -367,10 +365,9 @@ struct Transport<P: Plugin> {
     /// Since when a write over each ManifestWork has waited for its WEC to report on the
     /// version before.
     unsettled: std::sync::Mutex<std::collections::HashMap<WorkKey, Instant>>,
-    /// Events on the policies, when their propagation reaches an outcome.
-    events: crate::events::Events,
-    /// Events on the delivered objects, when a WEC cannot apply one.
-    object_events: crate::events::Paced,
+    /// Events on the policies, when their propagation reaches an outcome, and on the delivered
+    /// objects, when a WEC cannot apply one.
+    events: crate::events::Paced,
 }
 
 /// Bindings marked for something, shared by the reconciles running at once.
@@ -863,10 +860,9 @@ impl<P: Plugin> Transport<P> {
                            "status": {"propagation": propagation, "conditions": [condition]}});
         apply_status(&Api::<BindingPolicy>::all(self.wds.clone()), &name, &patch).await?;
         let before = current.and_then(|s| s.condition(ks_shared::api::condition_type::PROPAGATED));
-        let told = crate::events::propagation(before, &condition);
-        self.events
-            .publish(&policy.object_ref(&()), told.into_iter().collect())
-            .await;
+        if let Some(told) = crate::events::propagation(before, &condition) {
+            self.events.tell(policy.object_ref(&()), told);
+        }
         Ok(())
     }
 
@@ -1212,7 +1208,7 @@ impl<P: Plugin> Transport<P> {
                 uid: cached.uid(),
                 ..Default::default()
             };
-            self.object_events
+            self.events
                 .tell(regarding, crate::events::delivery_failed(mailbox, &object.message));
         }
     }

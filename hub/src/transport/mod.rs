@@ -38,7 +38,7 @@ pub struct Metrics {
     /// its policy changed), not counted as reconciles.
     pub reports: prometheus_client::metrics::counter::Counter,
     pub lag: expectations::Lag,
-    /// Events on delivered objects that did not fit their queue.
+    /// Events (on policies and delivered objects) that did not fit their queue.
     pub events_dropped: prometheus_client::metrics::counter::Counter,
 }
 
@@ -70,7 +70,7 @@ impl Metrics {
         );
         sub.register(
             "events_dropped",
-            "Events on delivered objects (a WEC could not apply one) dropped as their queue was full",
+            "Events on policies and delivered objects dropped as their queue was full",
             self.events_dropped.clone(),
         );
         sub.register(

@@ -79,7 +79,7 @@ fn test_loop<'a>(client: &Client, policies: Vec<BindingPolicy>, resolutions: &'a
 }
 
 /// Events published to nowhere: these tests follow the controller's writes, not its Events.
-pub(crate) fn unheard_events() -> crate::events::Events {
+fn unheard_events() -> crate::events::Events {
     let (client, server) = mock::client();
     drop(server);
     crate::events::Events::new(client, "kubestellar.io/test")

@@ -52,8 +52,7 @@ fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
         expectations: Default::default(),
         writes: tokio::sync::Semaphore::new(WRITE_CONCURRENCY),
         unsettled: Default::default(),
-        events: crate::binding::controller::tests::unheard_events(),
-        object_events: crate::events::Paced::start(
+        events: crate::events::Paced::start(
             mock::client().0,
             "kubestellar.io/test",
             Default::default(),
