@@ -223,9 +223,9 @@ impl Stack {
         };
         pki.ensure_client(&who)?;
         let kubeconfig = files.dir.join("kube-proxy.kubeconfig");
-        std::fs::write(
+        write_if_changed(
             &kubeconfig,
-            super::kubeconfig::render(&pki, &who, &[(wec.to_string(), self.space(wec)?.port)])?,
+            &super::kubeconfig::render(&pki, &who, &[(wec.to_string(), self.space(wec)?.port)])?,
         )?;
         let config = json!({
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
@@ -239,7 +239,7 @@ impl Stack {
             "nodePortAddresses": ["127.0.0.1/32"],
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         });
-        std::fs::write(files.kube_proxy_config(), serde_saphyr::to_string(&config)?)?;
+        write_if_changed(&files.kube_proxy_config(), &serde_saphyr::to_string(&config)?)?;
         Ok(())
     }
 
@@ -441,6 +441,15 @@ state = "{state}"
         std::fs::write(files.kubelet_config(), serde_saphyr::to_string(&config)?)?;
         Ok(())
     }
+}
+
+/// Writes `content` to `path` unless it holds that already: kube-proxy watches its files and exits
+/// when one is written, which every `up` would otherwise do.
+fn write_if_changed(path: &Path, content: &str) -> anyhow::Result<()> {
+    if std::fs::read_to_string(path).is_ok_and(|old| old == content) {
+        return Ok(());
+    }
+    Ok(std::fs::write(path, content)?)
 }
 
 /// The node's bridge: at most 15 characters, as Linux allows.
