@@ -257,6 +257,7 @@ impl Context {
 fn error_policy(addon: Arc<ManagedClusterAddOn>, error: &ReconcileError, context: Arc<Context>) -> Action {
     context.metrics.common.errors.inc();
     let pause = context.retries.failed(&addon);
+    context.metrics.common.queue.retried();
     context.metrics.common.queue_depth.set(context.retries.waiting() as i64);
     tracing::warn!(cluster = addon.namespace().unwrap_or_default(), error = %error, retry_in = ?pause, "reconcile failed");
     Action::requeue(pause)
@@ -264,7 +265,10 @@ fn error_policy(addon: Arc<ManagedClusterAddOn>, error: &ReconcileError, context
 
 async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Result<Action, ReconcileError> {
     context.metrics.common.reconciles.inc();
+    // kube's controller queues the add-ons: how long one waited is not known here.
+    let started = std::time::Instant::now();
     let result = reconcile_addon(&addon, &context).await;
+    context.metrics.common.queue.finished(started.elapsed(), result.is_ok());
     if result.is_ok() {
         context.retries.succeeded(&addon);
         context.metrics.common.queue_depth.set(context.retries.waiting() as i64);

@@ -114,7 +114,8 @@ pub async fn run(
         kinds: Kinds::new(wec.clone()),
         informers: Mutex::new(Informers::new(wec.clone())),
         works: WorkQueue::new(RETRY_FIRST, RETRY_MAX),
-        objects: WorkQueue::new(RETRY_FIRST, RETRY_MAX).counted_by(metrics.common.queue_depth.clone()),
+        objects: WorkQueue::new(RETRY_FIRST, RETRY_MAX)
+            .measured_by(metrics.common.queue_depth.clone(), metrics.common.queue.clone()),
         leftovers: WorkQueue::new(RETRY_FIRST, RETRY_MAX),
         settled: AtomicBool::new(false),
         applied_listed: Arc::default(),
@@ -512,7 +513,13 @@ impl Agent {
                 (Some(object), Some(work)) => report::desired(key, &object, &work).inspect(|desired| {
                     let applied = desired.status.is_some() && desired.last_generation_is_applied;
                     let annotations = object.metadata.annotations.clone().unwrap_or_default();
-                    let parent = self.rollouts.follow(key, &annotations, applied, &self.attributes(key));
+                    let parent = self.rollouts.follow(
+                        key,
+                        &annotations,
+                        applied,
+                        &self.attributes(key),
+                        &rollout::Labels::on(&self.mailbox),
+                    );
                     // Join the trace the object's delivery belongs to, if any.
                     let _ = span.set_parent(parent.clone());
                     trace_parent = Some(parent);
@@ -556,6 +563,7 @@ impl Agent {
                         started,
                         SystemTime::now(),
                         self.attributes(key),
+                        &rollout::Labels::on(&self.mailbox),
                     );
                     // The WorkStatus carries the report's span, for the status controller to
                     // continue, sent when the status change was seen (where status propagation starts).

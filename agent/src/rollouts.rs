@@ -38,6 +38,7 @@ impl Rollouts {
         annotations: &BTreeMap<String, String>,
         applied: bool,
         attributes: &[KeyValue],
+        labels: &rollout::Labels,
     ) -> Context {
         let carried = extract_context(annotations);
         let Some(traceparent) = annotations
@@ -57,11 +58,14 @@ impl Rollouts {
         if current.traceparent != *traceparent {
             let sent = rollout::sent_at(&carried).unwrap_or(now).min(now);
             if let Some(started) = rollout::started_at(&carried) {
-                rollout::latencies().downsync.observe(rollout::seconds(started, now));
+                rollout::latencies()
+                    .downsync
+                    .get_or_create(labels)
+                    .observe(rollout::seconds(started, now));
             }
             *current = Rollout {
                 traceparent: traceparent.clone(),
-                delivery: rollout::record(stage::DELIVERY, &carried, sent, now, attributes.to_vec()),
+                delivery: rollout::record(stage::DELIVERY, &carried, sent, now, attributes.to_vec(), labels),
                 seen: now,
                 activated: false,
             };
@@ -74,6 +78,7 @@ impl Rollouts {
                 current.seen,
                 now,
                 attributes.to_vec(),
+                labels,
             );
         }
         current.delivery.clone()

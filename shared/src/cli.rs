@@ -97,6 +97,9 @@ impl Process {
         crate::rollout::register(&mut registry);
         crate::apilatency::register(&mut registry);
         crate::runtime::watch_health::register(&mut registry);
+        crate::runtime::register_conventional(&mut registry);
+        crate::process_metrics::register(&mut registry, service, cluster);
+        crate::leader::register(&mut registry);
         Ok(Process {
             registry,
             readiness: Readiness::default(),

@@ -7,15 +7,35 @@
 //! at the renewal deadline, whether or not the work has stopped yet.
 
 use std::future::Future;
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{ObjectMeta, PostParams};
 use kube::{Api, Client};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
 use tokio_util::sync::CancellationToken;
 
 use crate::fence::Fence;
+
+/// `leader_election_master_status{name}` (client-go's name): 1 while this process leads under the
+/// Lease `name`, 0 while it waits for it. Absent without leader election.
+fn leading() -> &'static Family<Vec<(&'static str, String)>, Gauge> {
+    static LEADING: OnceLock<Family<Vec<(&'static str, String)>, Gauge>> = OnceLock::new();
+    LEADING.get_or_init(Family::default)
+}
+
+/// Adds the leader gauge to a registry.
+pub fn register(registry: &mut Registry) {
+    registry.register(
+        "leader_election_master_status",
+        "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease",
+        leading().clone(),
+    );
+}
 
 /// Which Lease to hold, and as whom.
 #[derive(Clone, Debug)]
@@ -214,6 +234,8 @@ where
         config: lease.clone(),
         observed: None,
     };
+    let leader = leading().get_or_create(&vec![("name", lease.name.clone())]).clone();
+    leader.set(0);
     tracing::info!(lease = %lease.name, identity = %lease.identity, "waiting for the leader lease");
     let deadline = loop {
         let started = Instant::now();
@@ -233,6 +255,7 @@ where
     };
 
     tracing::info!(lease = %lease.name, "became leader");
+    leader.set(1);
     let work_token = shutdown.child_token();
     let work = work(work_token.clone());
     tokio::pin!(work);
@@ -248,6 +271,7 @@ where
         }
     }
     fence.close();
+    leader.set(0);
     match tokio::time::timeout(lease.renew_deadline(), elector.release()).await {
         Ok(Ok(())) => {}
         Ok(Err(err)) => tracing::warn!(error = %err, "releasing the leader lease"),

@@ -16,6 +16,8 @@ use opentelemetry::global;
 use opentelemetry::trace::{SpanContext, TraceContextExt, TraceState, Tracer};
 /// Re-exported so that callers need no OpenTelemetry dependency of their own.
 pub use opentelemetry::{Context, KeyValue};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -49,18 +51,56 @@ pub mod attribute {
 /// The tracestate key carrying when the rollout started and when the context was sent.
 const STAMP_KEY: &str = "kubestellar";
 
+/// Which rollout a latency is of, as far as a bounded label can say: the WEC (`cluster`) for the
+/// stages of one WEC, the BindingPolicy (`policy`) for packaging, which writes for all of a
+/// policy's WECs at once; empty where the stage does not know it.
+#[derive(Clone, Debug, Default, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Labels {
+    pub cluster: String,
+    pub policy: String,
+}
+
+impl Labels {
+    /// Latencies on the WEC `cluster`.
+    pub fn on(cluster: &str) -> Labels {
+        Labels {
+            cluster: cluster.to_string(),
+            policy: String::new(),
+        }
+    }
+
+    /// Latencies of the BindingPolicy `policy`.
+    pub fn of_policy(policy: &str) -> Labels {
+        Labels {
+            cluster: String::new(),
+            policy: policy.to_string(),
+        }
+    }
+}
+
+/// One latency histogram per [`Labels`].
+pub type Histograms = Family<Labels, Histogram, fn() -> Histogram>;
+
 /// The latency histograms, by upstream's names; every process serves all of them (the stages
 /// it does not see stay empty).
 pub struct Latencies {
-    stages: [(&'static str, Histogram); 5],
-    pub downsync: Histogram,
-    pub status_propagation: Histogram,
-    pub end_to_end: Histogram,
+    stages: [(&'static str, Histograms); 5],
+    pub downsync: Histograms,
+    pub status_propagation: Histograms,
+    pub end_to_end: Histograms,
 }
 
 fn histogram() -> Histogram {
     // 1 ms to ~65 s.
     Histogram::new(exponential_buckets(0.001, 2.0, 17))
+}
+
+/// A family served from the start: an empty one would not be served at all until its first
+/// observation, and dashboards and alerts could not tell a name we serve from a typo.
+fn histograms() -> Histograms {
+    let family: Histograms = Family::new_with_constructor(histogram);
+    drop(family.get_or_create(&Labels::default()));
+    family
 }
 
 /// The process's latency histograms.
@@ -74,15 +114,15 @@ pub fn latencies() -> &'static Latencies {
             stage::STATUS_REPORT,
             stage::STATUS_PROPAGATION,
         ]
-        .map(|stage| (stage, histogram())),
-        downsync: histogram(),
-        status_propagation: histogram(),
-        end_to_end: histogram(),
+        .map(|stage| (stage, histograms())),
+        downsync: histograms(),
+        status_propagation: histograms(),
+        end_to_end: histograms(),
     })
 }
 
 impl Latencies {
-    fn stage(&self, stage: &str) -> Option<&Histogram> {
+    fn stage(&self, stage: &str) -> Option<&Histograms> {
         self.stages.iter().find(|(s, _)| *s == stage).map(|(_, h)| h)
     }
 }
@@ -145,13 +185,14 @@ pub fn register(registry: &mut Registry) {
 }
 
 /// Records a finished `stage` span, a child of `parent` (a trace root when `parent` holds no
-/// span), and returns a context holding it, to pass on.
+/// span), observed in its histogram under `labels`, and returns a context holding it, to pass on.
 pub fn record(
     stage: &'static str,
     parent: &Context,
     start: SystemTime,
     end: SystemTime,
     attributes: Vec<KeyValue>,
+    labels: &Labels,
 ) -> Context {
     use opentelemetry::trace::Span;
     let tracer = global::tracer("kubestellar");
@@ -162,8 +203,8 @@ pub fn record(
         .start_with_context(&tracer, parent);
     let context = span.span_context().clone();
     span.end_with_timestamp(end.max(start));
-    if let Some(histogram) = latencies().stage(stage) {
-        histogram.observe(seconds(start, end));
+    if let Some(histograms) = latencies().stage(stage) {
+        histograms.get_or_create(labels).observe(seconds(start, end));
     }
     if context.is_valid() {
         parent.with_remote_span_context(context)
@@ -249,6 +290,7 @@ mod tests {
             t0,
             t1,
             vec![KeyValue::new(attribute::NAME, "web")],
+            &Labels::of_policy("web-policy"),
         );
         let mut annotations = BTreeMap::new();
         inject_context(&stamp_sent(&stamp_started(&packaging, t0), t1), &mut annotations);
@@ -260,7 +302,19 @@ mod tests {
             (Some(t0), Some(t2)),
             "the start is kept"
         );
-        record(stage::DELIVERY, &received, sent_at(&received).unwrap(), t2, vec![]);
+        record(
+            stage::DELIVERY,
+            &received,
+            sent_at(&received).unwrap(),
+            t2,
+            vec![],
+            &Labels::on("cluster1"),
+        );
+        let packaged = latencies().stage(stage::PACKAGING).unwrap();
+        assert!(
+            packaged.get(&Labels::of_policy("web-policy")).is_some(),
+            "observed under its policy"
+        );
 
         let spans = exporter.get_finished_spans().unwrap();
         let (root, delivery) = (&spans[0], &spans[1]);

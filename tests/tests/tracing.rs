@@ -354,20 +354,47 @@ async fn user_traceparent_is_joined(ctx: Ctx) -> anyhow::Result<()> {
     finish(&ctx, &ns, &policy).await
 }
 
-/// Every metric the Grafana dashboard queries is one the hub or an agent serves.
+/// The metric names upstream KubeStellar's controller dashboard
+/// (`monitoring/grafana/KubeStellarControllersMonitoring.json`) queries on each of its controllers
+/// (the hub's, the status add-on's and the agents'), with the labels it groups and filters by.
+const UPSTREAM_DASHBOARD: [(&str, &[&str]); 6] = [
+    ("workqueue_queue_duration_seconds", &["name"]),
+    ("workqueue_depth", &["name"]),
+    ("rest_client_request_duration_seconds", &["host"]),
+    ("rest_client_requests_total", &["code"]),
+    ("process_cpu_seconds_total", &[]),
+    ("process_resident_memory_bytes", &[]),
+];
+
+/// Every metric our Grafana dashboard queries is one the hub, the add-on controller or an agent
+/// serves; so is every metric upstream's controller dashboard queries, on each of them, with its
+/// labels, and the hub's queues have measured how long keys wait.
 async fn dashboard_queries_served_metrics(ctx: Ctx) -> anyhow::Result<()> {
+    // A rollout of its own goes through the hub's queues and an agent's.
+    let (ns, name, policy) = rollout(&ctx, json!({})).await?;
+    complete_trace(&name).await?;
     let dashboard = std::fs::read_to_string(ks_tests::harness::repo_root().join("docs/grafana/kubestellar-rs.json"))?;
     let hub = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
+    let addon = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.addon_port()));
     // cluster2's: the rollout test, running meanwhile, restarts cluster1's agent.
     ctx.stack.wait_agent_ready("cluster2", DEADLINE).await?;
     let agent = ctx.stack.agent_address("cluster2").context("the agent's address")?;
-    let served: String = [hub, agent]
-        .iter()
-        .map(|a| ks_tests::process::http_get(*a, "/metrics").1)
+    let each: Vec<(&str, String)> = [("hub", hub), ("add-on controller", addon), ("agent", agent)]
+        .into_iter()
+        .map(|(who, address)| (who, ks_tests::process::http_get(address, "/metrics").1))
         .collect();
+    let served: String = each.iter().map(|(_, text)| text.as_str()).collect();
+    let prefixes = [
+        "kubestellar_",
+        "workqueue_",
+        "controller_runtime_",
+        "rest_client_",
+        "process_",
+        "leader_election_",
+    ];
     let mut queried: Vec<String> = dashboard
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-        .filter(|w| w.starts_with("kubestellar_") || w.starts_with("ks_"))
+        .filter(|w| prefixes.iter().any(|p| w.starts_with(p)))
         .map(|w| {
             let base = ["_bucket", "_count", "_sum", "_total"]
                 .iter()
@@ -378,7 +405,7 @@ async fn dashboard_queries_served_metrics(ctx: Ctx) -> anyhow::Result<()> {
         .collect();
     queried.sort();
     queried.dedup();
-    ensure!(queried.len() >= 10, "the dashboard queries only {queried:?}");
+    ensure!(queried.len() >= 20, "the dashboard queries only {queried:?}");
     let missing: Vec<&String> = queried
         .iter()
         .filter(|m| !served.contains(&format!("# TYPE {m} ")))
@@ -387,5 +414,27 @@ async fn dashboard_queries_served_metrics(ctx: Ctx) -> anyhow::Result<()> {
         missing.is_empty(),
         "the dashboard queries metrics nobody serves: {missing:?}"
     );
-    Ok(())
+    for (who, text) in &each {
+        for (name, labels) in UPSTREAM_DASHBOARD {
+            // A sample of it (a histogram's by its count) with each label the dashboard reads.
+            let series = [format!("{name} "), format!("{name}{{"), format!("{name}_count")];
+            let found = text.lines().any(|line| {
+                series.iter().any(|s| line.starts_with(s.as_str()))
+                    && labels.iter().all(|label| line.contains(&format!("{label}=\"")))
+            });
+            ensure!(found, "the {who} serves no {name} with the labels {labels:?}");
+        }
+    }
+    let (_, hub_text) = &each[0];
+    for queue in ["binding", "transport"] {
+        let waited = ks_tests::metrics::sample(
+            hub_text,
+            &format!("workqueue_queue_duration_seconds_count{{name=\"{queue}\"}}"),
+        );
+        ensure!(
+            waited.is_some_and(|n| n > 0.0),
+            "the hub's {queue} queue measured no wait: {waited:?}"
+        );
+    }
+    finish(&ctx, &ns, &policy).await
 }

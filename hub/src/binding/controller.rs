@@ -200,7 +200,7 @@ pub async fn run(
         wds: wds.clone(),
         labelled,
         retries: Backoff::for_writes(),
-        gathering: Debounce::new(settings.debounce, settings.debounce_max),
+        gathering: Debounce::new(settings.debounce, settings.debounce_max).measured_by(settings.metrics.queue.clone()),
         resolutions: &mut resolutions,
         policy_api,
         binding_api,
@@ -437,6 +437,7 @@ impl Loop<'_> {
             }
             Failure::Transient => {
                 self.metrics.errors.inc();
+                self.metrics.queue.retried();
                 tracing::warn!(?retry, what, error = %err, "write failed; retrying with back-off");
                 self.retries.failed(retry, Instant::now());
             }
@@ -520,7 +521,7 @@ impl Loop<'_> {
 
     /// Writes every policy with changes now, whether or not its changes paused.
     async fn flush_all(&mut self) {
-        let mut all = self.gathering.take_all();
+        let mut all = self.gathering.take_all(Instant::now());
         all.extend(self.resolutions.take_dirty());
         self.flush(all).await;
     }
@@ -534,11 +535,13 @@ impl Loop<'_> {
         let unknown = self.caches.informers.unsynced();
         for name in dirty {
             self.metrics.reconciles.inc();
+            let started = Instant::now();
             let (Some(policy), Some(resolved), Some(mut desired)) = (
                 self.caches.policies.get(&ObjectRef::new(&name)),
                 self.resolutions.policy(&name).map(|s| s.generation),
                 self.resolutions.desired_spec(&name),
             ) else {
+                self.metrics.queue.finished(started.elapsed(), true);
                 continue;
             };
             let existing = self.caches.bindings.get(&ObjectRef::new(&name));
@@ -596,6 +599,7 @@ impl Loop<'_> {
                     .filter_map(|b| b.status.as_ref())
                     .flat_map(|s| s.errors.clone()),
             );
+            let refused = write_error.is_some();
             let status = writes::desired_status(&policy, resolved, errors, write_error, selected);
             if writes::status_differs(&policy, &status) {
                 let written = writes::apply_status(&self.policy_api, &name, &status).await;
@@ -610,6 +614,7 @@ impl Loop<'_> {
                 }
                 failed |= self.settle(written, Retry::Policy(name.clone()), "writing the policy status") == TRANSIENT;
             }
+            self.metrics.queue.finished(started.elapsed(), !failed && !refused);
             // A missing finalizer is still to be added: its retry stays.
             if !failed && policy.finalizers().iter().any(|f| f == BINDING_POLICY_FINALIZER) {
                 self.retries.succeeded(&Retry::Policy(name));

@@ -218,7 +218,8 @@ pub async fn run<P: Plugin>(
         BINDING_CONCURRENCY,
         Pacing::new(PACE, LONGEST_REST),
         Backoff::new(RETRY_MIN, RETRY_MAX),
-    );
+    )
+    .measured_by(transport.settings.metrics.common.queue.clone());
     let transport = &transport;
     let mut running: FuturesUnordered<BoxFuture<'_, Reconciled>> = FuturesUnordered::new();
     let metrics = &transport.settings.metrics;

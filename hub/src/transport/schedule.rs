@@ -4,10 +4,10 @@
 //! reconciled goes again after, reading the caches then). A Binding whose WECs only reported
 //! progress gets a [`Pass::Report`], neither held nor counted as writing.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
-use ks_shared::runtime::{Backoff, Pacing};
+use ks_shared::runtime::{Backoff, Pacing, QueueMetrics};
 use tokio::time::Instant;
 
 /// A Binding's version: its generation (status changes leave it as it was).
@@ -27,11 +27,15 @@ pub struct Schedule {
     concurrency: usize,
     /// Changed or reported on, not started yet.
     pending: BTreeMap<String, Pass>,
-    running: BTreeSet<String>,
+    /// Since when each Binding waits: changed, resting or due after its back-off, not started.
+    waiting_since: BTreeMap<String, Instant>,
+    /// Each running Binding, since when.
+    running: BTreeMap<String, Instant>,
     /// Changed while resting, each with the end of its rest.
     resting: BTreeMap<String, Instant>,
     retries: Backoff<String>,
     pacing: Pacing<String, Version>,
+    times: QueueMetrics,
 }
 
 impl Schedule {
@@ -41,21 +45,38 @@ impl Schedule {
         Schedule {
             concurrency,
             pending: BTreeMap::new(),
-            running: BTreeSet::new(),
+            waiting_since: BTreeMap::new(),
+            running: BTreeMap::new(),
             resting: BTreeMap::new(),
             retries,
             pacing,
+            times: QueueMetrics::default(),
         }
+    }
+
+    /// The same, measuring into `times`.
+    pub fn measured_by(self, times: QueueMetrics) -> Schedule {
+        Schedule { times, ..self }
     }
 
     /// `binding` (or what it depends on) changed.
     pub fn changed(&mut self, binding: String) {
+        self.queued(&binding);
         self.pending.insert(binding, Pass::Full);
     }
 
     /// `binding`'s WECs reported progress, or its policy's status changed.
     pub fn reported(&mut self, binding: String) {
+        self.queued(&binding);
         self.pending.entry(binding).or_insert(Pass::Report);
+    }
+
+    /// Notes that `binding` waits from now, unless it waits already.
+    fn queued(&mut self, binding: &str) {
+        if !self.waiting_since.contains_key(binding) {
+            self.times.added();
+            self.waiting_since.insert(binding.to_string(), Instant::now());
+        }
     }
 
     /// When the next rest or back-off ends, if any.
@@ -70,16 +91,16 @@ impl Schedule {
     /// The Bindings to reconcile at `now`, each with its version (`version` reads it) and pass;
     /// they count as running until [`Schedule::finished`].
     pub fn start(&mut self, now: Instant, version: impl Fn(&str) -> Version) -> Vec<(String, Version, Pass)> {
-        let full = self
-            .retries
-            .take_due(now)
-            .into_iter()
-            .chain(std::mem::take(&mut self.resting).into_keys());
-        self.pending.extend(full.map(|name| (name, Pass::Full)));
+        for name in self.retries.take_due(now) {
+            self.queued(&name);
+            self.pending.insert(name, Pass::Full);
+        }
+        let rested = std::mem::take(&mut self.resting).into_keys();
+        self.pending.extend(rested.map(|name| (name, Pass::Full)));
         let startable: Vec<(String, Pass)> = self
             .pending
             .iter()
-            .filter(|(name, _)| !self.running.contains(*name))
+            .filter(|(name, _)| !self.running.contains_key(*name))
             .map(|(name, pass)| (name.clone(), *pass))
             .collect();
         let mut started = Vec::new();
@@ -95,7 +116,10 @@ impl Schedule {
                 self.resting.insert(name, until);
                 continue;
             }
-            self.running.insert(name.clone());
+            if let Some(since) = self.waiting_since.remove(&name) {
+                self.times.started(now.saturating_duration_since(since));
+            }
+            self.running.insert(name.clone(), now);
             started.push((name, version, pass));
         }
         started
@@ -112,7 +136,10 @@ impl Schedule {
         outcome: Result<Duration, ()>,
         now: Instant,
     ) {
-        self.running.remove(&binding);
+        if let Some(since) = self.running.remove(&binding) {
+            self.times
+                .finished(now.saturating_duration_since(since), outcome.is_ok());
+        }
         match outcome {
             Ok(_) if pass == Pass::Report => {}
             Ok(spent) => {
@@ -120,6 +147,7 @@ impl Schedule {
                 self.pacing.wrote(binding, version, spent, now);
             }
             Err(()) => {
+                self.times.retried();
                 self.retries.failed(binding, now);
             }
         }

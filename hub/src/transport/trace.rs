@@ -69,7 +69,8 @@ impl Packaging {
             KeyValue::new(attribute::WEC, subject.wecs.to_string()),
         ];
         let start = first_seen.get(&uid, generation).unwrap_or(now).min(now);
-        let packaged = rollout::record(stage::PACKAGING, &parent, start, now, attributes);
+        let labels = rollout::Labels::of_policy(subject.binding);
+        let packaged = rollout::record(stage::PACKAGING, &parent, start, now, attributes, &labels);
         let mut annotations = TraceAnnotations::new();
         if rollout::is_traced(&packaged) {
             let stamped = rollout::stamp_sent(&rollout::stamp_started(&packaged, start), now);

@@ -35,6 +35,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 // Tokio's clock, so that tests with a paused clock drive it.
+use super::metrics::QueueMetrics;
 use tokio::time::Instant;
 
 /// How far the longest wait grows while a burst goes on.
@@ -71,6 +72,8 @@ pub struct Debounce<K> {
     quiet: Quiet,
     longest: Duration,
     keys: BTreeMap<K, Burst>,
+    /// Keys added, and how long each waited from its first change to being handed out.
+    times: QueueMetrics,
 }
 
 /// The bounds of the quiet pause, and the longest wait of a fast stream.
@@ -182,7 +185,13 @@ impl<K: Ord + Clone> Debounce<K> {
             },
             longest,
             keys: BTreeMap::new(),
+            times: QueueMetrics::default(),
         }
+    }
+
+    /// The same, measuring into `times`.
+    pub fn measured_by(self, times: QueueMetrics) -> Debounce<K> {
+        Debounce { times, ..self }
     }
 
     /// `key` changed at `now`.
@@ -230,6 +239,9 @@ impl<K: Ord + Clone> Debounce<K> {
             burst.longest = longest;
         }
         burst.last = now;
+        if burst.first.is_none() {
+            self.times.added();
+        }
         burst.first.get_or_insert(now);
         burst
     }
@@ -247,7 +259,9 @@ impl<K: Ord + Clone> Debounce<K> {
         self.keys.retain(|key, burst| {
             if burst.due(quiet).is_some_and(|at| at <= now) {
                 due.push(key.clone());
-                burst.first = None;
+                if let Some(first) = burst.first.take() {
+                    self.times.started(now.saturating_duration_since(first));
+                }
                 burst.longest = (burst.longest(quiet) * 2).min(ceiling);
             }
             // A written key is forgotten once no next arrival could count as its stream's.
@@ -256,12 +270,14 @@ impl<K: Ord + Clone> Debounce<K> {
         due
     }
 
-    /// Hands out every waiting key, due or not.
-    pub fn take_all(&mut self) -> Vec<K> {
+    /// Hands out every waiting key at `now`, due or not.
+    pub fn take_all(&mut self, now: Instant) -> Vec<K> {
         std::mem::take(&mut self.keys)
             .into_iter()
-            .filter(|(_, burst)| burst.first.is_some())
-            .map(|(key, _)| key)
+            .filter_map(|(key, burst)| {
+                self.times.started(now.saturating_duration_since(burst.first?));
+                Some(key)
+            })
             .collect()
     }
 

@@ -16,7 +16,7 @@ pub mod watch_health;
 
 pub use backoff::{Backoff, Failure, RETRY_MAX, RETRY_MIN, failure};
 pub use debounce::Debounce;
-pub use metrics::{ControllerMetrics, Help, assert_exports};
+pub use metrics::{ControllerMetrics, Help, QueueMetrics, assert_exports, register_conventional};
 pub use pacing::Pacing;
 pub use queue::WorkQueue;
 pub use watch::{

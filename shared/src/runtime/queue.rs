@@ -11,9 +11,11 @@ use std::time::Duration;
 
 use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Notify;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::backoff::pause;
+use super::metrics::QueueMetrics;
 
 /// The queue; clones share it.
 pub struct WorkQueue<K> {
@@ -25,6 +27,8 @@ pub struct WorkQueue<K> {
     /// Set to the number of waiting keys whenever it changes, under the queue's lock: set by
     /// callers after the fact, two threads could leave it at a stale count.
     depth: Gauge,
+    /// Adds, retries, and how long keys wait and are worked on.
+    times: QueueMetrics,
 }
 
 impl<K> Clone for WorkQueue<K> {
@@ -35,14 +39,17 @@ impl<K> Clone for WorkQueue<K> {
             min: self.min,
             max: self.max,
             depth: self.depth.clone(),
+            times: self.times.clone(),
         }
     }
 }
 
 struct State<K> {
     order: VecDeque<K>,
-    waiting: HashSet<K>,
-    working: HashSet<K>,
+    /// Since when each waiting key waits.
+    waiting: HashMap<K, Instant>,
+    /// Since when each key is worked on.
+    working: HashMap<K, Instant>,
     /// Added while being worked on: queue again when the worker is done.
     again: HashSet<K>,
     failures: HashMap<K, u32>,
@@ -54,8 +61,8 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         WorkQueue {
             state: Arc::new(Mutex::new(State {
                 order: VecDeque::new(),
-                waiting: HashSet::new(),
-                working: HashSet::new(),
+                waiting: HashMap::new(),
+                working: HashMap::new(),
                 again: HashSet::new(),
                 failures: HashMap::new(),
             })),
@@ -63,13 +70,14 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             min,
             max,
             depth: Gauge::default(),
+            times: QueueMetrics::default(),
         }
     }
 
-    /// The same queue, keeping `depth` at its number of waiting keys.
-    pub fn counted_by(self, depth: Gauge) -> Self {
+    /// The same queue, keeping `depth` at its number of waiting keys and measuring into `times`.
+    pub fn measured_by(self, depth: Gauge, times: QueueMetrics) -> Self {
         depth.set(self.lock().order.len() as i64);
-        WorkQueue { depth, ..self }
+        WorkQueue { depth, times, ..self }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State<K>> {
@@ -80,11 +88,13 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     /// Queues `key` unless it is already waiting.
     pub fn add(&self, key: K) {
         let mut state = self.lock();
-        if state.working.contains(&key) {
+        if state.working.contains_key(&key) {
             state.again.insert(key);
             return;
         }
-        if state.waiting.insert(key.clone()) {
+        if !state.waiting.contains_key(&key) {
+            state.waiting.insert(key.clone(), Instant::now());
+            self.times.added();
             state.order.push_back(key);
             self.depth.set(state.order.len() as i64);
             drop(state);
@@ -113,8 +123,11 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
         let mut state = self.lock();
         let key = state.order.pop_front()?;
         self.depth.set(state.order.len() as i64);
-        state.waiting.remove(&key);
-        state.working.insert(key.clone());
+        let now = Instant::now();
+        if let Some(since) = state.waiting.remove(&key) {
+            self.times.started(now - since);
+        }
+        state.working.insert(key.clone(), now);
         Some((key, !state.order.is_empty()))
     }
 
@@ -123,7 +136,9 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
     pub fn done(&self, key: K, succeeded: bool) {
         let (again, retry_in) = {
             let mut state = self.lock();
-            state.working.remove(&key);
+            if let Some(since) = state.working.remove(&key) {
+                self.times.finished(since.elapsed(), succeeded);
+            }
             let again = state.again.remove(&key);
             let retry_in = if succeeded {
                 state.failures.remove(&key);
@@ -139,6 +154,7 @@ impl<K: Clone + Eq + Hash + Send + 'static> WorkQueue<K> {
             self.add(key.clone());
         }
         if let Some(delay) = retry_in {
+            self.times.retried();
             let queue = self.clone();
             tokio::spawn(async move {
                 tokio::time::sleep(delay).await;
@@ -206,7 +222,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn its_gauge_counts_every_waiting_key() {
         let depth = Gauge::default();
-        let queue = WorkQueue::new(MIN, 60 * MIN).counted_by(depth.clone());
+        let times = QueueMetrics::default();
+        let queue = WorkQueue::new(MIN, 60 * MIN).measured_by(depth.clone(), times.clone());
         let stop = CancellationToken::new();
         queue.add("a");
         queue.add("b");
@@ -224,6 +241,11 @@ mod tests {
         assert_eq!(depth.get(), 0, "a failed key waits for its retry uncounted");
         tokio::time::sleep(2 * MIN).await;
         assert_eq!(depth.get(), 1, "and counts again once it is retried");
+        assert_eq!(
+            (times.adds(), times.retries(), times.reconciles()),
+            (4, 1, (2, 1)),
+            "a, b, a again, b retried; 2 succeeded and 1 failed"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -173,7 +173,7 @@ async fn objects_joining_one_after_another_set_the_pace_other_changes_do_not() {
     let t0 = Instant::now();
     let ms = Duration::from_millis;
     looper.gather(t0);
-    looper.gathering.take_all();
+    looper.gathering.take_all(Instant::now());
     let a = config_map();
     let key = a.identity.workload_ref();
     // `a` joins, leaves and joins again, 120 ms apart: a stream of arrivals (not a fast one)
@@ -183,7 +183,7 @@ async fn objects_joining_one_after_another_set_the_pace_other_changes_do_not() {
         looper.gather(t0 + ms(120 * n as u64));
     }
     assert_eq!(looper.gathering.next_due(), Some(t0 + ms(240 + 200)));
-    looper.gathering.take_all();
+    looper.gathering.take_all(Instant::now());
     // `a` changes twice, 60 ms apart, long after: each waits the base pause.
     let mut newer = a.clone();
     for (n, version) in ["2", "3"].into_iter().enumerate() {

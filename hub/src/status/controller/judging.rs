@@ -239,7 +239,14 @@ fn trace_healthy(key: &WorkloadRef, wec: &str, reported: &WecStatus) {
     }
     let now = SystemTime::now();
     let written = reported.last_update.as_ref().map_or(now, |t| SystemTime::from(t.0));
-    rollout::record(stage::HEALTHY, &report, written, now, super::span_attributes(key, wec));
+    rollout::record(
+        stage::HEALTHY,
+        &report,
+        written,
+        now,
+        super::span_attributes(key, wec),
+        &rollout::Labels::on(wec),
+    );
 }
 
 #[cfg(test)]

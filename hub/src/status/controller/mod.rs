@@ -195,6 +195,7 @@ pub async fn run(
             }
             _ = tokio::time::sleep_until(retry_due.unwrap_or_else(Instant::now)), if retry_due.is_some() => {
                 if !retries.take_due(Instant::now()).is_empty() {
+                    (0..failed.len()).for_each(|_| controller.metrics.common.queue.retried());
                     work.append(&mut failed);
                 }
             }
@@ -453,7 +454,13 @@ impl StatusController {
     async fn process(&mut self, work: &mut Work, failed: &mut Work) {
         for key in std::mem::take(&mut work.objects) {
             self.metrics.common.reconciles.inc();
-            match self.reconcile_object(&key).await {
+            let started = Instant::now();
+            let reconciled = self.reconcile_object(&key).await;
+            self.metrics
+                .common
+                .queue
+                .finished(started.elapsed(), reconciled.is_ok());
+            match reconciled {
                 Ok((collectors, judged_anew)) => {
                     work.collectors.extend(collectors);
                     if judged_anew {
@@ -839,19 +846,27 @@ fn trace_propagation(key: &WorkloadRef, wecs: &BTreeMap<String, WecStatus>, star
         if !rollout::is_traced(&report) {
             continue;
         }
+        let labels = rollout::Labels::on(wec);
         rollout::record(
             stage::STATUS_PROPAGATION,
             &report,
             started,
             now,
             span_attributes(key, wec),
+            &labels,
         );
         let latencies = rollout::latencies();
         if let Some(sent) = rollout::sent_at(&report) {
-            latencies.status_propagation.observe(rollout::seconds(sent, now));
+            latencies
+                .status_propagation
+                .get_or_create(&labels)
+                .observe(rollout::seconds(sent, now));
         }
         if let Some(rollout_start) = rollout::started_at(&report) {
-            latencies.end_to_end.observe(rollout::seconds(rollout_start, now));
+            latencies
+                .end_to_end
+                .get_or_create(&labels)
+                .observe(rollout::seconds(rollout_start, now));
         }
     }
 }
