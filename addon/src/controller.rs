@@ -246,6 +246,7 @@ impl Context {
     fn forget(&self, cluster: &str, name: &str) {
         self.retries.forget(&(cluster.to_string(), name.to_string()));
         self.metrics.common.queue_depth.set(self.retries.waiting() as i64);
+        self.metrics.agent(cluster, None);
         let prefix = format!("{cluster}/");
         self.applied_status
             .lock()
@@ -265,6 +266,14 @@ fn error_policy(addon: Arc<ManagedClusterAddOn>, error: &ReconcileError, context
 
 async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Result<Action, ReconcileError> {
     context.metrics.common.reconciles.inc();
+    if let Some(cluster) = addon.namespace() {
+        let available = addon
+            .metadata
+            .deletion_timestamp
+            .is_none()
+            .then(|| agent_available(&addon));
+        context.metrics.agent(&cluster, available);
+    }
     // kube's controller queues the add-ons: how long one waited is not known here.
     let started = std::time::Instant::now();
     let result = reconcile_addon(&addon, &context).await;
@@ -274,6 +283,16 @@ async fn reconcile(addon: Arc<ManagedClusterAddOn>, context: Arc<Context>) -> Re
         context.metrics.common.queue_depth.set(context.retries.waiting() as i64);
     }
     result
+}
+
+/// Whether OCM says the add-on's agent is available (its `Available` condition, which OCM's
+/// registration sets from the agent's lease).
+fn agent_available(addon: &ManagedClusterAddOn) -> bool {
+    addon.status.as_ref().is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == "Available" && c.status == "True")
+    })
 }
 
 async fn reconcile_addon(addon: &ManagedClusterAddOn, context: &Context) -> Result<Action, ReconcileError> {

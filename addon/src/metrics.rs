@@ -4,6 +4,7 @@ use ks_shared::runtime::{ControllerMetrics, Help};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// What the controller wrote to the hub.
@@ -30,6 +31,14 @@ pub struct Metrics {
     /// retry after a failure (the rest of the queue is kube-runtime's, which does not say).
     pub common: ControllerMetrics<Family<ObjectLabels, Counter>>,
     pub csrs_approved: Counter,
+    /// Per WEC, 1 while its ManagedClusterAddOn says the agent is available (OCM's lease check),
+    /// else 0; gone with the add-on.
+    pub agent_available: Family<ClusterLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClusterLabels {
+    pub cluster: String,
 }
 
 impl Metrics {
@@ -55,12 +64,33 @@ impl Metrics {
             writes: "Writes to the hub, by object",
             queue_depth: "ManagedClusterAddOns waiting for a retry after a failed reconcile",
         };
-        metrics.common.register(registry, &help).register(
+        let ours = metrics.common.register(registry, &help);
+        ours.register(
             "csrs_approved",
             "Agent certificate requests approved",
             metrics.csrs_approved.clone(),
         );
+        ours.register(
+            "agent_available",
+            "1 while a WEC's ManagedClusterAddOn says its status agent is available, else 0",
+            metrics.agent_available.clone(),
+        );
         metrics
+    }
+
+    /// Notes what `cluster`'s ManagedClusterAddOn says of its agent; `None` when it is gone.
+    pub fn agent(&self, cluster: &str, available: Option<bool>) {
+        let labels = ClusterLabels {
+            cluster: cluster.to_string(),
+        };
+        match available {
+            Some(available) => {
+                self.agent_available.get_or_create(&labels).set(i64::from(available));
+            }
+            None => {
+                self.agent_available.remove(&labels);
+            }
+        }
     }
 
     pub fn wrote(&self, object: Object) {
@@ -80,6 +110,13 @@ mod tests {
         let metrics = Metrics::register(&mut registry);
         metrics.wrote(Object::AddOnStatus);
         metrics.csrs_approved.inc();
+        metrics.agent("cluster1", Some(true));
+        metrics.agent("cluster2", Some(false));
+        metrics.agent("cluster3", Some(true));
+        metrics.agent("cluster3", None);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert!(!text.contains("cluster3"), "a gone add-on is forgotten: {text}");
         assert_exports(
             &registry,
             &[
@@ -90,6 +127,8 @@ mod tests {
                 "kubestellar_addon_errors_total 0",
                 "kubestellar_addon_queue_depth 0",
                 "kubestellar_addon_csrs_approved_total 1",
+                "kubestellar_addon_agent_available{cluster=\"cluster1\"} 1",
+                "kubestellar_addon_agent_available{cluster=\"cluster2\"} 0",
             ],
         );
     }

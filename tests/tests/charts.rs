@@ -49,6 +49,7 @@ ks_tests::stack_main!(
         stack_test!(charts_pass_helm_lint_and_check_their_values, &[]),
         stack_test!(status_addon_crd_is_the_generated_one, &[]),
         stack_test!(charts_default_to_our_images, &[]),
+        stack_test!(hub_chart_renders_its_monitoring, &[]),
         stack_test!(
             rendered_charts_pass_a_server_side_dry_run,
             &["apiserver-kubeflex", "apiserver-its1"]
@@ -154,6 +155,11 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
         ),
         (HUB_CHART, json!({"hub": {"port": "8080"}}), "got string, want integer"),
         (
+            HUB_CHART,
+            json!({"monitoring": {"serviceMonitor": {"intervall": "1m"}}}),
+            "additional properties 'intervall' not allowed",
+        ),
+        (
             ADDON_CHART,
             json!({"agent": {"imag": {}}}),
             "additional properties 'imag' not allowed",
@@ -240,6 +246,126 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
         }
     }
     Ok(())
+}
+
+/// With monitoring on, each ks-hub gets a Service the ServiceMonitor selects (in kubeflex mode
+/// through the hook, in its WDS's namespace; in direct mode beside the Deployment), the
+/// PrometheusRule names every alert, and the dashboard ConfigMap holds the dashboard as shipped.
+/// Off by default: nothing of it is rendered.
+async fn hub_chart_renders_its_monitoring(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "monitoring")?;
+    let on = json!({
+        "serviceMonitor": {"enabled": true, "labels": {"release": "prom"}},
+        "prometheusRule": {"enabled": true, "rolloutLatencyObjectiveSeconds": 12},
+        "dashboard": {"enabled": true},
+    });
+    let monitoring_kinds = ["ServiceMonitor", "PrometheusRule", "ConfigMap", "Service"];
+    let off = tools.render(HUB_CHART, "ns", &direct_values())?;
+    let stray: Vec<&Value> = off
+        .iter()
+        .filter(|o| monitoring_kinds.contains(&o["kind"].as_str().unwrap_or_default()))
+        .collect();
+    ensure!(stray.is_empty(), "monitoring rendered while off: {stray:?}");
+
+    let mut kubeflex = kubeflex_values("mon", &["wds"]);
+    kubeflex["monitoring"] = on.clone();
+    let rendered = tools.render(HUB_CHART, "ns", &kubeflex)?;
+    let monitor = find(&rendered, "ServiceMonitor", "t-ks-hub")?;
+    ensure!(monitor["metadata"]["labels"]["release"] == "prom", "{monitor}");
+    ensure!(
+        monitor["spec"]["namespaceSelector"]["matchNames"] == json!(["mon-wds-system"]),
+        "{monitor}"
+    );
+    ensure!(monitor["spec"]["endpoints"][0]["port"] == "http", "{monitor}");
+    let hook = find(&rendered, "PostCreateHook", "mon-hub")?;
+    let templates = hook_templates(hook);
+    let service = templates
+        .iter()
+        .find(|t| t["kind"] == "Service")
+        .context("no Service in the hub's hook")?;
+    let deployment = templates
+        .iter()
+        .find(|t| t["kind"] == "Deployment")
+        .context("no Deployment in the hub's hook")?;
+    ensure!(
+        matches(
+            &monitor["spec"]["selector"]["matchLabels"],
+            &service["metadata"]["labels"]
+        ),
+        "the ServiceMonitor misses {service}"
+    );
+    ensure!(
+        matches(
+            &service["spec"]["selector"],
+            &deployment["spec"]["template"]["metadata"]["labels"]
+        ),
+        "the Service selects no ks-hub pod: {service}"
+    );
+    let rule = find(&rendered, "PrometheusRule", "t-kubestellar")?;
+    let alerts: Vec<&str> = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|r| r["alert"].as_str())
+        .collect();
+    for alert in [
+        "KubeStellarHubDown",
+        "KubeStellarHubAbsent",
+        "KubeStellarWatchStuck",
+        "KubeStellarReconcileErrors",
+        "KubeStellarQueueGrowing",
+        "KubeStellarNoLeader",
+        "KubeStellarAgentUnavailable",
+        "KubeStellarRolloutsSlow",
+    ] {
+        ensure!(alerts.contains(&alert), "no {alert} in {alerts:?}");
+    }
+    ensure!(
+        rule.to_string().contains("> 12"),
+        "the latency objective is not in the rule: {rule}"
+    );
+    let dashboard = find(&rendered, "ConfigMap", "t-kubestellar-dashboard")?;
+    ensure!(
+        dashboard["metadata"]["labels"]["grafana_dashboard"] == "1",
+        "{dashboard}"
+    );
+    let shipped: Value = serde_json::from_slice(&std::fs::read(
+        repo_root().join(HUB_CHART).join("dashboards/kubestellar-rs.json"),
+    )?)?;
+    let served: Value = serde_json::from_str(dashboard["data"]["kubestellar-rs.json"].as_str().unwrap_or_default())?;
+    ensure!(
+        served == shipped,
+        "the ConfigMap's dashboard differs from dashboards/kubestellar-rs.json"
+    );
+
+    let mut direct = direct_values();
+    direct["monitoring"] = on;
+    let rendered = tools.render(HUB_CHART, "ns", &direct)?;
+    let service = find(&rendered, "Service", "ks-hub-wds1")?;
+    let monitor = find(&rendered, "ServiceMonitor", "t-ks-hub")?;
+    ensure!(
+        matches(
+            &monitor["spec"]["selector"]["matchLabels"],
+            &service["metadata"]["labels"]
+        ),
+        "the ServiceMonitor misses {service}"
+    );
+    ensure!(
+        monitor["spec"]["namespaceSelector"]["matchNames"] == json!(["ns"]),
+        "{monitor}"
+    );
+    ensure!(
+        service["spec"]["selector"]["app.kubernetes.io/instance"] == "wds1",
+        "{service}"
+    );
+    Ok(())
+}
+
+/// Whether `labels` has every label of `selector` (a matchLabels map).
+fn matches(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|s| s.iter().all(|(k, v)| labels[k] == *v))
 }
 
 async fn status_addon_crd_is_the_generated_one(_ctx: Ctx) -> anyhow::Result<()> {

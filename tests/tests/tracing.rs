@@ -373,7 +373,9 @@ async fn dashboard_queries_served_metrics(ctx: Ctx) -> anyhow::Result<()> {
     // A rollout of its own goes through the hub's queues and an agent's.
     let (ns, name, policy) = rollout(&ctx, json!({})).await?;
     complete_trace(&name).await?;
-    let dashboard = std::fs::read_to_string(ks_tests::harness::repo_root().join("docs/grafana/kubestellar-rs.json"))?;
+    let dashboard = std::fs::read_to_string(
+        ks_tests::harness::repo_root().join("charts/kubestellar-rs/dashboards/kubestellar-rs.json"),
+    )?;
     let hub = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.hub_port("wds1")));
     let addon = std::net::SocketAddr::from(([127, 0, 0, 1], ctx.stack.addon_port()));
     // cluster2's: the rollout test, running meanwhile, restarts cluster1's agent.

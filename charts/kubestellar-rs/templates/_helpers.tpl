@@ -258,3 +258,29 @@ spec:
         {{- toYaml . | nindent 8 }}
       {{- end }}
 {{- end -}}
+
+{{/* Whether each ks-hub gets a Service: asked for, or needed by the ServiceMonitor. */}}
+{{- define "kubestellar-rs.hubService.enabled" -}}
+{{- if or .Values.monitoring.service.enabled .Values.monitoring.serviceMonitor.enabled }}true{{ end -}}
+{{- end -}}
+
+{{/* A Service in front of one ks-hub's /metrics, /healthz and /readyz (port http). */}}
+{{- define "kubestellar-rs.hubService" -}}
+apiVersion: v1
+kind: Service
+metadata:
+  name: {{ .name }}
+  {{- with .namespace }}
+  namespace: {{ . }}
+  {{- end }}
+  labels:
+    {{- include "kubestellar-rs.hubSelector" . | nindent 4 }}
+    {{- include "kubestellar-rs.baseLabels" .root | nindent 4 }}
+spec:
+  selector:
+    {{- include "kubestellar-rs.hubSelector" . | nindent 4 }}
+  ports:
+    - name: http
+      port: {{ .root.Values.hub.port }}
+      targetPort: http
+{{- end -}}
