@@ -11,7 +11,6 @@ use ks_shared::api::{Binding, BindingPolicy, HealthRule, WorkStatus};
 use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
 use ks_shared::ocm::{ManagedCluster, ManifestWork};
 use kube::api::{Api, DynamicObject, ListParams};
-use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use serde_json::Value;
 
@@ -79,13 +78,7 @@ pub async fn gather(
         name: name.to_string(),
         kind: resource.kind.clone(),
     };
-    let api_resource = ApiResource {
-        group: resource.group.clone(),
-        version: resource.version.clone(),
-        api_version: resource.api_version(),
-        kind: resource.kind.clone(),
-        plural: resource.plural.clone(),
-    };
+    let api_resource = resource.api_resource();
     let objects: Api<DynamicObject> = if resource.namespaced {
         Api::namespaced_with(wds.clone(), namespace, &api_resource)
     } else {

@@ -7,18 +7,22 @@ use crate::Output;
 use crate::explain::Explanation;
 use crate::rollout::WecRollout;
 
-/// `value` in the chosen format; `table` draws it for people.
-pub fn output(format: Output, value: &impl Serialize, table: impl FnOnce() -> String) -> anyhow::Result<String> {
+/// `value` in the chosen format; `text` draws it for people (as a table, wide, or names).
+pub fn output(format: Output, value: &impl Serialize, text: impl FnOnce() -> String) -> anyhow::Result<String> {
     Ok(match format {
-        Output::Table => table(),
+        Output::Table | Output::Wide | Output::Name => text(),
         Output::Json => serde_json::to_string_pretty(value)? + "\n",
         Output::Yaml => serde_saphyr::to_string(value)?,
     })
 }
 
-/// Rows under headers, each column as wide as its widest cell.
-pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+/// Rows, under `headers` if `with_headers`, each column as wide as its widest cell.
+pub fn table(headers: &[&str], rows: &[Vec<String>], with_headers: bool) -> String {
+    // Without headers, only the cells count (as kubectl --no-headers aligns them).
+    let mut widths: Vec<usize> = headers
+        .iter()
+        .map(|h| if with_headers { h.chars().count() } else { 0 })
+        .collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
             *width = (*width).max(cell.chars().count());
@@ -32,7 +36,11 @@ pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
             .collect();
         padded.join("   ").trim_end().to_string() + "\n"
     };
-    let mut text = line(headers.to_vec());
+    let mut text = if with_headers {
+        line(headers.to_vec())
+    } else {
+        String::new()
+    };
     for row in rows {
         text += &line(row.iter().map(String::as_str).collect());
     }
@@ -125,6 +133,7 @@ pub fn explanation(found: &Explanation, typed: &str, namespace: &str) -> String 
                 "HEALTH",
             ],
             &rows,
+            true,
         );
         for wec in &found.wecs {
             if let Some(why) = &wec.not_chosen {
@@ -155,8 +164,8 @@ pub fn explanation(found: &Explanation, typed: &str, namespace: &str) -> String 
     text
 }
 
-/// `status`'s table.
-pub fn rollout(rows: &[WecRollout]) -> String {
+/// `status`'s table, under its headers if `with_headers`.
+pub fn rollout(rows: &[WecRollout], with_headers: bool) -> String {
     if rows.is_empty() {
         return "The policy's Binding has no WEC.\n".into();
     }
@@ -187,6 +196,7 @@ pub fn rollout(rows: &[WecRollout]) -> String {
             "HEALTHY",
         ],
         &cells,
+        with_headers,
     );
     for row in rows {
         if let Some(unhealthy) = &row.first_unhealthy {
@@ -219,8 +229,10 @@ mod tests {
     fn columns_are_as_wide_as_their_widest_cell() {
         let rows = vec![vec!["cluster1".to_string(), "3/3".to_string()]];
         assert_eq!(
-            table(&["WEC", "APPLIED"], &rows),
+            table(&["WEC", "APPLIED"], &rows, true),
             "WEC        APPLIED\ncluster1   3/3\n"
         );
+        assert_eq!(table(&["WEC", "APPLIED"], &rows, false), "cluster1   3/3\n");
+        assert_eq!(table(&["WEC", "A LONG HEADER"], &rows, false), "cluster1   3/3\n");
     }
 }

@@ -3,8 +3,9 @@
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResource;
 use kube::Client;
+use kube::discovery::ApiResource;
 
-/// A resource of the WDS, as discovery describes it.
+/// A resource of a cluster (the WDS, a WEC), as discovery describes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Resource {
     pub group: String,
@@ -26,6 +27,17 @@ impl Resource {
 
     pub fn qualified(&self) -> String {
         qualified(&self.group, &self.plural)
+    }
+
+    /// As kube's dynamic API takes it.
+    pub fn api_resource(&self) -> ApiResource {
+        ApiResource {
+            group: self.group.clone(),
+            version: self.version.clone(),
+            api_version: self.api_version(),
+            kind: self.kind.clone(),
+            plural: self.plural.clone(),
+        }
     }
 }
 
@@ -49,7 +61,7 @@ pub struct Served {
 pub enum TargetError {
     #[error("{0:?} is not <resource>/<name> (e.g. deployment/web or configmaps/settings)")]
     Syntax(String),
-    #[error("the WDS serves no resource {0:?} (try its plural, e.g. deployments, or kind)")]
+    #[error("no resource {0:?} is served (try its plural, e.g. deployments, or kind)")]
     Unknown(String),
 }
 
@@ -92,7 +104,7 @@ pub fn find(served: &[Served], typed: &str) -> Result<Resource, TargetError> {
         .ok_or_else(|| TargetError::Unknown(typed.to_string()))
 }
 
-/// What the WDS serves: the core group, then every group's preferred version.
+/// What a cluster serves: the core group, then every group's preferred version.
 pub async fn discover(client: &Client) -> kube::Result<Vec<Served>> {
     let mut served = vec![Served {
         group: String::new(),

@@ -1,6 +1,6 @@
-//! The plugin as users meet it: `--help` with examples, `--version`, and clear errors (nothing on
-//! standard output; exit status 2 for a usage error, 1 otherwise) for bad input and a space it
-//! cannot reach.
+//! The plugin as users meet it: `--help` with examples, `--version`, completion scripts, and clear
+//! errors (nothing on standard output; exit status 2 for a usage error, 1 otherwise) for bad input
+//! and a space it cannot reach.
 
 use std::process::{Command, Output};
 
@@ -34,11 +34,89 @@ fn help_shows_the_commands_with_examples() {
         "--its",
         "Exit status: 0 answered",
         "3 `why` answered and names a broken link",
+        "4 `get` answered for some WECs only",
+        "get",
+        "completion",
+        "kubectl kubestellar get deployments -A -l app=web",
+        "--no-headers",
     ] {
         assert!(help.contains(expected), "{expected:?} missing from:\n{help}");
     }
     let version = plugin(&["--version"]);
     assert!(String::from_utf8_lossy(&version.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn get_help_says_how_wecs_are_read() {
+    let output = plugin(&["get", "--help"]);
+    assert!(output.status.success(), "{output:?}");
+    let help = String::from_utf8_lossy(&output.stdout);
+    for expected in [
+        "--all-namespaces",
+        "--selector <SELECTOR>",
+        "--wec-context-template <TEMPLATE>",
+        "[default: {wec}]",
+        "--wec-timeout <DURATION>",
+        "kubestellar.io/wec",
+        "exit status 4",
+    ] {
+        assert!(help.contains(expected), "{expected:?} missing from:\n{help}");
+    }
+}
+
+#[test]
+fn completion_prints_a_script_for_each_shell() {
+    for (shell, expected) in [
+        ("bash", "complete -F _kubectl__kubestellar"),
+        ("zsh", "#compdef kubectl-kubestellar"),
+        ("fish", "complete -c kubectl-kubestellar"),
+    ] {
+        let output = plugin(&["completion", shell]);
+        assert!(output.status.success(), "{shell}: {output:?}");
+        let script = String::from_utf8_lossy(&output.stdout);
+        assert!(
+            script.contains(expected),
+            "{shell}: {expected:?} missing from:\n{script}"
+        );
+        // The subcommands and their options are completed.
+        for word in ["why", "get", "wec-context-template", "all-namespaces"] {
+            assert!(script.contains(word), "{shell}: {word:?} missing");
+        }
+    }
+    let error = failure(2, &["completion", "tcsh"]);
+    assert!(error.contains("invalid value 'tcsh'"), "{error}");
+}
+
+#[test]
+fn options_that_do_not_fit_are_usage_errors() {
+    let cases = [
+        (&["why", "deploy/web", "-o", "wide"][..], "only `get` prints it"),
+        (&["status", "web", "-o", "name"], "only `get` prints it"),
+        (
+            &["trace", "deploy/web", "--no-headers"],
+            "`trace` prints no table of rows",
+        ),
+        (&["get", "cm", "-n", "shop", "-A"], "cannot be used with"),
+        (
+            &["get", "cm", "--wec-context-template", "cluster1"],
+            "does not contain {wec}",
+        ),
+        (&["get", "cm", "--wec-timeout", "soon"], "is not a duration"),
+    ];
+    for (args, expected) in cases {
+        let error = failure(2, args);
+        assert!(error.contains(expected), "{args:?}: {error}");
+    }
+}
+
+#[test]
+fn get_without_an_its_says_which_context_it_tried() {
+    let kubeconfig = ks_tests::process::unreachable_kubeconfig();
+    let kubeconfig = kubeconfig.to_str().expect("utf-8 path");
+    let error = failure(1, &["--kubeconfig", kubeconfig, "--its", "nowhere", "get", "cm"]);
+    assert!(error.contains("in the ITS (context nowhere)"), "{error}");
+    let error = failure(1, &["--kubeconfig", kubeconfig, "get", "cm/a", "b"]);
+    assert!(error.contains("names an object already"), "{error}");
 }
 
 #[test]

@@ -38,6 +38,7 @@ ks_tests::stack_main!(
         stack_test!(unjoined_wec_is_reported_and_deleted_policy_is_done, PATH),
         stack_test!(a_policy_deleted_with_its_namespace_withdraws_without_rewrites, PATH),
         stack_test!(the_kubectl_plugin_names_each_broken_link, PATH),
+        stack_test!(the_kubectl_plugin_gets_from_every_wec, PATH),
         stack_test!(an_operators_crd_and_its_objects_go_and_leave_together, PATH),
         stack_test!(a_namespace_wide_policy_leaves_the_wecs_own_objects_alone, PATH),
     ]
@@ -811,6 +812,89 @@ metadata: {{name: stray, namespace: {id}}}
                 .as_str()
                 .is_some_and(|m| m.contains("cluster1: 2/3 applied")),
         "{propagated:#}"
+    );
+    tools.kubectl("wds1", &["delete", "--wait=false", "--ignore-not-found", "-f", &file])?;
+    Ok(())
+}
+
+/// `kubectl kubestellar get` lists a ConfigMap delivered to both WECs with a row per WEC, each WEC
+/// read in its own context; with cluster2's context pointing at a closed port (in a kubeconfig
+/// copy), cluster1's row still comes, cluster2 is named on standard error, and the exit status is
+/// 4 (partial).
+async fn the_kubectl_plugin_gets_from_every_wec(ctx: Ctx) -> anyhow::Result<()> {
+    let tools = Tools::new(&ctx, "get")?;
+    let id = ctx.unique_name("get");
+    let part_of = format!("app.kubernetes.io/part-of: {id}");
+    let yaml = format!(
+        r#"---
+apiVersion: v1
+kind: Namespace
+metadata: {{name: {id}, labels: {{{part_of}}}}}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata: {{name: settings, namespace: {id}, labels: {{{part_of}}}}}
+data: {{colour: blue}}
+"#
+    ) + &policy_yaml(&id, "location-group: edge", &part_of);
+    let file = tools.scratch_file("yaml", &yaml)?;
+    tools.kubectl("wds1", &["apply", "-f", &file])?;
+    for wec in WECS {
+        on_wec::<ConfigMap>(&ctx, wec, &id, "settings", "delivered", present).await?;
+    }
+
+    let selector = format!("app.kubernetes.io/part-of={id}");
+    let get = ["get", "configmaps", "-A", "-l", selector.as_str()];
+    let has_row = |table: &str, wec: &str| {
+        table
+            .lines()
+            .any(|row| row.split_whitespace().take(3).eq([wec, id.as_str(), "settings"]))
+    };
+    let table = tools.kubestellar(&get)?;
+    println!("$ kubectl kubestellar {}\n{table}", get.join(" "));
+    ensure!(table.starts_with("WEC "), "no header line: {table}");
+    for wec in WECS {
+        ensure!(has_row(&table, wec), "no row for {wec}: {table}");
+    }
+
+    // The same kubeconfig, but cluster2's context now reaches a port nothing listens on.
+    let copy = tools.scratch_file(
+        "kubeconfig",
+        &tools.kubectl("wds1", &["config", "view", "--raw", "--flatten"])?,
+    )?;
+    let kubectl = |args: &[&str]| {
+        ks_tests::tools::output(
+            std::process::Command::new(tools.bin.join("kubectl"))
+                .args(["--kubeconfig", &copy])
+                .args(args),
+        )
+    };
+    kubectl(&["config", "set-cluster", "closed", "--server=https://127.0.0.1:1"])?;
+    kubectl(&["config", "set-context", "cluster2", "--cluster=closed"])?;
+    let plugin = ctx.stack.our_binaries.join("kubectl-kubestellar");
+    let partial = std::process::Command::new(&plugin)
+        .args(["--kubeconfig", &copy])
+        .args(get)
+        .args(["--wec-timeout", "20s"])
+        .output()
+        .with_context(|| format!("running {}", plugin.display()))?;
+    let (table, errors) = (
+        String::from_utf8_lossy(&partial.stdout),
+        String::from_utf8_lossy(&partial.stderr),
+    );
+    println!("with cluster2 unreachable:\n{table}{errors}");
+    ensure!(
+        partial.status.code() == Some(4),
+        "exit status {} (4: partial)",
+        partial.status
+    );
+    ensure!(has_row(&table, "cluster1"), "no row for cluster1: {table}");
+    ensure!(!has_row(&table, "cluster2"), "a row for cluster2: {table}");
+    ensure!(
+        errors
+            .lines()
+            .any(|line| line.contains("WEC cluster2 could not be read")),
+        "cluster2 is not named on standard error: {errors}"
     );
     tools.kubectl("wds1", &["delete", "--wait=false", "--ignore-not-found", "-f", &file])?;
     Ok(())
