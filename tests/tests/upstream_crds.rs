@@ -2,7 +2,7 @@
 //! through the Go module proxy) and of the WorkStatus CRD (transcribed, see the fixture) exists
 //! in ours with the same type, format, required-ness and list/map semantics. Names, scope,
 //! versions and subresources match too. Deliberate differences are listed in DEVIATIONS and
-//! documented in the README's compatibility section.
+//! documented in docs/compatibility.md.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use ks_shared::crds;
