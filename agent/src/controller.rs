@@ -178,8 +178,10 @@ pub async fn run(
         let a = agent.clone();
         workers.push(tokio::spawn(async move {
             while let Some(key) = a.objects.next(&a.shutdown).await {
+                // Its log lines carry the trace id of the rollout it reports on, once known.
                 let span = tracing::info_span!("report", work_status = %key.work_status, kind = %key.kind,
-                                               namespace = %key.namespace, name = %key.name);
+                                               namespace = %key.namespace, name = %key.name,
+                                               trace_id = tracing::field::Empty);
                 let result = a.reconcile_object(&key, &span).instrument(span.clone()).await;
                 a.metrics.common.reconciles.inc();
                 a.finish(&a.objects, key, result, "object");
@@ -522,6 +524,9 @@ impl Agent {
                     );
                     // Join the trace the object's delivery belongs to, if any.
                     let _ = span.set_parent(parent.clone());
+                    if rollout::is_traced(&parent) {
+                        span.record("trace_id", rollout::trace_id(&parent));
+                    }
                     trace_parent = Some(parent);
                 }),
                 _ => None,

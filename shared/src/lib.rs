@@ -16,6 +16,7 @@ pub mod health;
 pub mod leader;
 pub mod names;
 pub mod ocm;
+pub mod otlp;
 pub mod process_metrics;
 pub mod ratelimit;
 pub mod rollout;

@@ -207,6 +207,14 @@ pub fn record(
         histograms.get_or_create(labels).observe(seconds(start, end));
     }
     if context.is_valid() {
+        tracing::debug!(
+            stage,
+            trace_id = %context.trace_id(),
+            cluster = %labels.cluster,
+            policy = %labels.policy,
+            seconds = seconds(start, end),
+            "rollout stage recorded"
+        );
         parent.with_remote_span_context(context)
     } else {
         parent.clone()
@@ -259,6 +267,11 @@ fn stamps(state: &TraceState) -> Option<(SystemTime, SystemTime)> {
     let (started, sent) = state.get(STAMP_KEY)?.split_once('.')?;
     let at = |millis: &str| Some(UNIX_EPOCH + Duration::from_millis(millis.parse().ok()?));
     Some((at(started)?, at(sent)?))
+}
+
+/// The trace id of `cx`'s span, as Jaeger and log lines show it (32 hex digits).
+pub fn trace_id(cx: &Context) -> String {
+    cx.span().span_context().trace_id().to_string()
 }
 
 /// Whether `cx` carries a valid span to continue.
@@ -324,6 +337,56 @@ mod tests {
         assert_eq!((root.start_time, root.end_time), (t0, t1));
         assert_eq!((delivery.start_time, delivery.end_time), (t1, t2));
         assert!(root.attributes.contains(&KeyValue::new(attribute::NAME, "web")));
+    }
+
+    #[test]
+    fn a_recorded_stage_is_logged_with_its_trace_id() {
+        use std::io::Write;
+        use std::sync::{Arc, Mutex};
+
+        #[derive(Clone, Default)]
+        struct Capture(Arc<Mutex<Vec<u8>>>);
+        impl Write for Capture {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let provider = tracer_provider("test", None, |b| {
+            b.with_simple_exporter(InMemorySpanExporter::default())
+        });
+        global::set_tracer_provider(provider);
+        let captured = Capture::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::DEBUG)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        let t0 = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let delivered = tracing::subscriber::with_default(subscriber, || {
+            record(
+                stage::DELIVERY,
+                &Context::new(),
+                t0,
+                t0 + Duration::from_millis(5),
+                vec![],
+                &Labels::on("cluster1"),
+            )
+        });
+        let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(is_traced(&delivered));
+        assert!(
+            logged.contains(&format!("trace_id={}", trace_id(&delivered))),
+            "{logged}"
+        );
+        assert!(
+            logged.contains("stage=\"delivery\"") && logged.contains("cluster=cluster1"),
+            "{logged}"
+        );
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub enum LogFormat {
 #[derive(Debug, thiserror::Error)]
 pub enum TelemetryError {
     #[error("cannot build the OTLP trace exporter: {0}")]
-    Exporter(#[from] opentelemetry_otlp::ExporterBuildError),
+    Exporter(#[from] crate::otlp::OtlpError),
     #[error("cannot install the tracing subscriber: {0}")]
     Subscriber(#[from] tracing_subscriber::util::TryInitError),
 }
@@ -86,7 +86,7 @@ pub fn init(service: &'static str, cluster: Option<&str>, format: LogFormat) -> 
             .boxed(),
     };
     let provider = if otlp_requested(|name| std::env::var(name).ok()) {
-        let exporter = opentelemetry_otlp::SpanExporter::builder().with_tonic().build()?;
+        let exporter = crate::otlp::exporter(&crate::otlp::settings(|name| std::env::var(name).ok())?)?;
         Some(tracer_provider(service, cluster, |b| b.with_batch_exporter(exporter)))
     } else {
         None

@@ -30,6 +30,7 @@ ks_tests::stack_main!(
         stack_test!(rollout_is_one_trace_across_hub_and_wecs, PATH),
         stack_test!(user_traceparent_is_joined, PATH),
         stack_test!(dashboard_queries_served_metrics, PATH),
+        stack_test!(otlp_over_tls_reaches_a_collector, &[]),
     ]
 );
 
@@ -243,12 +244,9 @@ async fn rollout_is_one_trace_across_hub_and_wecs(ctx: Ctx) -> anyhow::Result<()
         "kubestellar_statusPropagation_duration_seconds",
         "kubestellar_e2e_latency_duration_seconds",
     ] {
-        let count = metrics
-            .lines()
-            .find_map(|l| l.strip_prefix(&format!("{histogram}_count ")))
-            .and_then(|n| n.trim().parse::<u64>().ok())
-            .unwrap_or(0);
-        ensure!(count > 0, "no {histogram} samples on the hub's /metrics");
+        // Summed over its labels (the WEC, the policy).
+        let count = ks_tests::metrics::sum(&metrics, &format!("{histogram}_count"));
+        ensure!(count > 0.0, "no {histogram} samples on the hub's /metrics");
     }
 
     // A CustomTransform change re-renders every Binding: the trace context of the delivered
@@ -439,4 +437,105 @@ async fn dashboard_queries_served_metrics(ctx: Ctx) -> anyhow::Result<()> {
         );
     }
     finish(&ctx, &ns, &policy).await
+}
+
+/// A collector of our own, Jaeger (the stack's build) with OTLP over TLS on other ports than the
+/// stack's: its certificate from a CA of the test's, and it asks clients for a certificate of
+/// that CA (mutual TLS).
+const TLS_COLLECTOR: &str = r#"service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces: {receivers: [otlp], processors: [], exporters: [jaeger_storage_exporter]}
+  telemetry: {metrics: {level: none}}
+extensions:
+  jaeger_query:
+    storage: {traces: memstore}
+    http: {endpoint: "127.0.0.1:26686"}
+    grpc: {endpoint: "127.0.0.1:26685"}
+  jaeger_storage:
+    backends: {memstore: {memory: {max_traces: 1000}}}
+receivers:
+  otlp:
+    protocols:
+      grpc: {endpoint: "127.0.0.1:24317", tls: {cert_file: DIR/serving.crt, key_file: DIR/serving.key, client_ca_file: DIR/ca.crt}}
+      http: {endpoint: "127.0.0.1:24318", tls: {cert_file: DIR/serving.crt, key_file: DIR/serving.key, client_ca_file: DIR/ca.crt}}
+exporters:
+  jaeger_storage_exporter: {trace_storage: memstore}
+"#;
+
+/// A span exported as our processes export (`ks_shared::otlp`) reaches a collector over TLS, by
+/// OTLP/gRPC and by OTLP/HTTP-protobuf, the collector verified against the given CA and the
+/// process presenting a client certificate; verified against the system's roots instead, the
+/// export fails.
+async fn otlp_over_tls_reaches_a_collector(ctx: Ctx) -> anyhow::Result<()> {
+    use ks_shared::otlp::{Protocol, Settings};
+
+    let dir = ctx.stack.state.join(ctx.unique_name("otlp-tls"));
+    let pki = ks_tests::stack::Pki::ensure(&dir)?;
+    let config = dir.join("collector.yaml");
+    std::fs::write(&config, TLS_COLLECTOR.replace("DIR", &dir.display().to_string()))?;
+    let jaeger = ctx.stack.cache.join("bin/jaeger");
+    let collector = ks_tests::process::Running::start(
+        &jaeger.display().to_string(),
+        &[&format!("--config={}", config.display())],
+    );
+    let query = std::net::SocketAddr::from(([127, 0, 0, 1], 26686));
+    ks_tests::stack::wait_for("the TLS collector to listen", DEADLINE, || {
+        let up = [24317, 24318, 26686]
+            .iter()
+            .all(|port| std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok());
+        std::future::ready(Ok(up))
+    })
+    .await?;
+    let client = Some((
+        pki.client_cert(&ks_tests::stack::ADMIN),
+        pki.client_key(&ks_tests::stack::ADMIN),
+    ));
+    for (protocol, service, endpoint) in [
+        (Protocol::Grpc, "otlp-tls-grpc", "https://127.0.0.1:24317"),
+        (
+            Protocol::HttpProtobuf,
+            "otlp-tls-http",
+            "https://127.0.0.1:24318/v1/traces",
+        ),
+    ] {
+        let settings = |certificate| Settings {
+            protocol,
+            endpoint: Some(endpoint.to_string()),
+            certificate,
+            client: client.clone(),
+        };
+        let untrusted = settings(None);
+        let refused = tokio::task::spawn_blocking(move || export_one_span(&untrusted, service)).await??;
+        ensure!(
+            refused.is_err(),
+            "{service}: exported to a collector the system's roots do not vouch for"
+        );
+        let trusted = settings(Some(pki.ca_cert()));
+        let exported = tokio::task::spawn_blocking(move || export_one_span(&trusted, service)).await??;
+        ensure!(exported.is_ok(), "{service}: export failed: {exported:?}");
+        ks_tests::stack::wait_for(&format!("{service}'s span in the collector"), DEADLINE, || {
+            let (code, body) = ks_tests::process::http_get(query, &format!("/api/traces?service={service}"));
+            std::future::ready(Ok(code == 200 && body.contains("tls-check")))
+        })
+        .await?;
+    }
+    collector.terminate(Duration::from_secs(10));
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}
+
+/// Exports one span named `tls-check` as `service` with `settings`; what flushing it said.
+fn export_one_span(
+    settings: &ks_shared::otlp::Settings,
+    service: &'static str,
+) -> anyhow::Result<opentelemetry_sdk::error::OTelSdkResult> {
+    use opentelemetry::trace::{Tracer, TracerProvider};
+    let exporter = ks_shared::otlp::exporter(settings)?;
+    let provider = ks_shared::telemetry::tracer_provider(service, None, |b| b.with_batch_exporter(exporter));
+    provider.tracer("tls-check").in_span("tls-check", |_| {});
+    let flushed = provider.force_flush();
+    // Already flushed: what shutting down says adds nothing.
+    let _ = provider.shutdown();
+    Ok(flushed)
 }
