@@ -44,8 +44,9 @@ from the cluster's registration agent, and sets the add-on's Available condition
 Deployment's ready replicas.\n\n\
 An AddOnDeploymentConfig referenced by a ManagedClusterAddOn (spec.configs) overrides, for that \
 cluster: the image (customizedVariables IMAGE), the agent's --http-address (HTTP_ADDRESS), \
-where it sends traces (OTLP_ENDPOINT; empty: nowhere), nodePlacement, agentInstallNamespace, and registry \
-mirrors (registries)."
+where it sends traces (OTLP_ENDPOINT; empty: nowhere) and how (OTLP_PROTOCOL), its logs (LOG_LEVEL, \
+LOG_FORMAT), its rate limits (HUB_QPS, HUB_BURST, LOCAL_QPS, LOCAL_BURST), nodePlacement, \
+agentInstallNamespace, and registry mirrors (registries)."
 )]
 struct Args {
     #[command(flatten)]

@@ -103,6 +103,7 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings, delivered: &BTre
     if let Some(address) = &settings.http_address {
         args.push(format!("--http-address={address}"));
     }
+    args.extend(settings.flags.iter().cloned());
     // As the charts' pods: the image's non-root user, the runtime's seccomp profile, no
     // capabilities, a read-only root, and bounded resources.
     let mut pod_spec = json!({
@@ -145,8 +146,19 @@ pub fn agent_manifests(cluster: &str, settings: &AgentSettings, delivered: &BTre
     if !settings.tolerations.is_empty() {
         pod_spec["tolerations"] = json!(settings.tolerations);
     }
-    if let Some(endpoint) = &settings.otlp_endpoint {
-        pod_spec["containers"][0]["env"] = json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": endpoint}]);
+    let env: Vec<_> = settings
+        .otlp_endpoint
+        .iter()
+        .map(|endpoint| json!({"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": endpoint}))
+        .chain(
+            settings
+                .env
+                .iter()
+                .map(|(name, value)| json!({"name": name, "value": value})),
+        )
+        .collect();
+    if !env.is_empty() {
+        pod_spec["containers"][0]["env"] = json!(env);
     }
     vec![
         json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}),
@@ -415,6 +427,8 @@ mod tests {
         settings.tolerations.push(Default::default());
         settings.http_address = Some("127.0.0.1:0".into());
         settings.otlp_endpoint = Some("http://jaeger:4317".into());
+        settings.flags.push("--log-format=json".into());
+        settings.env.insert("RUST_LOG".into(), "debug".into());
         let manifests = agent_manifests("c", &settings, &BTreeSet::new());
         let pod = &by_kind(&manifests, "Deployment")[0]["spec"]["template"]["spec"];
         assert!(
@@ -423,11 +437,18 @@ mod tests {
                 .unwrap()
                 .contains(&json!("--http-address=127.0.0.1:0"))
         );
+        assert!(
+            pod["containers"][0]["args"]
+                .as_array()
+                .unwrap()
+                .contains(&json!("--log-format=json"))
+        );
         assert_eq!(pod["nodeSelector"]["role"], "infra");
         assert_eq!(pod["tolerations"].as_array().unwrap().len(), 1);
         assert_eq!(
             pod["containers"][0]["env"],
-            json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://jaeger:4317"}])
+            json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": "http://jaeger:4317"},
+                   {"name": "RUST_LOG", "value": "debug"}])
         );
     }
 

@@ -19,6 +19,63 @@ pub const HTTP_ADDRESS_VARIABLE: &str = "HTTP_ADDRESS";
 /// `OTEL_EXPORTER_OTLP_ENDPOINT`); empty: no tracing on that WEC.
 pub const OTLP_ENDPOINT_VARIABLE: &str = "OTLP_ENDPOINT";
 
+/// The customized variables that tune the agent's logs, rate limits and trace export on one WEC:
+/// each variable, what it sets, and how its value is checked.
+pub const TUNING_VARIABLES: [(&str, Tuning); 7] = [
+    ("LOG_LEVEL", Tuning::Env("RUST_LOG", Check::LogFilter)),
+    (
+        "LOG_FORMAT",
+        Tuning::Flag("--log-format", Check::OneOf(&["text", "json"])),
+    ),
+    ("HUB_QPS", Tuning::Flag("--hub-qps", Check::Qps)),
+    ("HUB_BURST", Tuning::Flag("--hub-burst", Check::Count)),
+    ("LOCAL_QPS", Tuning::Flag("--local-qps", Check::Qps)),
+    ("LOCAL_BURST", Tuning::Flag("--local-burst", Check::Count)),
+    (
+        "OTLP_PROTOCOL",
+        Tuning::Env("OTEL_EXPORTER_OTLP_PROTOCOL", Check::OneOf(&["grpc", "http/protobuf"])),
+    ),
+];
+
+/// What a tuning variable sets.
+#[derive(Clone, Copy, Debug)]
+pub enum Tuning {
+    /// An environment variable of the agent.
+    Env(&'static str, Check),
+    /// A flag of the agent (`--flag=value`).
+    Flag(&'static str, Check),
+}
+
+/// How a tuning variable's value is checked.
+#[derive(Clone, Copy, Debug)]
+pub enum Check {
+    /// A `RUST_LOG` filter.
+    LogFilter,
+    OneOf(&'static [&'static str]),
+    /// Requests per second, at least 0.
+    Qps,
+    /// A whole number of requests.
+    Count,
+}
+
+impl Check {
+    fn allows(self, value: &str) -> Result<(), String> {
+        match self {
+            Check::LogFilter => tracing_subscriber::EnvFilter::builder()
+                .parse(value)
+                .map(|_| ())
+                .map_err(|err| format!("not a log filter: {err}")),
+            Check::OneOf(allowed) if allowed.contains(&value) => Ok(()),
+            Check::OneOf(allowed) => Err(format!("not one of {}", allowed.join(", "))),
+            Check::Qps => ks_shared::cli::parse_qps(value).map(|_| ()),
+            Check::Count => value
+                .parse::<u32>()
+                .map(|_| ())
+                .map_err(|_| "not a whole number".to_string()),
+        }
+    }
+}
+
 /// What the controller uses when no AddOnDeploymentConfig says otherwise.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Defaults {
@@ -41,6 +98,9 @@ pub struct AgentSettings {
     pub http_address: Option<String>,
     /// The agent's `OTEL_EXPORTER_OTLP_ENDPOINT`, if it traces.
     pub otlp_endpoint: Option<String>,
+    /// More flags and environment variables, from [`TUNING_VARIABLES`].
+    pub flags: Vec<String>,
+    pub env: BTreeMap<String, String>,
 }
 
 /// An AddOnDeploymentConfig that cannot be honoured. Reported on the ManagedClusterAddOn.
@@ -54,6 +114,12 @@ pub enum SettingsError {
     HttpAddress(String),
     #[error("OTLP endpoint {0:?} is not an http:// or https:// URL")]
     OtlpEndpoint(String),
+    #[error("customized variable {name} {value:?}: {problem}")]
+    Tuning {
+        name: &'static str,
+        value: String,
+        problem: String,
+    },
 }
 
 /// The AddOnDeploymentConfig a ManagedClusterAddOn references, if any (namespace defaults to the
@@ -114,6 +180,22 @@ pub fn resolve(
             return Err(SettingsError::HttpAddress(address.to_string()));
         }
         settings.http_address = Some(address.to_string());
+    }
+    for (name, tuning) in TUNING_VARIABLES {
+        let Some(variable) = config.customized_variables.iter().find(|v| v.name == name) else {
+            continue;
+        };
+        let value = variable.value.trim().to_string();
+        let (Tuning::Env(_, check) | Tuning::Flag(_, check)) = tuning;
+        if let Err(problem) = check.allows(&value) {
+            return Err(SettingsError::Tuning { name, value, problem });
+        }
+        match tuning {
+            Tuning::Env(env, _) => {
+                settings.env.insert(env.to_string(), value);
+            }
+            Tuning::Flag(flag, _) => settings.flags.push(format!("{flag}={value}")),
+        }
     }
     if let Some(namespace) = config.agent_install_namespace.as_deref().filter(|n| !n.is_empty()) {
         if !is_dns_label(namespace) {
@@ -204,6 +286,66 @@ mod tests {
             resolve(&bad_default, None),
             Err(SettingsError::OtlpEndpoint(_))
         ));
+    }
+
+    #[test]
+    fn a_cluster_tunes_the_agents_logs_rate_limits_and_export() {
+        let config = |pairs: &[(&str, &str)]| AddOnDeploymentConfigSpec {
+            customized_variables: pairs
+                .iter()
+                .map(|(name, value)| CustomizedVariable {
+                    name: (*name).into(),
+                    value: (*value).into(),
+                })
+                .collect(),
+            ..Default::default()
+        };
+        let settings = |pairs: &[(&str, &str)]| resolve(&defaults(), Some(&config(pairs)));
+        let tuned = settings(&[
+            ("LOG_LEVEL", "info,ks_agent=debug"),
+            ("LOG_FORMAT", "json"),
+            ("HUB_QPS", "5.5"),
+            ("HUB_BURST", "10"),
+            ("LOCAL_QPS", "0"),
+            ("LOCAL_BURST", "1"),
+            ("OTLP_PROTOCOL", "http/protobuf"),
+        ])
+        .unwrap();
+        assert_eq!(
+            tuned.flags,
+            [
+                "--log-format=json",
+                "--hub-qps=5.5",
+                "--hub-burst=10",
+                "--local-qps=0",
+                "--local-burst=1"
+            ]
+        );
+        assert_eq!(
+            tuned.env,
+            BTreeMap::from([
+                ("OTEL_EXPORTER_OTLP_PROTOCOL".to_string(), "http/protobuf".to_string()),
+                ("RUST_LOG".to_string(), "info,ks_agent=debug".to_string()),
+            ])
+        );
+        for (name, bad) in [
+            ("LOG_LEVEL", "info,ks_agent=loud"),
+            ("LOG_FORMAT", "xml"),
+            ("HUB_QPS", "-1"),
+            ("LOCAL_BURST", "1.5"),
+            ("OTLP_PROTOCOL", "http/json"),
+        ] {
+            let err = settings(&[(name, bad)]).unwrap_err().to_string();
+            assert!(
+                err.starts_with(&format!("customized variable {name} {bad:?}: ")),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            settings(&[]).unwrap().flags,
+            Vec::<String>::new(),
+            "nothing set: nothing added"
+        );
     }
 
     #[test]

@@ -200,29 +200,44 @@ async fn agent_is_delivered(ctx: &Ctx, hub: &Client, wec: &str, image: &str) -> 
 
     let local = ctx.client(wec).await?;
     let deployments: Api<Deployment> = Api::namespaced(local.clone(), NAMESPACE);
+    // As the ManifestWork says now (an earlier rendering may have been applied first).
+    let current = |d: Option<&Deployment>| {
+        d.and_then(|d| d.spec.as_ref())
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|p| p.containers.first())
+            .is_some_and(|c| c.image.as_deref() == Some(image))
+    };
     let deployment = wait_until(
         deployments,
         names::STATUS_AGENT_DEPLOYMENT,
-        "delivered",
+        "delivered with the expected image",
         DELIVERY,
-        |d: Option<&Deployment>| d.is_some(),
+        current,
     )
     .await?
     .context("Deployment")?;
-    // The chart's agent.otlpEndpoint, through ks-addon's --agent-otlp-endpoint.
-    let env = serde_json::to_value(
-        &deployment
-            .spec
-            .context("spec")?
-            .template
-            .spec
-            .context("pod")?
-            .containers[0]
-            .env,
-    )?;
-    let traced =
-        json!([{"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}")}]);
-    ensure!(env == traced, "the agent's environment: {env}");
+    let container = deployment
+        .spec
+        .context("spec")?
+        .template
+        .spec
+        .context("pod")?
+        .containers
+        .into_iter()
+        .next()
+        .context("container")?;
+    let env = serde_json::to_value(&container.env)?;
+    // The chart's agent.otlpEndpoint, through ks-addon's --agent-otlp-endpoint; with the
+    // AddOnDeploymentConfig, its log filter and rate limit too.
+    let mut expected =
+        vec![json!({"name": "OTEL_EXPORTER_OTLP_ENDPOINT", "value": format!("http://127.0.0.1:{JAEGER_OTLP_GRPC}")})];
+    let configured = image == AGENT_IMAGE;
+    if configured {
+        expected.push(json!({"name": "RUST_LOG", "value": TUNED_LOG_LEVEL}));
+    }
+    ensure!(env == json!(expected), "the agent's environment: {env}");
+    let tuned = container.args.iter().flatten().any(|a| a == TUNED_FLAG);
+    ensure!(tuned == configured, "the agent's arguments: {:?}", container.args);
     let secrets: Api<Secret> = Api::namespaced(local, NAMESPACE);
     wait_until(
         secrets,
@@ -502,7 +517,13 @@ where
     Ok(())
 }
 
-/// An AddOnDeploymentConfig for `cluster`'s add-on: this image and a free port for the agent.
+/// What [`create_deployment_config`] tunes besides the image and the port: the agent's log filter
+/// (an environment variable) and its hub rate limit (a flag).
+const TUNED_LOG_LEVEL: &str = "info,ks_agent=debug";
+const TUNED_FLAG: &str = "--hub-qps=7.5";
+
+/// An AddOnDeploymentConfig for `cluster`'s add-on: this image, a free port for the agent, and
+/// its log filter and hub rate limit tuned.
 async fn create_deployment_config(hub: &Client, cluster: &str) -> anyhow::Result<()> {
     let configs: Api<AddOnDeploymentConfig> = Api::namespaced(hub.clone(), cluster);
     let config = json!({
@@ -511,6 +532,8 @@ async fn create_deployment_config(hub: &Client, cluster: &str) -> anyhow::Result
         "spec": {"customizedVariables": [
             {"name": "IMAGE", "value": AGENT_IMAGE},
             {"name": "HTTP_ADDRESS", "value": "127.0.0.1:0"},
+            {"name": "LOG_LEVEL", "value": TUNED_LOG_LEVEL},
+            {"name": "HUB_QPS", "value": "7.5"},
         ]},
     });
     configs
