@@ -248,7 +248,7 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
     Ok(())
 }
 
-/// With monitoring on, each ks-hub gets a Service the ServiceMonitor selects (in kubeflex mode
+/// With monitoring on, the ServiceMonitor selects the Service each ks-hub has (in kubeflex mode
 /// through the hook, in its WDS's namespace; in direct mode beside the Deployment), the
 /// PrometheusRule names every alert, and the dashboard ConfigMap holds the dashboard as shipped.
 /// Off by default: nothing of it is rendered.
@@ -259,7 +259,7 @@ async fn hub_chart_renders_its_monitoring(ctx: Ctx) -> anyhow::Result<()> {
         "prometheusRule": {"enabled": true, "rolloutLatencyObjectiveSeconds": 12},
         "dashboard": {"enabled": true},
     });
-    let monitoring_kinds = ["ServiceMonitor", "PrometheusRule", "ConfigMap", "Service"];
+    let monitoring_kinds = ["ServiceMonitor", "PrometheusRule", "ConfigMap"];
     let off = tools.render(HUB_CHART, "ns", &direct_values())?;
     let stray: Vec<&Value> = off
         .iter()
@@ -361,6 +361,15 @@ async fn hub_chart_renders_its_monitoring(ctx: Ctx) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// `objects` but `helm test`'s Pods: each names a ServiceAccount that a dry run does not store
+/// (they run for real in tests/tests/containers.rs).
+fn without_test_pods(objects: Vec<Value>) -> Vec<Value> {
+    objects
+        .into_iter()
+        .filter(|o| !(o["kind"] == "Pod" && o["metadata"]["annotations"]["helm.sh/hook"] == "test"))
+        .collect()
+}
+
 /// Whether `labels` has every label of `selector` (a matchLabels map).
 fn matches(selector: &Value, labels: &Value) -> bool {
     selector
@@ -381,17 +390,45 @@ async fn status_addon_crd_is_the_generated_one(_ctx: Ctx) -> anyhow::Result<()> 
 }
 
 /// The charts' default images are the ones `make images` builds (named in its index.json as
-/// ghcr.io/kubestellar-rs/<binary>:<crate version>), and the charts carry the crate version.
+/// ghcr.io/kubestellar-rs/<binary>:<crate version>), and the charts carry the crate version, in
+/// their versions and in the images they list for Artifact Hub.
 async fn charts_default_to_our_images(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "images")?;
-    for chart in [HUB_CHART, ADDON_CHART] {
+    for (chart, binaries) in [
+        (HUB_CHART, &["ks-hub"][..]),
+        (ADDON_CHART, &["ks-addon", "ks-agent"][..]),
+    ] {
         let meta: Value =
             serde_saphyr::from_str(&std::fs::read_to_string(repo_root().join(chart).join("Chart.yaml"))?)?;
         ensure!(
             meta["appVersion"] == VERSION && meta["version"] == VERSION,
             "{chart}/Chart.yaml: {meta}"
         );
+        let listed: Value = serde_saphyr::from_str(
+            meta["annotations"]["artifacthub.io/images"]
+                .as_str()
+                .unwrap_or_default(),
+        )?;
+        let images: Vec<&str> = listed
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|i| i["image"].as_str())
+            .collect();
+        let ours: Vec<String> = binaries.iter().map(|b| image(b)).collect();
+        ensure!(
+            images == ours,
+            "{chart}/Chart.yaml lists the images {images:?}, not {ours:?}"
+        );
+        ensure!(
+            meta["annotations"]["artifacthub.io/license"] == "Apache-2.0",
+            "{chart}/Chart.yaml: {meta}"
+        );
     }
+    ensure!(
+        std::fs::read_to_string(repo_root().join("LICENSE"))?.contains("Apache License"),
+        "the charts say Apache-2.0; LICENSE should hold it"
+    );
     let hub = tools.render(HUB_CHART, "ns", &kubeflex_values("img", &["wds"]))?;
     let in_hook = hook_deployment(find(&hub, "PostCreateHook", "img-hub")?)?;
     ensure!(container(&in_hook)?["image"] == image("ks-hub").as_str(), "{in_hook}");
@@ -413,17 +450,22 @@ async fn rendered_charts_pass_a_server_side_dry_run(ctx: Ctx) -> anyhow::Result<
         remove_leftovers(&ctx, context, "rendered_charts_pass_a_server_side_dry_run", &[]).await?;
     }
     let namespace = ctx.namespace("kubeflex").await?;
-    let hub = tools.render(
+    let hub = without_test_pods(tools.render(
         HUB_CHART,
         &namespace,
         &kubeflex_values(&format!("{}-dry", run_id()), &["wds"]),
-    )?;
-    // What goes into a namespace the chart creates can be tried only once that namespace exists.
-    let created: Vec<&str> = hub
+    )?);
+    // What goes into a namespace the chart (or KubeFlex: a WDS's `<wds>-system`, where `helm
+    // test` grants its Pod) creates can be tried only once that namespace exists.
+    let mut created: Vec<&str> = hub
         .iter()
         .filter(|o| o["kind"] == "Namespace")
         .filter_map(|o| o["metadata"]["name"].as_str())
+        .chain(hub.iter().filter_map(|o| o["metadata"]["namespace"].as_str()))
+        .filter(|n| *n != namespace)
         .collect();
+    created.sort_unstable();
+    created.dedup();
     let namespaces = Api::<Namespace>::all(ctx.client("kubeflex").await?);
     for name in &created {
         apply(
@@ -466,7 +508,7 @@ async fn rendered_charts_pass_a_server_side_dry_run(ctx: Ctx) -> anyhow::Result<
             .dry_run("kubeflex", &namespace, &objects)
             .with_context(|| format!("objects of PostCreateHook {name}"))?;
     }
-    let direct = tools.render(HUB_CHART, &namespace, &direct_values())?;
+    let direct = without_test_pods(tools.render(HUB_CHART, &namespace, &direct_values())?);
     tools
         .dry_run("kubeflex", &namespace, &direct)
         .context("hub chart, direct mode")?;

@@ -259,12 +259,8 @@ spec:
       {{- end }}
 {{- end -}}
 
-{{/* Whether each ks-hub gets a Service: asked for, or needed by the ServiceMonitor. */}}
-{{- define "kubestellar-rs.hubService.enabled" -}}
-{{- if or .Values.monitoring.service.enabled .Values.monitoring.serviceMonitor.enabled }}true{{ end -}}
-{{- end -}}
-
-{{/* A Service in front of one ks-hub's /metrics, /healthz and /readyz (port http). */}}
+{{/* A Service in front of one ks-hub's /metrics, /healthz and /readyz (port http): for
+     Prometheus, and for `helm test`, which asks /readyz through the apiserver's service proxy. */}}
 {{- define "kubestellar-rs.hubService" -}}
 apiVersion: v1
 kind: Service

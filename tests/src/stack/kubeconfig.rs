@@ -62,7 +62,8 @@ impl Stack {
         self.state.join("kubeconfig")
     }
 
-    pub(super) fn space_kubeconfig(&self, space: &str) -> PathBuf {
+    /// The kubeconfig of one space (its context only), its credentials inline.
+    pub fn space_kubeconfig(&self, space: &str) -> PathBuf {
         self.state.join("kubeconfigs").join(format!("{space}.kubeconfig"))
     }
 

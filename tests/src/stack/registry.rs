@@ -82,6 +82,52 @@ impl Stack {
     }
 }
 
+impl Stack {
+    /// The stack's kubectl (a static binary) as an image, for Pods that run kubectl (the hub
+    /// chart's `helm test`), as users pull one: one layer holding `/usr/local/bin/kubectl`, run
+    /// as 65532. Pushed unless the registry has it from this binary already; its reference.
+    pub fn push_kubectl_image(&self) -> anyhow::Result<String> {
+        let binary = self.bin("kubectl");
+        let reference = format!("{REGISTRY}/kubestellar-rs/kubectl:stack");
+        let pushed = self.state.join("registry").join("kubectl.pushed");
+        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
+        let built = modified(&binary).context("the stack's kubectl is not built")?;
+        if modified(&pushed).is_some_and(|at| at >= built) {
+            return Ok(reference);
+        }
+        let layer = self.state.join("registry").join("kubectl.layer");
+        let _ = std::fs::remove_dir_all(&layer);
+        std::fs::create_dir_all(layer.join("root/usr/local/bin"))?;
+        std::fs::copy(&binary, layer.join("root/usr/local/bin/kubectl"))?;
+        let tar = layer.join("layer.tar");
+        run(Command::new("tar")
+            .args(["--owner=0", "--group=0", "--numeric-owner", "-C"])
+            .arg(layer.join("root"))
+            .arg("-cf")
+            .arg(&tar)
+            .arg("usr"))?;
+        let crane = self.bin("crane");
+        run(Command::new(&crane)
+            .args(["append", "--insecure", "--oci-empty-base", "-f"])
+            .arg(&tar)
+            .args(["-t", &reference]))
+        .context("pushing the kubectl image")?;
+        run(Command::new(&crane).args([
+            "mutate",
+            "--insecure",
+            "--entrypoint=/usr/local/bin/kubectl",
+            "--user=65532",
+            "-t",
+            &reference,
+            &reference,
+        ]))
+        .context("setting the kubectl image's entrypoint and user")?;
+        std::fs::remove_dir_all(&layer)?;
+        std::fs::write(&pushed, &reference)?;
+        Ok(reference)
+    }
+}
+
 /// Runs `command`; its standard error in the failure.
 fn run(command: &mut Command) -> anyhow::Result<()> {
     let output = command.output()?;

@@ -111,7 +111,9 @@ impl Stack {
             // resourcequota: counts the WorkStatuses under the add-on's quota in each mailbox.
             Role::Its => controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation", "resourcequota"]),
             // root-ca-cert-publisher: the `kube-root-ca.crt` ConfigMap every Pod on a real node
-            // mounts with its ServiceAccount token.
+            // mounts with its ServiceAccount token. endpoint, endpointslice: a Service's
+            // Endpoints (the apiserver's service proxy reads them) and EndpointSlices (kube-proxy
+            // routes by them), for the Pods of a real node.
             Role::Wec => controllers.extend([
                 "deployment",
                 "replicaset",
@@ -119,6 +121,8 @@ impl Stack {
                 "statefulset",
                 "job",
                 "root-ca-cert-publisher",
+                "endpoint",
+                "endpointslice",
             ]),
             Role::Hosting | Role::Wds => {}
         }
