@@ -33,6 +33,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
+use crate::changes::Changes;
 use crate::delivered;
 use crate::existing::Existing;
 use crate::informers::{InformerEvent, Informers, Lookup, OnEvent};
@@ -42,7 +43,7 @@ use crate::objects::{AppliedObject, ObjectKey};
 use crate::own_writes::OwnWrites;
 use crate::report::{self, FIELD_MANAGER, Plan};
 use crate::rollouts::Rollouts;
-use crate::tracker::{Changes, Tracker};
+use crate::tracker::Tracker;
 
 /// Workers reconciling objects concurrently (never two on one object).
 const OBJECT_WORKERS: usize = 4;
