@@ -3,6 +3,12 @@
 //! the built-in transforms and CustomTransforms, sharded stably, written only when they change,
 //! and removed from every mailbox (found by label) when no longer wanted.
 
+mod expectations;
+mod metrics;
+mod schedule;
+
+pub use self::metrics::Metrics;
+
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -30,15 +36,16 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Metrics;
-use super::expectations::{Expectations, Outcome, Sight};
-use super::moves::WorkKey;
-use super::plan::{self, Cached, Desired, Entry};
-use super::revisions::Revisions;
-use super::schedule::{Pass, Schedule};
-use super::sharding::Limits;
-use super::{Error, Plugin, cached, moves, propagation, sharers, template, trace, wrap};
+use self::expectations::{Expectations, Outcome, Sight};
+use self::schedule::{Pass, Schedule};
 use crate::informers::{GroupResource, WorkloadInformers, WorkloadRef, workload_watch};
+use crate::transport::plan::binding::{Cached, Desired, Entry};
+use crate::transport::plan::in_place::in_place;
+use crate::transport::plan::revisions::Revisions;
+use crate::transport::plan::sharding::Limits;
+use crate::transport::plan::{binding, moves, propagation, sharers, template, trace, works};
+use crate::transport::plugin::{Error, Plugin};
+use crate::transport::types::{Identity, SHARED_WITH_LABEL, Unapplied, WorkKey, Written, identity};
 
 /// Settings of the transport controller.
 #[derive(Clone, Debug)]
@@ -90,7 +97,7 @@ enum Input {
     /// [`sharers`] labels of the others in its mailbox may.
     Holdings(String),
     /// The destination of a mailbox reports objects it could not apply, not reported before.
-    Unapplied(String, Vec<cached::Unapplied>),
+    Unapplied(String, Vec<Unapplied>),
 }
 
 /// Runs the transport through `plugin` until `shutdown`. `informers` are the hub's, already
@@ -396,7 +403,7 @@ impl Marked {
 fn written<'a, P: Plugin>(
     plugin: &'a P,
     works: Vec<&'a Arc<P::Cached>>,
-) -> impl Iterator<Item = (&'a wrap::Identity, wrap::Written)> + 'a {
+) -> impl Iterator<Item = (&'a Identity, Written)> + 'a {
     works.into_iter().flat_map(move |w| {
         let held = plugin.held(w).iter().map(|h| &h.identity);
         held.zip(plugin.written(w).iter().copied())
@@ -407,18 +414,18 @@ fn written<'a, P: Plugin>(
 fn label_sharing<'o, W: Resource + Clone>(
     key: &WorkKey,
     work: &mut Cow<'_, W>,
-    objects: impl IntoIterator<Item = &'o wrap::Identity>,
+    objects: impl IntoIterator<Item = &'o Identity>,
     holders: &sharers::Holders<'_>,
 ) {
     let label = sharers::label(&holders.sharers(key, objects));
-    if work.labels().get(sharers::LABEL) != Some(&label) {
-        work.to_mut().labels_mut().insert(sharers::LABEL.to_string(), label);
+    if work.labels().get(SHARED_WITH_LABEL) != Some(&label) {
+        work.to_mut().labels_mut().insert(SHARED_WITH_LABEL.to_string(), label);
     }
 }
 
 /// What a wrapped object holds, and what its destination holds for it (reported applied, also
 /// what it no longer holds until the destination has let it go).
-fn holds<'a, P: Plugin>(plugin: &'a P, work: &'a P::Cached) -> impl Iterator<Item = &'a wrap::Identity> + 'a {
+fn holds<'a, P: Plugin>(plugin: &'a P, work: &'a P::Cached) -> impl Iterator<Item = &'a Identity> + 'a {
     let held = plugin.held(work).iter().map(|h| &h.identity);
     held.chain(plugin.applied_objects(work))
 }
@@ -453,16 +460,16 @@ fn holdings_changed<W: Resource>(
 /// What the watch shows a wrapped object's destination could not apply that it had not shown
 /// for that wrapped object before (`told`: what it has shown, by wrapped object).
 fn newly_unapplied<'a, W: Resource + 'a>(
-    told: &mut HashMap<WorkKey, BTreeSet<cached::Unapplied>>,
+    told: &mut HashMap<WorkKey, BTreeSet<Unapplied>>,
     seen: &Seen<'a, W>,
-    unapplied: impl Fn(&'a W) -> &'a [cached::Unapplied],
+    unapplied: impl Fn(&'a W) -> &'a [Unapplied],
 ) -> Option<Input> {
     match seen {
         Seen::Changed(work) => {
             let key = work_key(*work);
-            let now: BTreeSet<cached::Unapplied> = unapplied(work).iter().cloned().collect();
+            let now: BTreeSet<Unapplied> = unapplied(work).iter().cloned().collect();
             let before = told.remove(&key).unwrap_or_default();
-            let new: Vec<cached::Unapplied> = now.difference(&before).cloned().collect();
+            let new: Vec<Unapplied> = now.difference(&before).cloned().collect();
             if !now.is_empty() {
                 told.insert(key.clone(), now);
             }
@@ -518,7 +525,7 @@ fn seen_work<W: Resource>(
 }
 
 /// What the watch of BindingPolicies shows, and the input it is. A Binding is planned only while
-/// its policy is there and staying (see [`plan::policy_leaving`]), so a policy seen for the first
+/// its policy is there and staying (see [`binding::policy_leaving`]), so a policy seen for the first
 /// time (also after its Binding), replaced or leaving has its Binding planned again. Its status
 /// changing (the binding controller's, or the propagation this controller writes) only needs the
 /// propagation written again: once its status exists (the binding controller writes it right
@@ -616,7 +623,7 @@ impl<P: Plugin> Transport<P> {
         let all = self.transforms.state();
         let api: Api<CustomTransform> = Api::all(self.wds.clone());
         for transform in &all {
-            let status = plan::transform_status(transform, &all);
+            let status = binding::transform_status(transform, &all);
             if transform.status.as_ref() == Some(&status) {
                 continue;
             }
@@ -659,8 +666,8 @@ impl<P: Plugin> Transport<P> {
     }
 
     /// By mailbox of `binding`'s WECs, the objects whose copies there the WEC is to go on
-    /// writing in place, from how every wrapped object there writes them ([`wrap::in_place`]).
-    fn written_in_place(&self, binding: &Binding) -> BTreeMap<String, BTreeSet<wrap::Identity>> {
+    /// writing in place, from how every wrapped object there writes them ([`in_place`]).
+    fn written_in_place(&self, binding: &Binding) -> BTreeMap<String, BTreeSet<Identity>> {
         let name = binding.name_any();
         let mailboxes: BTreeSet<String> = binding
             .spec
@@ -681,7 +688,7 @@ impl<P: Plugin> Transport<P> {
             .iter()
             .map(|(mailbox, works)| {
                 let (own, others): (Vec<_>, Vec<_>) = works.iter().partition(|w| of_binding(&***w, &name));
-                let in_place = wrap::in_place(written(&*self.plugin, own), written(&*self.plugin, others));
+                let in_place = in_place(written(&*self.plugin, own), written(&*self.plugin, others));
                 (mailbox.clone(), in_place)
             })
             .collect()
@@ -737,7 +744,7 @@ impl<P: Plugin> Transport<P> {
             return Ok(applied.writing);
         }
         let policy = self.policies.get(&ObjectRef::new(name));
-        if plan::policy_leaving(&binding, policy.as_deref()) {
+        if binding::policy_leaving(&binding, policy.as_deref()) {
             // Withdrawn when the Binding goes: only then have the Bindings taking its objects
             // over been written (the same watch shows them first).
             return Ok(Duration::ZERO);
@@ -821,7 +828,7 @@ impl<P: Plugin> Transport<P> {
             return Ok(());
         };
         let policy = self.policies.get(&ObjectRef::new(name));
-        if binding.metadata.deletion_timestamp.is_some() || plan::policy_leaving(&binding, policy.as_deref()) {
+        if binding.metadata.deletion_timestamp.is_some() || binding::policy_leaving(&binding, policy.as_deref()) {
             return Ok(());
         }
         self.report_propagation(&binding).await
@@ -846,7 +853,7 @@ impl<P: Plugin> Transport<P> {
             .into_iter()
             .filter(|w| of_binding(&**w, &name))
             .collect();
-        let propagation = plan::propagation(&*self.plugin, binding, &self.current_works(&name), &reported);
+        let propagation = works::propagation(&*self.plugin, binding, &self.current_works(&name), &reported);
         let current = policy.status.as_ref();
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
         let condition = propagation::condition(
@@ -872,11 +879,11 @@ impl<P: Plugin> Transport<P> {
     /// keeps no manifests): only then, and only the wrapped objects holding them.
     async fn desired_keeping_last_good(&self, binding: &Binding) -> Result<Desired<P::Wrapped>, Error> {
         let unfilled = self.informers.unsynced();
-        let desired = self.desired(binding, &unfilled, &plan::LastGood::new())?;
+        let desired = self.desired(binding, &unfilled, &binding::LastGood::new())?;
         if desired.unread.is_empty() {
             return Ok(desired);
         }
-        let mut last_good = plan::LastGood::new();
+        let mut last_good = binding::LastGood::new();
         for (mailbox, name) in &desired.unread {
             // One deleted meanwhile holds nothing: the plan leaves its mailbox as it is.
             let Some(work) = Api::<P::Wrapped>::namespaced(self.its.clone(), mailbox)
@@ -886,7 +893,7 @@ impl<P: Plugin> Transport<P> {
                 continue;
             };
             for manifest in self.plugin.delivered(&work) {
-                last_good.insert((mailbox.clone(), wrap::identity(&manifest)), manifest);
+                last_good.insert((mailbox.clone(), identity(&manifest)), manifest);
             }
         }
         self.desired(binding, &unfilled, &last_good)
@@ -898,9 +905,9 @@ impl<P: Plugin> Transport<P> {
         &self,
         binding: &Binding,
         unfilled: &BTreeSet<GroupResource>,
-        last_good: &plan::LastGood,
+        last_good: &binding::LastGood,
     ) -> Result<Desired<P::Wrapped>, Error> {
-        let objects = plan::entries(binding)
+        let objects = binding::entries(binding)
             .map(|entry| {
                 let cached = self.cached(&entry, unfilled);
                 (entry, cached)
@@ -908,11 +915,11 @@ impl<P: Plugin> Transport<P> {
             .collect();
         let current = self.current_works(&binding.name_any());
         let in_place = self.written_in_place(binding);
-        plan::plan(&plan::Inputs {
+        works::plan(&binding::Inputs {
             plugin: &*self.plugin,
             binding,
             objects,
-            removals: &plan::removals(&self.transforms.state()),
+            removals: &binding::removals(&self.transforms.state()),
             properties: &|wec| self.properties(wec),
             current: &current,
             last_good,
@@ -989,7 +996,7 @@ impl<P: Plugin> Transport<P> {
         current.retain(|w| w.namespace().is_none_or(|mailbox| !frozen.contains(&mailbox)));
         let mut now: BTreeMap<WorkKey, moves::Current> =
             current.iter().map(|w| (work_key(&**w), self.as_is(w))).collect();
-        let mut wanted: BTreeMap<WorkKey, BTreeSet<wrap::Identity>> = desired
+        let mut wanted: BTreeMap<WorkKey, BTreeSet<Identity>> = desired
             .iter()
             .map(|(k, w)| (k.clone(), self.plugin.gloss(w).into_iter().collect()))
             .collect();
@@ -1163,7 +1170,7 @@ impl<P: Plugin> Transport<P> {
         let around = self.works_where(|w| w.namespace().is_some_and(|m| mailboxes.contains(&m)));
         let holders = self.holders(&around);
         let shares = |w: &P::Cached| {
-            let labelled = w.labels().get(sharers::LABEL).is_some_and(|v| !v.is_empty());
+            let labelled = w.labels().get(SHARED_WITH_LABEL).is_some_and(|v| !v.is_empty());
             labelled || !holders.sharers(&work_key(w), holds(&*self.plugin, w)).is_empty()
         };
         around
@@ -1194,7 +1201,7 @@ impl<P: Plugin> Transport<P> {
 
     /// Tells each WDS object of `objects` that the WEC of `mailbox` could not apply it (an Event
     /// on it, through the paced queue). OCM's mailbox is its WEC's name.
-    fn tell_unapplied(&self, mailbox: &str, objects: &[cached::Unapplied]) {
+    fn tell_unapplied(&self, mailbox: &str, objects: &[Unapplied]) {
         for object in objects {
             let key = WorkloadRef::new(&object.group, &object.resource, &object.namespace, &object.name);
             let gr = GroupResource::new(&object.group, &object.resource);
@@ -1216,7 +1223,7 @@ impl<P: Plugin> Transport<P> {
 
     /// A wrapped object as it is.
     fn as_is(&self, work: &P::Cached) -> moves::Current {
-        let objects: BTreeSet<wrap::Identity> = self.plugin.held(work).iter().map(|h| h.identity.clone()).collect();
+        let objects: BTreeSet<Identity> = self.plugin.held(work).iter().map(|h| h.identity.clone()).collect();
         let landed = if self.plugin.applied(work) {
             objects.clone()
         } else {
@@ -1231,7 +1238,7 @@ impl<P: Plugin> Transport<P> {
     fn keeping(
         &self,
         work: &P::Wrapped,
-        objects: &BTreeSet<wrap::Identity>,
+        objects: &BTreeSet<Identity>,
         desired: &BTreeMap<WorkKey, P::Wrapped>,
         taken: &BTreeMap<WorkKey, P::Wrapped>,
     ) -> P::Wrapped {
@@ -1250,9 +1257,9 @@ impl<P: Plugin> Transport<P> {
     fn add_takers(
         &self,
         binding: &str,
-        dropped: &BTreeSet<wrap::Identity>,
+        dropped: &BTreeSet<Identity>,
         now: &mut BTreeMap<WorkKey, moves::Current>,
-        wanted: &mut BTreeMap<WorkKey, BTreeSet<wrap::Identity>>,
+        wanted: &mut BTreeMap<WorkKey, BTreeSet<Identity>>,
     ) -> BTreeMap<WorkKey, P::Wrapped> {
         let names: BTreeSet<(&str, &str)> = dropped
             .iter()
@@ -1265,13 +1272,14 @@ impl<P: Plugin> Transport<P> {
             .iter()
             .filter(|other| other.name_any() != binding && other.metadata.deletion_timestamp.is_none())
             .filter(|other| {
-                plan::entries(other).any(|e| names.contains(&(e.object.namespace_or_empty(), e.object.name.as_str())))
+                binding::entries(other)
+                    .any(|e| names.contains(&(e.object.namespace_or_empty(), e.object.name.as_str())))
             })
             .filter_map(|other| {
                 // Its objects whose cache is not filled are left out: it takes over the others. A
                 // mailbox holding its objects in error is left out of this plan (which reads no
                 // last good content): it takes nothing over there.
-                let empty = plan::LastGood::new();
+                let empty = binding::LastGood::new();
                 let Desired { works, .. } = self.desired(other, &BTreeSet::new(), &empty).ok()?;
                 for (key, work) in works {
                     wanted.insert(key.clone(), self.plugin.gloss(&work).into_iter().collect());
