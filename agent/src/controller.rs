@@ -33,7 +33,6 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::changes::Changes;
 use crate::delivered;
 use crate::existing::Existing;
 use crate::informers::{InformerEvent, Informers, Lookup, OnEvent};
@@ -454,7 +453,7 @@ impl Agent {
         }
     }
 
-    fn apply_changes(&self, changes: Changes) {
+    fn apply_changes(&self, changes: crate::changes::Changes) {
         {
             let mut informers = lock(&self.informers);
             for gvr in &changes.stop {
