@@ -1,17 +1,20 @@
 //! The controller's writes of a Binding's ManifestWorks, against a mocked ITS.
 
+use ks_shared::names::{ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL};
 use ks_shared::ocm::{ManagedCluster, ManifestWork};
-
-use super::*;
+use ks_shared::runtime::Seen;
+use ks_tests::mock::{self, ApiServer};
 use kube::runtime::reflector;
-
 use serde_json::Value;
 
+use super::send::*;
+use super::state::*;
+use super::writes::*;
+use super::*;
 use crate::transport::ocm::Ocm;
 use crate::transport::ocm::cached::CachedWork;
 use crate::transport::plan::sharding::DEFAULT_LIMITS;
-use crate::transport::types::{Delivery, Origin};
-use ks_tests::mock::{self, ApiServer};
+use crate::transport::types::{Delivery, Origin, SHARED_WITH_LABEL, Unapplied, WorkKey};
 
 /// A transport of the WDS `wds1` whose caches hold `works` and nothing else.
 fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
