@@ -26,10 +26,11 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::digest::recorded_digest;
 use crate::grants::Grants;
 use crate::health::{self, AVAILABLE, Health, REASON_INVALID_CONFIG};
 use crate::hub_rbac::sized_from;
-use crate::manifests::{self, recorded_digest};
+use crate::manifests;
 use crate::metrics::{Metrics, Object};
 use crate::registration;
 use crate::settings::{self, AgentSettings, Defaults};
@@ -471,7 +472,7 @@ async fn write_status(
         "conditions": [available],
     });
     let key = format!("{cluster}/{}", addon.uid().unwrap_or_default());
-    let digest = manifests::digest(&(&registrations, &namespace, condition_content(&available)));
+    let digest = crate::digest::digest(&(&registrations, &namespace, condition_content(&available)));
     let cache_matches = current.registrations == registrations
         && current.namespace == namespace
         && previous.is_some_and(|p| health::same_condition(p, &available));

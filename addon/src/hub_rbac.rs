@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use ks_shared::names::STATUS_ADDON_HUB_ROLE;
 use kube::api::ObjectMeta;
 
-use crate::manifests::{CONTENT_DIGEST_ANNOTATION, digest};
+use crate::digest::{CONTENT_DIGEST_ANNOTATION, digest};
 use crate::registration::cluster_addon_group;
 
 fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {

@@ -2,6 +2,7 @@
 
 mod approver;
 mod controller;
+mod digest;
 mod grants;
 mod health;
 mod hub_rbac;

@@ -20,6 +20,7 @@ use ks_shared::ocm::{
 use kube::api::ObjectMeta;
 use serde_json::{Value, json};
 
+use crate::digest::{CONTENT_DIGEST_ANNOTATION, digest};
 use crate::settings::AgentSettings;
 
 /// Where the hub kubeconfig Secret is mounted in the agent's Pod.
@@ -28,8 +29,6 @@ pub const HUB_MOUNT_PATH: &str = "/var/run/hub";
 pub const AGENT_CLUSTER_ROLE: &str = "open-cluster-management:addon-status:agent";
 /// The WEC Role and RoleBinding for the agent's leader-election Lease.
 pub const AGENT_LEASE_ROLE: &str = "open-cluster-management:addon-status:agent-lease";
-/// Annotation holding a digest of what we rendered, so unchanged content is never rewritten.
-pub const CONTENT_DIGEST_ANNOTATION: &str = "addon.kubestellar.io/content-digest";
 /// The work agent's well-known status feedback (ReadyReplicas, Replicas, AvailableReplicas).
 pub const WELL_KNOWN_STATUS: &str = "WellKnownStatus";
 
@@ -253,24 +252,10 @@ fn orphan_namespace(namespace: &str) -> Value {
            "selectivelyOrphans": {"orphaningRules": [{"group": "", "resource": "namespaces", "name": namespace}]}})
 }
 
-/// A short hex SHA-256 of a value's JSON form (serde_json keeps map keys sorted).
-pub fn digest(value: &impl serde::Serialize) -> String {
-    let bytes = serde_json::to_vec(value).unwrap_or_default();
-    let hash = ring::digest::digest(&ring::digest::SHA256, &bytes);
-    hash.as_ref()[..16].iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The digest recorded on an object we wrote, if any.
-pub fn recorded_digest(meta: &ObjectMeta) -> Option<&str> {
-    meta.annotations
-        .as_ref()?
-        .get(CONTENT_DIGEST_ANNOTATION)
-        .map(String::as_str)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::digest::recorded_digest;
     use ks_shared::names::is_kubestellar_label;
 
     fn settings() -> AgentSettings {

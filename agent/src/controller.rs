@@ -42,7 +42,7 @@ use crate::objects::{AppliedObject, ObjectKey};
 use crate::own_writes::OwnWrites;
 use crate::report::{self, FIELD_MANAGER, Plan};
 use crate::rollouts::Rollouts;
-use crate::tracker::{Changes, Tracker};
+use crate::tracker::Tracker;
 
 /// Workers reconciling objects concurrently (never two on one object).
 const OBJECT_WORKERS: usize = 4;
@@ -455,7 +455,7 @@ impl Agent {
         }
     }
 
-    fn apply_changes(&self, changes: Changes) {
+    fn apply_changes(&self, changes: crate::changes::Changes) {
         {
             let mut informers = lock(&self.informers);
             for gvr in &changes.stop {

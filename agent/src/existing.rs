@@ -7,11 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ManagedFieldsEntry, ObjectMeta};
 use ks_shared::api::{Health, SourceRef, StatusDetails, WorkStatus};
+use ks_shared::names::field_manager::AGENT as FIELD_MANAGER;
 use ks_shared::names::{WDS_CONTENT_ANNOTATION, WDS_UID_ANNOTATION};
 use serde::Deserialize;
 use serde_json::{Map, Value};
-
-use crate::report::FIELD_MANAGER;
 
 /// One of our WorkStatuses as the hub has it.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]

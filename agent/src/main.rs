@@ -1,5 +1,6 @@
 //! ks-agent: KubeStellar status add-on agent: reports the status of delivered objects from a WEC.
 
+mod changes;
 mod controller;
 mod delivered;
 mod existing;

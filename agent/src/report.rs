@@ -29,7 +29,7 @@ use crate::existing::Existing;
 use crate::objects::Key;
 
 /// The field manager of every write the agent makes.
-pub const FIELD_MANAGER: &str = "ks-agent";
+pub use ks_shared::names::field_manager::AGENT as FIELD_MANAGER;
 
 /// The content the WorkStatus of one object should have.
 #[derive(Clone, Debug, PartialEq)]

@@ -11,9 +11,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::changes::Changes;
 use crate::naming;
 use crate::objects::{Key, ObjectId, ObjectKey};
-use crate::tracker::Changes;
 
 /// One AppliedManifestWork as a delivery of objects, shared by every object it lists. Ordered by
 /// ManifestWork name first: the smallest one left takes over reporting an object.
@@ -209,8 +209,9 @@ impl Reporters {
 pub mod tests {
     use std::collections::BTreeMap;
 
+    use crate::changes::Changes;
     use crate::objects::tests::deployment;
-    use crate::tracker::{Changes, Tracker};
+    use crate::tracker::Tracker;
 
     #[test]
     fn ambiguous_upstream_names_are_told_apart() {

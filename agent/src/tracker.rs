@@ -10,32 +10,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
+use crate::changes::Changes;
 use crate::objects::{AppliedObject, Gvr, ObjectId, ObjectKey};
 use crate::reporters::{Applied, Delivery, Reporters};
-
-/// What changed when an AppliedManifestWork was recorded or forgotten.
-#[derive(Debug, Default, PartialEq, Eq)]
-pub struct Changes {
-    /// Keys that now report (a newly followed object, or another delivery taking over): their
-    /// WorkStatus must be written.
-    pub added: Vec<ObjectKey>,
-    /// Keys that no longer report (the object is no longer followed, or another delivery took
-    /// over): their WorkStatus must go.
-    pub removed: Vec<ObjectKey>,
-    /// GVRs whose first object is now followed: start an informer.
-    pub start: Vec<Gvr>,
-    /// GVRs with no followed object left: stop the informer.
-    pub stop: Vec<Gvr>,
-}
-
-impl Changes {
-    /// A GVR released and followed again in one step keeps its informer running.
-    fn net(&mut self) {
-        let both: BTreeSet<Gvr> = self.start.iter().filter(|g| self.stop.contains(g)).cloned().collect();
-        self.start.retain(|g| !both.contains(g));
-        self.stop.retain(|g| !both.contains(g));
-    }
-}
 
 /// What one AppliedManifestWork delivered.
 #[derive(Debug)]

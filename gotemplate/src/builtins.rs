@@ -2,8 +2,8 @@
 //! arity is checked before they run).
 
 use crate::Fault;
-use crate::exec::Value;
 use crate::fmt::{display, html_escape, js_escape, query_escape, sprint, sprintf, sprintln};
+use crate::value::Value;
 
 #[derive(Debug)]
 pub(crate) struct Function {

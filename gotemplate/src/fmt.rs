@@ -1,7 +1,7 @@
 //! Go's fmt as templates use it: `%v` of each value ([`go_float`] for floats), `Sprint`,
 //! `Sprintln`, the supported part of `Sprintf`, and the escaping of `html`, `js` and `urlquery`.
 
-use crate::exec::Value;
+use crate::value::Value;
 use crate::{Fault, MAX_WIDTH};
 
 /// `%v`, which is also how an action prints its value.

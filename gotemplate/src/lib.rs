@@ -30,6 +30,7 @@ mod exec;
 pub mod fmt;
 mod lex;
 mod parse;
+mod value;
 
 pub use exec::{Template, expand};
 use parse::Span;

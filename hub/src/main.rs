@@ -180,7 +180,7 @@ async fn run() -> anyhow::Result<()> {
     binding_metrics.register(&mut process.registry, &ks_hub::binding::METRICS);
     let status_metrics = ks_hub::status::Metrics::default();
     status_metrics.register(&mut process.registry);
-    let transport_metrics = ks_hub::transport::Metrics::default();
+    let transport_metrics = ks_hub::transport::controller::Metrics::default();
     transport_metrics.register(&mut process.registry);
     let informer_metrics = InformerMetrics::default();
     informer_metrics.register(&mut process.registry);
@@ -218,7 +218,7 @@ async fn run() -> anyhow::Result<()> {
         }),
         transport: with("transport").then(|| ks_hub::transport::controller::Settings {
             wds_name: args.wds_name.clone(),
-            limits: ks_hub::transport::sharding::Limits {
+            limits: ks_hub::transport::plan::sharding::Limits {
                 max_size: args.max_size_wrapped,
                 max_count: usize::try_from(args.max_num_wrapped).unwrap_or(usize::MAX),
             },

@@ -51,7 +51,7 @@ pub async fn run(wds: Client, its: Client, settings: Settings, ready: ReadyGate,
         let (wds, its, informers, shutdown) = (wds.clone(), its.clone(), informers.clone(), shutdown.clone());
         tokio::spawn(async move {
             if let Err(err) =
-                transport::controller::run(transport::wrap::Ocm, wds, its, informers, transport, shutdown).await
+                transport::controller::run(transport::ocm::Ocm, wds, its, informers, transport, shutdown).await
             {
                 ks_shared::crash::exit_on_error("the transport controller", &format!("{err:#}"));
             }

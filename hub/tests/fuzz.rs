@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use ks_hub::status::collector::{CEL_STACK, Collector, WecReport, combine};
-use ks_hub::transport::jsonpath::{self, PathError};
-use ks_hub::transport::template::{self, MAX_OBJECT_TEXT, MAX_TEXT};
+use ks_hub::transport::plan::jsonpath::{self, PathError};
+use ks_hub::transport::plan::template::{self, MAX_OBJECT_TEXT, MAX_TEXT};
 use ks_shared::api::{NamedAggregator, NamedExpression, StatusCollectorSpec};
 use ks_shared::selector::{self, Selector};
 use proptest::collection::{btree_map, vec};

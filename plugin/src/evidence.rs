@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use ks_hub::binding::{Labels, ObjectIdentity, Wec, WorkloadObject};
-use ks_hub::transport::wrap;
+use ks_hub::transport::types;
 use ks_shared::api::{Binding, BindingPolicy, HealthRule, WorkStatus};
 use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION};
 use ks_shared::ocm::{ManagedCluster, ManifestWork};
@@ -166,7 +166,7 @@ fn delivered_in(work: &ManifestWork, id: &ObjectIdentity) -> Option<Delivered> {
         .workload
         .manifests
         .iter()
-        .find(|m| wrap::identity(m) == wanted)?;
+        .find(|m| types::identity(m) == wanted)?;
     let conditions = work
         .status
         .iter()

@@ -3,8 +3,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use ks_hub::transport::cached;
-use ks_hub::transport::propagation::Landed;
+use ks_hub::transport::ocm::cached;
+use ks_hub::transport::types::Landed;
 use ks_shared::api::{Binding, PolicyHealth, WorkStatus};
 use ks_shared::names::ORIGIN_BINDING_LABEL;
 use ks_shared::ocm::ManifestWork;

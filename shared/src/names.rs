@@ -129,6 +129,8 @@ pub mod field_manager {
     pub const TRANSPORT: &str = "transport-controller";
     /// The status add-on controller.
     pub const ADDON: &str = "ks-addon";
+    /// The status agent: every write it makes.
+    pub const AGENT: &str = "ks-agent";
 
     /// The transport controller of the WDS `wds`, writing ManifestWorks in the ITS: one manager
     /// per WDS, so that no hub's forced apply takes fields another hub's holds (every hub wrote

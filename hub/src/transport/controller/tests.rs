@@ -1,16 +1,20 @@
 //! The controller's writes of a Binding's ManifestWorks, against a mocked ITS.
 
+use ks_shared::names::{ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL};
 use ks_shared::ocm::{ManagedCluster, ManifestWork};
-
-use super::*;
+use ks_shared::runtime::Seen;
+use ks_tests::mock::{self, ApiServer};
 use kube::runtime::reflector;
-
 use serde_json::Value;
 
-use crate::transport::cached::CachedWork;
-use crate::transport::sharding::DEFAULT_LIMITS;
-use crate::transport::wrap::{Delivery, Ocm, Origin};
-use ks_tests::mock::{self, ApiServer};
+use super::send::*;
+use super::state::*;
+use super::writes::*;
+use super::*;
+use crate::transport::ocm::Ocm;
+use crate::transport::ocm::cached::CachedWork;
+use crate::transport::plan::sharding::DEFAULT_LIMITS;
+use crate::transport::types::{Delivery, Origin, SHARED_WITH_LABEL, Unapplied, WorkKey};
 
 /// A transport of the WDS `wds1` whose caches hold `works` and nothing else.
 fn with_works(client: &Client, works: &[ManifestWork]) -> Transport<Ocm> {
@@ -76,7 +80,7 @@ fn work(name: &str, names: &[&str]) -> ManifestWork {
             Delivery::new(manifest, "configmaps", false)
         })
         .collect();
-    wrap::wrap(
+    crate::transport::ocm::wrap::wrap(
         &origin,
         "c1",
         name,
@@ -784,7 +788,7 @@ fn work_of(binding: &str, name: &str, names: &[&str], sharing: &[&str]) -> Manif
     let labels = work.labels_mut();
     labels.insert(ORIGIN_BINDING_LABEL.into(), binding.into());
     labels.insert(
-        sharers::LABEL.into(),
+        SHARED_WITH_LABEL.into(),
         sharers::label(&sharing.iter().copied().collect()),
     );
     work
@@ -824,7 +828,7 @@ async fn a_work_is_labelled_with_those_sharing_its_objects_and_again_when_one_go
     );
     assert!(applied.unwrap().rejections.is_empty());
     assert_eq!(asked.body["metadata"]["labels"], json!(alone.labels()));
-    assert_eq!(asked.body["metadata"]["labels"][sharers::LABEL], "");
+    assert_eq!(asked.body["metadata"]["labels"][SHARED_WITH_LABEL], "");
     // One written before there was a label shares nothing: no reason to write.
     let (client, server) = mock::client();
     drop(server);
@@ -882,7 +886,7 @@ async fn the_bindings_to_plan_again_are_those_sharing_or_labelled_in_the_mailbox
 fn what_a_wec_could_not_apply_is_told_once_per_work_and_again_when_it_fails_anew() {
     let failing = |message: &str| {
         let mut work = CachedWork::of(&work("b.wds1.0", &["a"]));
-        work.unapplied = Box::new([cached::Unapplied {
+        work.unapplied = Box::new([Unapplied {
             group: String::new(),
             resource: "configmaps".into(),
             namespace: "ns".into(),

@@ -1,15 +1,29 @@
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::ConfigMap;
-use ks_shared::api::CustomTransformSpec;
-use ks_shared::names::{ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION, WDS_CONTENT_ANNOTATION};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use ks_shared::api::{Binding, BindingPolicy, CustomTransform, CustomTransformSpec, Propagation};
+use ks_shared::names::{
+    EXPAND_TEMPLATES_ANNOTATION, ORIGIN_BINDING_LABEL, TRACEPARENT_ANNOTATION, WDS_CONTENT_ANNOTATION,
+    WDS_GENERATION_ANNOTATION, WDS_UID_ANNOTATION,
+};
 use ks_shared::ocm::{ManifestCondition, ManifestResourceStatus, ManifestWork, ManifestWorkStatus};
+use kube::ResourceExt;
 use kube::discovery::ApiResource;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use super::*;
-use crate::transport::cached::CachedWork;
-use crate::transport::sharding::DEFAULT_LIMITS;
-use crate::transport::wrap::Ocm;
+use super::binding::*;
+use super::items::*;
+use super::trace;
+use super::works::*;
+use crate::informers::{CachedObject, FirstSeen, GroupResource, Served};
+use crate::transport::ocm::Ocm;
+use crate::transport::ocm::cached::{CachedWork, same_content};
+use crate::transport::plan::sharding::{DEFAULT_LIMITS, Limits};
+use crate::transport::plugin::{Error, Plugin};
+use crate::transport::types::{Delivery, WorkKey, identity};
 
 /// A Binding `b` (generation 4) of the `(group, resource, name, create-only)` objects in
 /// namespace `ns`, for `wecs`.
@@ -403,7 +417,7 @@ fn where_status_is_in_the_object_its_versions_are_told_by_content() {
     // The status returned was written into the object, which raised its generation.
     case.cached = vec![deployment_with(3, json!({"replicas": 1}), json!({"ready": true}))];
     let again = case.works().remove(&key("c1", "b.wds1.0")).unwrap();
-    assert!(wrap::same_content(&case.current[0], &again), "nothing new to deliver");
+    assert!(same_content(&case.current[0], &again), "nothing new to deliver");
     assert_eq!(
         annotations(&again),
         annotations(&delivered),
@@ -443,7 +457,7 @@ fn last_good(works: &BTreeMap<WorkKey, ManifestWork>) -> LastGood {
         .flat_map(|((mailbox, _), work)| {
             Ocm.delivered(work)
                 .into_iter()
-                .map(move |m| ((mailbox.clone(), wrap::identity(&m)), m))
+                .map(move |m| ((mailbox.clone(), identity(&m)), m))
         })
         .collect()
 }

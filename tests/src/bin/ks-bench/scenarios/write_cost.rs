@@ -1,5 +1,5 @@
 //! `write-cost`: what each way of writing a ManifestWork costs the ITS apiserver, in its CPU
-//! seconds; how the transport writes them (`send_work` in hub/src/transport/controller.rs) rests
+//! seconds; how the transport writes them (`send_work` in hub/src/transport/controller/send.rs) rests
 //! on it. Each way writes every ManifestWork once, 8 at a time, first without status, then once
 //! OCM-like per-manifest conditions are in their status, as OCM's work agent writes them.
 

@@ -27,7 +27,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::histogram::Histogram;
 use tokio::time::Instant;
 
-use super::moves::WorkKey;
+use crate::transport::types::WorkKey;
 
 /// How long, from a write's reply or the watch's last event, whichever came later, the write is
 /// laid over the cache at most while the watch does not show it: as long as

@@ -10,58 +10,16 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use ks_shared::names::{WDS_CONTENT_ANNOTATION, WDS_GENERATION_ANNOTATION, is_trace_annotation};
+use ks_shared::names::{
+    API_GROUPS_ANNOTATION, CONTENT_DIGEST_ANNOTATION, OBJECT_COUNT_ANNOTATION, ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL,
+};
 use ks_shared::ocm::{ManifestWork, ManifestWorkStatus, api_version_group};
 use kube::api::ObjectMeta;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::propagation::Landed;
-use super::trace::TraceAnnotations;
-use super::wrap::{Config, Identity, Written, written};
-
-/// What the cache keeps of one delivered object.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Held {
-    pub identity: Identity,
-    /// The version of the WDS object delivered: its generation, or its content digest (the
-    /// annotation that says), if any.
-    pub version: Option<String>,
-    /// Its trace annotations, sorted by key.
-    pub trace: Box<[(String, String)]>,
-}
-
-impl Held {
-    /// What is kept of a manifest.
-    pub fn of(manifest: &Value) -> Held {
-        let annotations = manifest["metadata"]["annotations"].as_object();
-        Held::from_parts(super::wrap::identity(manifest), annotations.into_iter().flatten())
-    }
-
-    fn from_parts<'a>(identity: Identity, annotations: impl Iterator<Item = (&'a String, &'a Value)>) -> Held {
-        let mut version = None;
-        let mut trace = Vec::new();
-        for (key, value) in annotations {
-            let Some(value) = value.as_str() else { continue };
-            if key == WDS_GENERATION_ANNOTATION || key == WDS_CONTENT_ANNOTATION {
-                version = Some(value.to_string());
-            } else if is_trace_annotation(key) {
-                trace.push((key.clone(), value.to_string()));
-            }
-        }
-        trace.sort();
-        Held {
-            identity,
-            version,
-            trace: trace.into(),
-        }
-    }
-
-    /// Its trace annotations as a map.
-    pub fn trace(&self) -> TraceAnnotations {
-        self.trace.iter().cloned().collect()
-    }
-}
+use super::wrap::{Config, gloss, labels_of, written};
+use crate::transport::types::{Held, Identity, Landed, SHARED_WITH_LABEL, Unapplied, Written};
 
 /// What the transport's cache keeps of a ManifestWork, read from the watch as that kind.
 #[derive(Clone, Debug, Deserialize)]
@@ -85,16 +43,6 @@ pub struct CachedWork {
     pub unapplied: Box<[Unapplied]>,
 }
 
-/// An object a WEC could not apply (OCM's per-object `Applied` condition is False), and why.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Unapplied {
-    pub group: String,
-    pub resource: String,
-    pub namespace: String,
-    pub name: String,
-    pub message: String,
-}
-
 /// The objects `status` reports not applied.
 fn unapplied(status: Option<&ManifestWorkStatus>) -> Box<[Unapplied]> {
     let manifests = status.into_iter().flat_map(|s| &s.resource_status.manifests);
@@ -114,6 +62,34 @@ fn unapplied(status: Option<&ManifestWorkStatus>) -> Box<[Unapplied]> {
             })
         })
         .collect()
+}
+
+/// Whether an existing ManifestWork already says what `desired` says. The stored manifests are
+/// what the apiserver made of ours, so they are compared through the digest of what we sent, plus
+/// what others could change without touching it: our labels (origin, and the
+/// `plan::sharers` label) and which objects it holds. The
+/// Binding generation annotation alone is no reason to write; a missing API groups or object
+/// count annotation (a ManifestWork written before there was one) is.
+pub fn same_content(existing: &CachedWork, desired: &ManifestWork) -> bool {
+    let ours = |metadata: &ObjectMeta, held: Vec<Identity>| {
+        let mut labels = labels_of(
+            metadata.labels.as_ref(),
+            &[ORIGIN_BINDING_LABEL, ORIGIN_WDS_LABEL, SHARED_WITH_LABEL],
+        );
+        // Empty is none, as on a ManifestWork written before there was one.
+        labels.retain(|k, v| k != SHARED_WITH_LABEL || !v.is_empty());
+        let annotation = |name: &str| metadata.annotations.as_ref().and_then(|a| a.get(name).cloned());
+        (
+            labels,
+            annotation(CONTENT_DIGEST_ANNOTATION),
+            annotation(API_GROUPS_ANNOTATION),
+            annotation(OBJECT_COUNT_ANNOTATION),
+            held,
+        )
+    };
+    let desired = ours(&desired.metadata, gloss(desired));
+    let held = existing.held.iter().map(|h| h.identity.clone()).collect();
+    desired.1.is_some() && ours(&existing.metadata, held) == desired
 }
 
 ks_shared::watched_as!(CachedWork, ManifestWork);
@@ -364,6 +340,7 @@ impl Pool {
 
 #[cfg(test)]
 mod tests {
+    use ks_shared::names::WDS_GENERATION_ANNOTATION;
     use serde_json::json;
 
     use super::*;

@@ -5,7 +5,7 @@
 //! object carries it), stamped with the time it was sent. Re-renders of the same generation
 //! reuse the annotations already delivered, so they never change on their own.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
@@ -15,12 +15,8 @@ use ks_shared::telemetry::{extract_context, inject_context};
 use kube::ResourceExt;
 use serde_json::Value;
 
-use super::cached::Held;
-use super::wrap::Identity;
 use crate::informers::{CachedObject, FirstSeen};
-
-/// Trace annotations of a manifest.
-pub type TraceAnnotations = BTreeMap<String, String>;
+use crate::transport::types::{Held, Identity, TraceAnnotations};
 
 /// Packaging spans recorded but possibly not yet visible in the wrapped objects, by object UID
 /// and generation; bounded (what was delivered is found in the wrapped objects themselves).

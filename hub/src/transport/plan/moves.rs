@@ -8,10 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::wrap::Identity;
-
-/// A wrapped object by (mailbox, name).
-pub type WorkKey = (String, String);
+use crate::transport::types::{Identity, WorkKey};
 
 /// A wrapped object as it is: the objects it holds, and those of them its destination has
 /// applied (all once it has applied this version; one it cannot apply holds back no other).

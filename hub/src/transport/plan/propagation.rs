@@ -2,36 +2,10 @@
 //! available (from OCM's reports on the ManifestWorks), a summary for `kubectl get bp`, and the
 //! `Propagated` condition. The transport writes it, since it watches those ManifestWorks.
 
-use std::iter::Sum;
-use std::ops::Add;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use ks_shared::api::{Condition, PolicyStatus, Propagation, WecPropagation, condition_type};
 
-/// How many objects of one wrapped object the destination reports applied, and available.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Landed {
-    pub delivered: usize,
-    pub applied: usize,
-    pub available: usize,
-}
-
-impl Add for Landed {
-    type Output = Landed;
-    fn add(self, other: Landed) -> Landed {
-        Landed {
-            delivered: self.delivered + other.delivered,
-            applied: self.applied + other.applied,
-            available: self.available + other.available,
-        }
-    }
-}
-
-impl Sum for Landed {
-    fn sum<I: Iterator<Item = Landed>>(iter: I) -> Landed {
-        iter.fold(Landed::default(), Add::add)
-    }
-}
+use crate::transport::types::Landed;
 
 /// The propagation of `selected` objects to each WEC, given what landed there.
 pub fn summarize(selected: usize, wecs: impl IntoIterator<Item = (String, Landed)>) -> Propagation {

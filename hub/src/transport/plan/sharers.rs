@@ -9,13 +9,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use super::moves::WorkKey;
-use super::wrap::Identity;
-
-/// The label: empty on a wrapped object that shares nothing. Never left out: a label its create
-/// set (OCM's ManifestWork is created, then applied) would stay if a later apply left it out,
-/// since field ownership is by manager and operation.
-pub const LABEL: &str = "transport.kubestellar.io/sharedWith";
+use crate::transport::types::{Identity, WorkKey};
 
 /// Which wrapped objects of each mailbox hold each object, or have their destination hold it.
 pub struct Holders<'a>(HashMap<(&'a str, &'a Identity), BTreeSet<&'a str>>);
@@ -73,7 +67,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::transport::moves::tests::{holding, key, object};
+    use crate::transport::plan::moves::tests::{holding, key, object};
 
     #[test]
     fn the_others_of_the_mailbox_holding_one_of_its_objects_share() {
