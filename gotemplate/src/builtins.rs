@@ -1,7 +1,7 @@
 //! The builtin functions: the table the parser looks names up in, and what each one does (the
 //! arity is checked before they run).
 
-use crate::Fault;
+use crate::fault::Fault;
 use crate::fmt::{display, html_escape, js_escape, query_escape, sprint, sprintf, sprintln};
 use crate::value::Value;
 

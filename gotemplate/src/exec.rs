@@ -3,10 +3,11 @@
 use std::collections::BTreeMap;
 
 use crate::builtins::{Arity, Callee, Function, apply};
+use crate::fault::{Fault, TemplateError};
 use crate::fmt::display;
+use crate::limits::{MAX_TEXT, MAX_WORK};
 use crate::parse::{Arg, ArgKind, Command, Control, Node, Number, Parser, Pipeline, Span};
 use crate::value::Value;
-use crate::{Fault, MAX_TEXT, MAX_WORK, TemplateError};
 
 // ------------------------------------------------------------------------------------------------
 // Execution

@@ -1,8 +1,9 @@
 //! Go's fmt as templates use it: `%v` of each value ([`go_float`] for floats), `Sprint`,
 //! `Sprintln`, the supported part of `Sprintf`, and the escaping of `html`, `js` and `urlquery`.
 
+use crate::fault::Fault;
+use crate::limits::MAX_WIDTH;
 use crate::value::Value;
-use crate::{Fault, MAX_WIDTH};
 
 /// `%v`, which is also how an action prints its value.
 pub(crate) fn display(value: &Value) -> String {

@@ -1,7 +1,7 @@
 //! The lexer: the token stream of Go's text/template/parse lexer, spaces included (they separate
 //! arguments), ending with `Eof` or with the first `Error`.
 
-use crate::Fault;
+use crate::fault::Fault;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kw {

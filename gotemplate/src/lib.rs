@@ -23,131 +23,28 @@
 //! `builtins` are text/template, and [`fmt`] is the part of Go's fmt that templates use
 //! ([`fmt::go_float`], Go's `%v` of a float64, is public for other Go-compatible output).
 
-use std::collections::BTreeMap;
-
 mod builtins;
 mod exec;
+mod fault;
 pub mod fmt;
 mod lex;
+mod limits;
 mod parse;
 mod value;
 
 pub use exec::{Template, expand};
-use parse::Span;
-
-pub(crate) type Props = BTreeMap<String, String>;
-
-/// How deep `if`/`with` blocks and parentheses may nest (Go allows 10000 parentheses); it keeps
-/// the recursive parser and evaluator well inside a thread's stack.
-pub(crate) const MAX_DEPTH: usize = 100;
-/// The widest printf field allowed, so that a template cannot ask for a huge allocation.
-pub(crate) const MAX_WIDTH: usize = 10_000;
-/// The longest string a template may make or print (1 MiB): an etcd object holds at most
-/// 1.5 MiB, so nothing longer could be delivered, and a template that doubles a string 30 times
-/// would otherwise make 10 GB and take the process down.
-pub const MAX_TEXT: usize = 1 << 20;
-/// The bytes of strings one template may make or copy in all (64 MiB). Templates have no loops,
-/// but a large one can repeat costly steps; this bounds the time an expansion takes.
-pub(crate) const MAX_WORK: usize = 64 << 20;
+pub use fault::TemplateError;
+pub use limits::MAX_TEXT;
 
 /// Whether a string is a template: one that contains `{{` (KubeStellar expands exactly those).
 pub fn has_template(s: &str) -> bool {
     s.contains("{{")
 }
 
-// ------------------------------------------------------------------------------------------------
-// Errors
-
-/// A parse or execution error, worded like Go's `template: <name>:<line>[:<col>]: ...` without the
-/// name: `template: 1: function "foo" not defined`, `template: 1:2: executing at <.foo>: map has no
-/// entry for key "foo"` (columns are 0-based byte offsets, as in Go).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TemplateError {
-    line: usize,
-    /// For execution errors: the column and the text of the part that failed.
-    at: Option<(usize, String)>,
-    message: String,
-    unsupported: bool,
-}
-
-impl TemplateError {
-    /// Whether the template uses a part of text/template this engine deliberately leaves out (Go
-    /// might accept it).
-    pub fn is_unsupported(&self) -> bool {
-        self.unsupported
-    }
-}
-
-impl std::fmt::Display for TemplateError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match &self.at {
-            None => write!(f, "template: {}: {}", self.line, self.message),
-            Some((col, context)) => {
-                write!(
-                    f,
-                    "template: {}:{col}: executing at <{context}>: {}",
-                    self.line, self.message
-                )
-            }
-        }
-    }
-}
-
-impl std::error::Error for TemplateError {}
-
-/// What went wrong, before it is placed in the template.
-#[derive(Debug, Clone)]
-pub(crate) struct Fault {
-    message: String,
-    unsupported: bool,
-}
-
-impl Fault {
-    pub(crate) fn go(message: impl Into<String>) -> Self {
-        Fault {
-            message: message.into(),
-            unsupported: false,
-        }
-    }
-
-    pub(crate) fn unsupported(message: impl Into<String>) -> Self {
-        Fault {
-            message: message.into(),
-            unsupported: true,
-        }
-    }
-
-    pub(crate) fn calling(self, function: &str) -> Self {
-        Fault {
-            message: format!("error calling {function}: {}", self.message),
-            ..self
-        }
-    }
-
-    pub(crate) fn at(self, text: &str, pos: usize, context: Option<Span>) -> TemplateError {
-        let before = &text.as_bytes()[..pos];
-        let line = 1 + before.iter().filter(|&&b| b == b'\n').count();
-        let at = context.map(|span| {
-            let col = pos - before.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-            (col, excerpt(&text[span.0..span.1]))
-        });
-        TemplateError {
-            line,
-            at,
-            message: self.message,
-            unsupported: self.unsupported,
-        }
-    }
-}
-
-/// Go shows at most 20 characters of the failing part.
-fn excerpt(text: &str) -> String {
-    if text.len() > 20 {
-        format!("{}...", text.chars().take(20).collect::<String>())
-    } else {
-        text.to_string()
-    }
-}
+#[cfg(test)]
+use limits::MAX_DEPTH;
+#[cfg(test)]
+use value::Props;
 
 /// The properties the unit tests run against.
 #[cfg(test)]

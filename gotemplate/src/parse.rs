@@ -2,15 +2,13 @@
 //! same texts parse.
 
 use crate::builtins::{FUNCTIONS, Function};
+pub(crate) use crate::fault::Span;
+use crate::fault::{Fault, TemplateError};
 use crate::lex::{Kw, Tok, Token, lex};
-use crate::{Fault, MAX_DEPTH, TemplateError};
+use crate::limits::MAX_DEPTH;
 
 // ------------------------------------------------------------------------------------------------
 // Syntax tree
-
-/// Byte offsets `start..end` in the template text.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Span(pub(crate) usize, pub(crate) usize);
 
 #[derive(Debug)]
 pub(crate) enum Node {

@@ -1,6 +1,9 @@
 //! Values: what a template sees, and what its functions take and give.
 
-use crate::Props;
+use std::collections::BTreeMap;
+
+/// The properties a template runs against: a flat string map.
+pub(crate) type Props = BTreeMap<String, String>;
 
 /// A Go value as the template sees it: strings from the map, constants, function results.
 #[derive(Debug, Clone)]

@@ -33,7 +33,7 @@ pub use ks_shared::workload::{GroupResource, WorkloadRef};
 mod cached;
 pub use cached::CachedObject;
 
-use crate::transport::plan::transforms::LAST_APPLIED;
+use ks_shared::names::LAST_APPLIED_ANNOTATION as LAST_APPLIED;
 
 /// A change seen by an informer.
 #[derive(Clone, Debug)]

@@ -13,6 +13,10 @@ pub const ORIGIN_WDS_LABEL: &str = "transport.kubestellar.io/originWdsName";
 /// Annotation on a ManifestWork: the Binding generation it was rendered from.
 pub const ORIGIN_BINDING_GENERATION_ANNOTATION: &str = "transport.kubestellar.io/originOwnerReferenceBindingGeneration";
 
+/// kubectl's annotation on an object it applied client-side: the whole object as last applied.
+/// Neither delivered to WECs nor kept in the hub's caches.
+pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// Annotation on a ManifestWork: a digest of what the transport asked for (our labels, the
 /// manifests without trace annotations, the manifest configs). The apiserver normalises what it
 /// stores (empty maps dropped, `creationTimestamp: null` added, numbers re-encoded), so comparing

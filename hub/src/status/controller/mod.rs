@@ -89,12 +89,38 @@ impl Work {
         self.objects.len() + self.bindings.len() + self.policies.len() + self.collectors.len() + self.rules.len()
     }
 
-    fn append(&mut self, other: &mut Work) {
-        self.objects.append(&mut other.objects);
-        self.bindings.append(&mut other.bindings);
-        self.policies.append(&mut other.policies);
-        self.collectors.append(&mut other.collectors);
-        self.rules.append(&mut other.rules);
+    /// Puts `item` back to be reconciled.
+    fn add(&mut self, item: Item) {
+        match item {
+            Item::Object(key) => self.objects.insert(key),
+            Item::Binding(name) => self.bindings.insert(name),
+            Item::Policy(name) => self.policies.insert(name),
+            Item::Collector(name) => self.collectors.insert(name),
+            Item::Rule(name) => self.rules.insert(name),
+        };
+    }
+}
+
+/// One item of [`Work`]. A failed item is retried after a back-off of its own, as the other
+/// controllers retry their keys ([`Backoff::for_writes`]).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Item {
+    Object(WorkloadRef),
+    Binding(String),
+    Policy(String),
+    Collector(String),
+    Rule(String),
+}
+
+impl std::fmt::Display for Item {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Item::Object(key) => write!(f, "{key}"),
+            Item::Binding(name) => write!(f, "Binding {name}"),
+            Item::Policy(name) => write!(f, "BindingPolicy {name}"),
+            Item::Collector(name) => write!(f, "StatusCollector {name}"),
+            Item::Rule(name) => write!(f, "HealthRule {name}"),
+        }
     }
 }
 
@@ -164,23 +190,16 @@ pub async fn run(
     };
     let mut work = controller.everything();
     tracing::info!(objects = work.objects.len(), "status controller started");
-    let mut failed = Work::default();
-    // One pause for all failed work, which is retried together.
-    let mut retries = Backoff::for_writes();
+    let mut retries: Backoff<Item> = Backoff::for_writes();
     loop {
-        controller.process(&mut work, &mut failed).await;
-        if failed.len() == 0 {
-            retries.succeeded(&());
-        } else if !retries.is_waiting(&()) {
-            retries.failed((), Instant::now());
-        }
+        controller.process(&mut work, &mut retries).await;
         let retry_due = retries.next_due();
         let health_due = controller.health_pace.next_due();
         controller
             .metrics
             .common
             .queue_depth
-            .set((work.len() + failed.len() + controller.health_pace.len()) as i64);
+            .set((work.len() + retries.waiting() + controller.health_pace.len()) as i64);
         tokio::select! {
             _ = shutdown.cancelled() => return,
             input = received.recv() => {
@@ -194,9 +213,9 @@ pub async fn run(
                 work.objects.extend(std::iter::from_fn(|| status_changes.try_recv().ok()));
             }
             _ = tokio::time::sleep_until(retry_due.unwrap_or_else(Instant::now)), if retry_due.is_some() => {
-                if !retries.take_due(Instant::now()).is_empty() {
-                    (0..failed.len()).for_each(|_| controller.metrics.common.queue.retried());
-                    work.append(&mut failed);
+                for item in retries.take_due(Instant::now()) {
+                    controller.metrics.common.queue.retried();
+                    work.add(item);
                 }
             }
             _ = tokio::time::sleep_until(health_due.unwrap_or_else(Instant::now)), if health_due.is_some() => {
@@ -450,8 +469,9 @@ impl StatusController {
         self.collectors.get(name)?.collector.as_ref().ok()
     }
 
-    /// Reconciles what is waiting; what fails and may succeed later goes to `failed`.
-    async fn process(&mut self, work: &mut Work, failed: &mut Work) {
+    /// Reconciles what is waiting; what fails and may succeed later waits its back-off in
+    /// `retries`.
+    async fn process(&mut self, work: &mut Work, retries: &mut Backoff<Item>) {
         for key in std::mem::take(&mut work.objects) {
             self.metrics.common.reconciles.inc();
             let started = Instant::now();
@@ -460,7 +480,7 @@ impl StatusController {
                 .common
                 .queue
                 .finished(started.elapsed(), reconciled.is_ok());
-            match reconciled {
+            let error = match reconciled {
                 Ok((collectors, judged_anew)) => {
                     work.collectors.extend(collectors);
                     if judged_anew {
@@ -468,51 +488,47 @@ impl StatusController {
                         work.policies
                             .extend(selecting.into_iter().map(|(b, _, _)| b.to_string()));
                     }
+                    None
                 }
-                Err(err) => {
-                    if self.failed(&err, &key.to_string()) {
-                        failed.objects.insert(key);
-                    }
-                }
-            }
+                Err(err) => Some(err),
+            };
+            self.settle(retries, Item::Object(key), error);
         }
         for name in std::mem::take(&mut work.bindings) {
-            if let Err(err) = self.reconcile_binding(&name).await
-                && self.failed(&err, &format!("Binding {name}"))
-            {
-                failed.bindings.insert(name);
-            }
+            let error = self.reconcile_binding(&name).await.err();
+            self.settle(retries, Item::Binding(name), error);
         }
         let policies = std::mem::take(&mut work.policies);
         for name in self.health_pace.take_ready(policies, Instant::now()) {
-            if let Err(err) = self.reconcile_health(&name).await
-                && self.failed(&err, &format!("BindingPolicy {name}"))
-            {
-                failed.policies.insert(name);
-            }
+            let error = self.reconcile_health(&name).await.err();
+            self.settle(retries, Item::Policy(name), error);
         }
         for name in std::mem::take(&mut work.collectors) {
-            if let Err(err) = self.reconcile_collector(&name).await
-                && self.failed(&err, &format!("StatusCollector {name}"))
-            {
-                failed.collectors.insert(name);
-            }
+            let error = self.reconcile_collector(&name).await.err();
+            self.settle(retries, Item::Collector(name), error);
         }
         for name in std::mem::take(&mut work.rules) {
-            if let Err(err) = self.reconcile_rule(&name).await
-                && self.failed(&err, &format!("HealthRule {name}"))
-            {
-                failed.rules.insert(name);
-            }
+            let error = self.reconcile_rule(&name).await.err();
+            self.settle(retries, Item::Rule(name), error);
         }
     }
 
-    /// Counts and logs a failure; true if trying again may help.
-    fn failed(&self, err: &kube::Error, what: &str) -> bool {
+    /// Notes how reconciling `item` went: a failure that trying again may help (the same
+    /// classification as every controller's, [`failure`]) waits for its own back-off; anything
+    /// else starts that back-off over. A failure is counted and logged.
+    fn settle(&self, retries: &mut Backoff<Item>, item: Item, error: Option<kube::Error>) {
+        let Some(err) = error else {
+            retries.succeeded(&item);
+            return;
+        };
         self.metrics.common.errors.inc();
-        let retry = failure(err) == Failure::Transient;
-        tracing::warn!(%what, error = %err, retry, "status write failed");
-        retry
+        let retry = failure(&err) == Failure::Transient;
+        tracing::warn!(what = %item, error = %err, retry, "status write failed");
+        if retry {
+            retries.failed(item, Instant::now());
+        } else {
+            retries.succeeded(&item);
+        }
     }
 
     /// Fetches whole the reports on `key` that were cached withheld, from WECs it is sent to

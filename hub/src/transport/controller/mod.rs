@@ -56,9 +56,6 @@ use crate::transport::plugin::{Error, Plugin};
 /// more, one could read another Binding's ManifestWorks while its writes are in flight, which
 /// `expectations` does not lay over the cache.
 const BINDING_CONCURRENCY: usize = 1;
-/// The first and the longest pause before a failed Binding is tried again.
-const RETRY_MIN: Duration = Duration::from_secs(1);
-const RETRY_MAX: Duration = Duration::from_secs(60);
 /// A Binding whose ManifestWork writes took `d` rests `PACE × d` before its next (doubling while
 /// its changes keep coming, up to `LONGEST_REST`; over once it has not changed for half of it;
 /// a change after `d` without one is not held):
@@ -192,7 +189,8 @@ pub async fn run<P: Plugin>(
     let mut schedule = Schedule::new(
         BINDING_CONCURRENCY,
         Pacing::new(PACE, LONGEST_REST),
-        Backoff::new(RETRY_MIN, RETRY_MAX),
+        // A failed Binding is tried again as every controller retries a key.
+        Backoff::for_writes(),
     )
     .measured_by(transport.settings.metrics.common.queue.clone());
     let transport = &transport;

@@ -171,7 +171,7 @@ mod tests {
         Schedule::new(
             concurrency,
             Pacing::new(3, Duration::from_secs(30)),
-            Backoff::new(Duration::from_secs(1), Duration::from_secs(60)),
+            Backoff::for_writes(),
         )
     }
 

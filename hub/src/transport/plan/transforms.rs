@@ -4,9 +4,7 @@
 
 use serde_json::{Map, Value};
 
-use ks_shared::names::{PRESERVE_ANNOTATION, PRESERVE_NODEPORT};
-
-pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+use ks_shared::names::{LAST_APPLIED_ANNOTATION as LAST_APPLIED, PRESERVE_ANNOTATION, PRESERVE_NODEPORT};
 
 fn object_at<'a>(value: &'a mut Value, path: &[&str]) -> Option<&'a mut Map<String, Value>> {
     path.iter().try_fold(value, |at, key| at.get_mut(*key))?.as_object_mut()
