@@ -19,10 +19,10 @@ lint: ## cargo fmt --check and clippy with warnings as errors
 
 # The upstream components (make deps) and the test binaries are built side by side: each build has
 # long stretches on one core (module downloads, links), so on a cold 2-core machine the two together
-# take a little less than one after the other (41.6 min together, cold, against about 43 apart).
+# take less than one after the other (docs/bench/log.md, "make test's layout").
 # The stack test binaries then share one stack: the first starts it, the others attach to it, and it
-# is stopped at the end unless it was running before (`make up`). Each starting and stopping its own
-# took about 20 s per binary. The convergence test runs with the seed CONVERGENCE_SEED: the same
+# is stopped at the end unless it was running before (`make up`); each starting and stopping its
+# own costs more than attaching. The convergence test runs with the seed CONVERGENCE_SEED: the same
 # operations every run (`make soak` draws new ones).
 CONVERGENCE_SEED ?= 20261206
 
