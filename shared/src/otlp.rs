@@ -149,12 +149,7 @@ pub fn exporter(settings: &Settings) -> Result<SpanExporter, OtlpError> {
                 ));
             }
             // Used only for an https endpoint.
-            let builder = SpanExporter::builder().with_tonic().with_tls_config(tls);
-            Ok(match &settings.endpoint {
-                Some(endpoint) => builder.with_endpoint(endpoint),
-                None => builder,
-            }
-            .build()?)
+            Ok(at(SpanExporter::builder().with_tonic().with_tls_config(tls), settings).build()?)
         }
         Protocol::HttpProtobuf => {
             let connector = hyper_rustls::HttpsConnectorBuilder::new()
@@ -170,13 +165,16 @@ pub fn exporter(settings: &Settings) -> Result<SpanExporter, OtlpError> {
                 )),
                 runtime: tokio::runtime::Handle::try_current().map_err(|_| OtlpError::NoRuntime)?,
             };
-            let builder = SpanExporter::builder().with_http().with_http_client(client);
-            Ok(match &settings.endpoint {
-                Some(endpoint) => builder.with_endpoint(endpoint),
-                None => builder,
-            }
-            .build()?)
+            Ok(at(SpanExporter::builder().with_http().with_http_client(client), settings).build()?)
         }
+    }
+}
+
+/// `builder` sending to the settings' endpoint, if they name one.
+fn at<B: WithExportConfig>(builder: B, settings: &Settings) -> B {
+    match &settings.endpoint {
+        Some(endpoint) => builder.with_endpoint(endpoint),
+        None => builder,
     }
 }
 
