@@ -287,13 +287,7 @@ async fn hub_chart_renders_its_monitoring(ctx: Ctx) -> anyhow::Result<()> {
         .iter()
         .find(|t| t["kind"] == "Deployment")
         .context("no Deployment in the hub's hook")?;
-    ensure!(
-        matches(
-            &monitor["spec"]["selector"]["matchLabels"],
-            &service["metadata"]["labels"]
-        ),
-        "the ServiceMonitor misses {service}"
-    );
+    selects(monitor, service)?;
     ensure!(
         matches(
             &service["spec"]["selector"],
@@ -343,13 +337,7 @@ async fn hub_chart_renders_its_monitoring(ctx: Ctx) -> anyhow::Result<()> {
     let rendered = tools.render(HUB_CHART, "ns", &direct)?;
     let service = find(&rendered, "Service", "ks-hub-wds1")?;
     let monitor = find(&rendered, "ServiceMonitor", "t-ks-hub")?;
-    ensure!(
-        matches(
-            &monitor["spec"]["selector"]["matchLabels"],
-            &service["metadata"]["labels"]
-        ),
-        "the ServiceMonitor misses {service}"
-    );
+    selects(monitor, service)?;
     ensure!(
         monitor["spec"]["namespaceSelector"]["matchNames"] == json!(["ns"]),
         "{monitor}"
@@ -368,6 +356,18 @@ fn without_test_pods(objects: Vec<Value>) -> Vec<Value> {
         .into_iter()
         .filter(|o| !(o["kind"] == "Pod" && o["metadata"]["annotations"]["helm.sh/hook"] == "test"))
         .collect()
+}
+
+/// Fails unless the ServiceMonitor `monitor` selects the Service `service`.
+fn selects(monitor: &Value, service: &Value) -> anyhow::Result<()> {
+    ensure!(
+        matches(
+            &monitor["spec"]["selector"]["matchLabels"],
+            &service["metadata"]["labels"]
+        ),
+        "the ServiceMonitor misses {service}"
+    );
+    Ok(())
 }
 
 /// Whether `labels` has every label of `selector` (a matchLabels map).
