@@ -232,8 +232,9 @@ pub(super) fn estimate<'e>(expr: &'e IdedExpr, scope: &mut Scope<'e>) -> Estimat
             }
             estimate.transient = estimate.transient.max(match call.func_name.as_str() {
                 "matches" => REGEX_MEMORY,
-                // A text they cannot parse is copied into the error, more than once.
-                f if PARSES.contains(&f) => arguments.saturating_mul(4),
+                // A text they cannot parse is copied into the error, more than once: a value
+                // to convert, or the timezone of a time function (getHours, getDate, ...).
+                f if PARSES.contains(&f) || f.starts_with("get") => arguments.saturating_mul(4),
                 _ => 0,
             });
             estimate
