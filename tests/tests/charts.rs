@@ -55,10 +55,7 @@ ks_tests::stack_main!(
             &["apiserver-kubeflex", "apiserver-its1"]
         ),
         stack_test!(hub_chart_installs_upgrades_and_uninstalls, &["apiserver-kubeflex"]),
-        stack_test!(
-            hub_through_kubeflex_delivers,
-            &[OPERATOR_PROCESS, "kubelet-kubeflex", "apiserver-wds2"]
-        ),
+        stack_test!(hub_through_kubeflex_delivers, &[OPERATOR_PROCESS, "apiserver-wds2"]),
         stack_test!(
             status_addon_chart_installs_upgrades_and_uninstalls,
             &["apiserver-its1", ADDON_MANAGER, "ocm-placement-its1"]
@@ -93,6 +90,18 @@ fn direct_values() -> Value {
     })
 }
 
+/// `its` values of the hub chart: both ITS hook Jobs placed on tainted nodes, the status add-on
+/// chart pulled over plain HTTP.
+fn its_hook_values() -> Value {
+    json!({
+        "hookPods": {
+            "nodeSelector": {"example.com/pool": "infra"},
+            "tolerations": [{"key": "example.com/infra", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        "statusAddon": {"plainHTTP": true},
+    })
+}
+
 fn image(binary: &str) -> String {
     format!("ghcr.io/kubestellar-rs/{binary}:{VERSION}")
 }
@@ -103,9 +112,12 @@ fn image(binary: &str) -> String {
 async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Result<()> {
     let tools = Tools::new(&ctx, "lint")?;
     let manual = json!({"addon": {"installStrategy": "Manual"}, "controller": {"installAll": true}});
+    let mut its_hooks = kubeflex_values("lint", &["wds"]);
+    its_hooks["its"] = its_hook_values();
     let good = [
         (HUB_CHART, json!({})),
         (HUB_CHART, kubeflex_values("lint", &["wds"])),
+        (HUB_CHART, its_hooks),
         (HUB_CHART, direct_values()),
         (ADDON_CHART, json!({})),
         (ADDON_CHART, manual),
@@ -158,6 +170,11 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
             HUB_CHART,
             json!({"monitoring": {"serviceMonitor": {"intervall": "1m"}}}),
             "additional properties 'intervall' not allowed",
+        ),
+        (
+            HUB_CHART,
+            json!({"its": {"hookPods": {"nodeSelectors": {}}}}),
+            "additional properties 'nodeSelectors' not allowed",
         ),
         (
             ADDON_CHART,
@@ -225,6 +242,30 @@ async fn charts_pass_helm_lint_and_check_their_values(ctx: Ctx) -> anyhow::Resul
             account["metadata"]["annotations"]["example.com/role"] == "r",
             "{chart}: {account}"
         );
+    }
+    // Both ITS hook Jobs, as KubeFlex creates them, run where `its.hookPods` says (nowhere in
+    // particular when it is empty), and helm pulls the add-on chart with --plain-http only when
+    // `its.statusAddon.plainHTTP` is set.
+    for set in [false, true] {
+        let mut values = kubeflex_values("pods", &["wds"]);
+        if set {
+            values["its"] = its_hook_values();
+        }
+        let rendered = tools.render(HUB_CHART, "ns", &values)?;
+        let jobs = its_hook_jobs(&rendered, "pods")?;
+        for job in &jobs {
+            let pod = &job["spec"]["template"]["spec"];
+            for field in ["nodeSelector", "tolerations"] {
+                let want = if set {
+                    its_hook_values()["hookPods"][field].clone()
+                } else {
+                    Value::Null
+                };
+                ensure!(pod[field] == want, "its {values}: {field} of {job}");
+            }
+        }
+        let helm = container(&jobs[1])?;
+        ensure!(args(helm).contains(&"--plain-http") == set, "its {values}: {helm}");
     }
 
     // `helm lint --strict` says so too (it only logs what a template fails).
@@ -450,11 +491,10 @@ async fn rendered_charts_pass_a_server_side_dry_run(ctx: Ctx) -> anyhow::Result<
         remove_leftovers(&ctx, context, "rendered_charts_pass_a_server_side_dry_run", &[]).await?;
     }
     let namespace = ctx.namespace("kubeflex").await?;
-    let hub = without_test_pods(tools.render(
-        HUB_CHART,
-        &namespace,
-        &kubeflex_values(&format!("{}-dry", run_id()), &["wds"]),
-    )?);
+    // With the ITS hooks' settings, so that the apiserver checks what they add to the Jobs.
+    let mut values = kubeflex_values(&format!("{}-dry", run_id()), &["wds"]);
+    values["its"] = its_hook_values();
+    let hub = without_test_pods(tools.render(HUB_CHART, &namespace, &values)?);
     // What goes into a namespace the chart (or KubeFlex: a WDS's `<wds>-system`, where `helm
     // test` grants its Pod) creates can be tried only once that namespace exists.
     let mut created: Vec<&str> = hub
@@ -612,20 +652,10 @@ async fn hub_through_kubeflex_delivers(ctx: Ctx) -> anyhow::Result<()> {
     const DEADLINE: Duration = Duration::from_secs(120);
     let tools = Tools::new(&ctx, "kubeflex-install")?;
     let hosting = ctx.client("kubeflex").await?;
-    let control_planes = Api::<DynamicObject>::all_with(hosting.clone(), &kubeflex("ControlPlane", "controlplanes"));
-    // A run interrupted before its uninstall left the spare WDS's ControlPlane.
-    if let Some(left) = control_planes.get_opt(SPARE_WDS).await? {
-        control_planes.delete(SPARE_WDS, &DeleteParams::default()).await?;
-        let uid = left.uid().unwrap_or_default();
-        wait_until(
-            control_planes.clone(),
-            SPARE_WDS,
-            "deleted",
-            DEADLINE,
-            conditions::is_deleted(&uid),
-        )
-        .await?;
-        spare_wds_objects_gone(&hosting).await?;
+    ctx.stack.free_spare_wds().await?;
+    // With a real node the hosting cluster runs the hub's image, from the stack's registry.
+    if ctx.stack.has_real_node("kubeflex") {
+        ctx.stack.push_image("ks-hub")?;
     }
     let release = Release {
         context: "kubeflex",
@@ -727,33 +757,8 @@ async fn hub_through_kubeflex_delivers(ctx: Ctx) -> anyhow::Result<()> {
         Ok(ctx.stack.procs.running(&hub).is_none())
     })
     .await?;
-    spare_wds_objects_gone(&hosting).await?;
+    ctx.stack.spare_wds_objects_gone().await?;
     ctx.delete_namespace(release.context, &release.namespace).await
-}
-
-/// Waits until what KubeFlex made for the spare WDS's ControlPlane is gone: its namespace, and
-/// the hook's cluster-scoped RBAC (garbage-collected through owner references KubeFlex sets when
-/// the ControlPlane goes; a new ControlPlane before then would get its hub's RBAC deleted).
-async fn spare_wds_objects_gone(hosting: &Client) -> anyhow::Result<()> {
-    const DEADLINE: Duration = Duration::from_secs(120);
-    let gone = |o: Option<&DynamicObject>| o.is_none();
-    let namespace = ApiResource::erase::<Namespace>(&());
-    wait_until(
-        Api::all_with(hosting.clone(), &namespace),
-        &system_namespace(SPARE_WDS),
-        "deleted",
-        DEADLINE,
-        gone,
-    )
-    .await?;
-    for kind in [
-        ApiResource::erase::<ClusterRole>(&()),
-        ApiResource::erase::<ClusterRoleBinding>(&()),
-    ] {
-        let name = format!("{SPARE_WDS}-ks-hub");
-        wait_until(Api::all_with(hosting.clone(), &kind), &name, "deleted", DEADLINE, gone).await?;
-    }
-    Ok(())
 }
 
 async fn status_addon_chart_installs_upgrades_and_uninstalls(ctx: Ctx) -> anyhow::Result<()> {
@@ -868,6 +873,27 @@ fn hook_deployment(hook: &Value) -> anyhow::Result<Value> {
         .into_iter()
         .find(|t| t["kind"] == "Deployment")
         .with_context(|| format!("no Deployment in the hook {}", hook["metadata"]["name"]))
+}
+
+/// The Jobs of the ITS hooks `<prefix>-its-hub-init` and `<prefix>-status-addon`, in that order,
+/// as KubeFlex creates them for an ITS.
+fn its_hook_jobs(rendered: &[Value], prefix: &str) -> anyhow::Result<Vec<Value>> {
+    ["its-hub-init", "status-addon"]
+        .iter()
+        .map(|hook| {
+            let name = format!("{prefix}-{hook}");
+            let job = hook_templates(find(rendered, "PostCreateHook", &name)?)
+                .into_iter()
+                .find(|t| t["kind"] == "Job")
+                .with_context(|| format!("no Job in the hook {name}"))?;
+            let vars = [
+                ("HookName", name.as_str()),
+                ("ITSSecretName", "vc-vcluster"),
+                ("ITSSecretKey", "config-incluster"),
+            ];
+            kubeflex_render(&job, &vars)
+        })
+        .collect()
 }
 
 /// A hook template as KubeFlex renders it (Go templates over the object's JSON text), for the

@@ -67,6 +67,17 @@ impl Stack {
         self.state.join("kubeconfigs").join(format!("{space}.kubeconfig"))
     }
 
+    /// The admin kubeconfig of one space (as [`Stack::space_kubeconfig`]) with its server at
+    /// `host`: [`Stack::api_host`] for one that Pods on a real node read.
+    pub fn space_kubeconfig_at(&self, space: &str, host: std::net::Ipv4Addr) -> anyhow::Result<String> {
+        render_at(
+            &self.pki(),
+            &ADMIN,
+            &[(space.to_string(), self.space(space)?.port)],
+            host,
+        )
+    }
+
     pub(super) fn bootstrap_kubeconfig(&self) -> PathBuf {
         self.state.join("kubeconfigs").join("its1-bootstrap.kubeconfig")
     }

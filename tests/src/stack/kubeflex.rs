@@ -6,12 +6,13 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use ks_shared::names::KUBEFLEX_CP_TYPE_LABEL;
-use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
-use super::{FIELD_MANAGER, Stack, wait_for};
+use super::{FIELD_MANAGER, SPARE_WDS, Stack, wait_for};
 
 /// The process name of the KubeFlex operator.
 pub const OPERATOR_PROCESS: &str = "kubeflex-operator";
@@ -27,6 +28,9 @@ pub fn control_planes() -> ApiResource {
         "controlplanes",
     )
 }
+
+/// How long KubeFlex and the garbage collector may take to remove a ControlPlane's objects.
+const GONE: Duration = Duration::from_secs(120);
 
 /// The namespace KubeFlex keeps a ControlPlane's objects in.
 pub fn system_namespace(control_plane: &str) -> String {
@@ -48,9 +52,10 @@ impl Stack {
         Ok(())
     }
 
-    /// A bootstrap Secret for adopting `space`: its admin kubeconfig under [`BOOTSTRAP_KEY`].
+    /// A bootstrap Secret for adopting `space`: its admin kubeconfig under [`BOOTSTRAP_KEY`], at
+    /// the address Pods reach it by ([`Stack::api_host`]), as the hub's Pods read it.
     pub fn bootstrap_secret(&self, space: &str, namespace: &str, name: &str) -> anyhow::Result<serde_json::Value> {
-        let kubeconfig = std::fs::read_to_string(self.space_kubeconfig(space))?;
+        let kubeconfig = self.space_kubeconfig_at(space, self.api_host())?;
         Ok(json!({"apiVersion": "v1", "kind": "Secret",
                   "metadata": {"name": name, "namespace": namespace},
                   "stringData": {BOOTSTRAP_KEY: kubeconfig}}))
@@ -95,6 +100,41 @@ impl Stack {
                 Ok(secrets.get_opt("admin-kubeconfig").await?.is_some())
             },
         )
+        .await
+    }
+}
+
+impl Stack {
+    /// Makes the spare WDS free to be adopted again: deletes its ControlPlane if one is left (a
+    /// run interrupted before its uninstall), then waits until what KubeFlex made for it is gone
+    /// ([`Stack::spare_wds_objects_gone`]).
+    pub async fn free_spare_wds(&self) -> anyhow::Result<()> {
+        let hosting = self.client("kubeflex").await?;
+        let control_planes = Api::<DynamicObject>::all_with(hosting, &control_planes());
+        if control_planes.get_opt(SPARE_WDS).await?.is_some() {
+            control_planes.delete(SPARE_WDS, &DeleteParams::default()).await?;
+            wait_for("the spare WDS's ControlPlane to go", GONE, || async {
+                Ok(control_planes.get_opt(SPARE_WDS).await?.is_none())
+            })
+            .await?;
+        }
+        self.spare_wds_objects_gone().await
+    }
+
+    /// Waits until what KubeFlex made for the spare WDS's ControlPlane is gone: its namespace, and
+    /// the hook's cluster-scoped RBAC (garbage-collected through owner references KubeFlex sets
+    /// when the ControlPlane goes; a new ControlPlane before then would get its hub's RBAC deleted).
+    pub async fn spare_wds_objects_gone(&self) -> anyhow::Result<()> {
+        let hosting = self.client("kubeflex").await?;
+        let namespaces: Api<Namespace> = Api::all(hosting.clone());
+        let roles: Api<ClusterRole> = Api::all(hosting.clone());
+        let bindings: Api<ClusterRoleBinding> = Api::all(hosting);
+        let rbac = format!("{SPARE_WDS}-ks-hub");
+        wait_for("what KubeFlex made for the spare WDS to go", GONE, || async {
+            Ok(namespaces.get_opt(&system_namespace(SPARE_WDS)).await?.is_none()
+                && roles.get_opt(&rbac).await?.is_none()
+                && bindings.get_opt(&rbac).await?.is_none())
+        })
         .await
     }
 }

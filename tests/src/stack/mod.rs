@@ -130,7 +130,7 @@ impl Stack {
 
     /// Whether `space` has a real node.
     pub fn has_real_node(&self, space: &str) -> bool {
-        self.has_real_nodes() && node::REAL_NODE_WECS.contains(&space)
+        self.has_real_nodes() && node::REAL_NODE_SPACES.contains(&space)
     }
 
     /// The host address the stack's apiservers are reached at from Pods as from the host:
@@ -227,22 +227,24 @@ impl Stack {
         ocm::join(&self.client("its1").await?, &self.wec_names(), region, &self.procs).await?;
         ocm::wait_work_agents(&self.client("its1").await?, &self.wec_names()).await?;
         self.start_jaeger()?;
-        // The hosting cluster's kubelet runs what KubeFlex's hooks deploy there (ks-hub), the
-        // ITS's the status add-on controller, each WEC's its status agent.
+        // The hosting cluster's kubelet runs what KubeFlex's hooks deploy there (ks-hub), unless
+        // a real node does; the ITS's the status add-on controller, each WEC's its status agent.
         for space in ["kubeflex", "its1"]
             .map(String::from)
             .into_iter()
             .chain(self.wec_names())
+            .filter(|space| !(self.has_real_node(space) && node::is_only_node(space)))
         {
             self.start_kubelet(&space)?;
         }
-        // A real node where containers run, on the WECs that get one, if the host can.
+        // A real node where containers run, on the spaces that get one, if the host can.
         match node::missing_tools() {
             None => {
                 self.start_registry()?;
-                for (index, wec) in node::REAL_NODE_WECS.iter().enumerate() {
-                    if self.wec_names().iter().any(|w| w == wec) {
-                        self.start_real_node(wec, index as u8).await?;
+                let spaces = self.spaces();
+                for (index, space) in node::REAL_NODE_SPACES.iter().enumerate() {
+                    if spaces.iter().any(|s| s.name == *space) {
+                        self.start_real_node(space, index as u8).await?;
                     }
                 }
             }
@@ -262,7 +264,7 @@ impl Stack {
         let (etcd, others): (Vec<String>, Vec<String>) = self.procs.started().into_iter().partition(|n| n == "etcd");
         self.procs.stop_all(&others, Duration::from_secs(10))?;
         self.release_real_node_mounts();
-        self.remove_real_node_rules();
+        self.remove_real_node_networks();
         self.procs.stop_all(&etcd, Duration::from_secs(10))
     }
 
@@ -389,13 +391,17 @@ impl Stack {
 
 /// Waits until a TCP port accepts connections.
 fn wait_tcp(port: u16, deadline: Duration) -> anyhow::Result<()> {
+    wait_tcp_at(std::net::Ipv4Addr::LOCALHOST, port, deadline)
+}
+
+fn wait_tcp_at(host: std::net::Ipv4Addr, port: u16, deadline: Duration) -> anyhow::Result<()> {
     let until = Instant::now() + deadline;
     loop {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+        if std::net::TcpStream::connect((host, port)).is_ok() {
             return Ok(());
         }
         if Instant::now() > until {
-            bail!("nothing listens on 127.0.0.1:{port} after {deadline:?}");
+            bail!("nothing listens on {host}:{port} after {deadline:?}");
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -1,17 +1,29 @@
-//! A real node in a WEC: Debian's containerd (with its CRI plugin and overlayfs) and runc run the
-//! Pods that a kubelet, built from the pinned Kubernetes release, is given by the WEC's scheduler.
+//! Real nodes: Debian's containerd (with its CRI plugin and overlayfs) and runc run the
+//! Pods that a kubelet, built from the pinned Kubernetes release, is given by its space's scheduler.
+//! [`REAL_NODE_SPACES`] get one each: a WEC, where workloads and the status agent run, and the
+//! KubeFlex hosting cluster, where the hub chart's hooks and ks-hub run.
 //! Pods get addresses on a bridge of the node's own (Debian's CNI plugins), which the kubelet's
 //! probes reach from the host. It pulls images from the stack's registry ([`super::registry`]),
 //! where the stack pushes its test workload image `ks-pod` (`images/build.sh ks-pod`), which is
 //! also every Pod's pause container. It is tainted [`REAL_NODE_TAINT`], so that only Pods that ask
 //! for it (tolerate the taint and select [`REAL_NODE_LABEL`]) run there, and every other Pod stays
-//! on the WEC's kwok node.
+//! on the WEC's kwok node. The other nodes are their space's only node: untainted, every Pod runs
+//! there, and their containerd takes ghcr.io's images (where the charts' defaults are) from the
+//! stack's registry, as a mirror.
 //!
 //! Its Pods reach the stack's apiservers as Pods reach a cluster's: `kubernetes.default`
 //! (10.96.0.1) through a kube-proxy of the node's own (built from the pinned release, iptables
-//! mode), whose endpoint is the WEC's apiserver at [`STACK_ADDRESS`], an address of the host's
-//! loopback link that every apiserver listens on once the stack has real nodes; the OCM agents join
-//! the ITS at that address too, so the credentials they hand on to add-on agents work from Pods.
+//! mode), whose endpoint is its space's apiserver at [`STACK_ADDRESS`], an address of the host's
+//! loopback link that every apiserver (and the registry) listens on once the stack has real nodes;
+//! the OCM agents join the ITS at that address too, so the credentials they hand on to add-on
+//! agents work from Pods.
+//!
+//! The first node shares the host's network namespace. Each other one has a namespace of its own,
+//! joined to the host by a veth pair, because two kube-proxies in one namespace would rewrite each
+//! other's chains (both own `KUBE-SERVICES`, and both clusters' `kubernetes.default` is 10.96.0.1):
+//! its containerd, kubelet and kube-proxy run in it (`nsenter --net`), its Pods' bridge is there,
+//! and the host routes its Pod subnet through the pair, so the apiservers reach its Pods (webhooks,
+//! the service proxy) as the Pods reach them.
 //!
 //! It runs only where containerd, runc, the CNI plugins, iptables and iproute2 are installed
 //! (`apt-get install containerd runc containernetworking-plugins iptables iproute2`, which CI
@@ -32,8 +44,9 @@ use super::pki::ClientIdentity;
 use super::registry::REGISTRY;
 use super::{FIELD_MANAGER, Stack, wait_for};
 
-/// The WECs that get a real node.
-pub const REAL_NODE_WECS: [&str; 1] = ["cluster1"];
+/// The spaces that get a real node, in the order of their index (Pod subnet `10.89.<index>.0/24`);
+/// the first in the host's network namespace.
+pub const REAL_NODE_SPACES: [&str; 2] = ["cluster1", "kubeflex"];
 /// The label every real node carries (value `true`).
 pub const REAL_NODE_LABEL: &str = "kubestellar.io/real-node";
 /// The taint (effect `NoSchedule`) that keeps Pods off a real node unless they tolerate it.
@@ -54,12 +67,122 @@ const CTR: &str = "/usr/bin/ctr";
 const CNI_PLUGINS: &str = "/usr/lib/cni";
 const IPTABLES: &str = "/usr/sbin/iptables";
 const IP: &str = "/usr/sbin/ip";
+const NSENTER: &str = "/usr/bin/nsenter";
 /// containerd looks for runc and its shim on `PATH`.
 const TOOLS_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
-/// The name of the real node of `wec`.
-pub fn node_name(wec: &str) -> String {
-    format!("{wec}-real")
+/// Whether `space`'s real node is its only node (untainted, in a network namespace of its own):
+/// every space's but the first's.
+pub fn is_only_node(space: &str) -> bool {
+    REAL_NODE_SPACES.iter().position(|s| *s == space).is_some_and(|i| i > 0)
+}
+
+/// The name of the real node of `space`.
+pub fn node_name(space: &str) -> String {
+    format!("{space}-real")
+}
+
+/// The network namespace of the real node with `index`, and its addresses, unless it shares the
+/// host's (index 0).
+struct OwnNetwork {
+    /// `ks-node-<index>`, at `/run/netns/<name>`.
+    name: String,
+    /// The veth pair's ends: on the host, in the namespace.
+    host_link: String,
+    node_link: String,
+    /// `10.87.<index>.1` on the host's end, `.2` on the node's (its InternalIP).
+    host_address: std::net::Ipv4Addr,
+    node_address: std::net::Ipv4Addr,
+    /// The node's Pod subnet, routed through the pair.
+    pods: String,
+}
+
+impl OwnNetwork {
+    fn of(index: u8) -> Option<OwnNetwork> {
+        (index > 0).then(|| OwnNetwork {
+            name: format!("ks-node-{index}"),
+            host_link: format!("ks-node-{index}h"),
+            node_link: format!("ks-node-{index}n"),
+            host_address: std::net::Ipv4Addr::new(10, 87, index, 1),
+            node_address: std::net::Ipv4Addr::new(10, 87, index, 2),
+            pods: pod_subnet(index),
+        })
+    }
+
+    fn path(&self) -> String {
+        format!("/run/netns/{}", self.name)
+    }
+
+    /// Makes the namespace, the pair, the addresses and routes, unless they are there.
+    fn ensure(&self) -> anyhow::Result<()> {
+        let there = Path::new(&self.path()).exists()
+            && Command::new(IP)
+                .args(["link", "show", &self.host_link])
+                .output()
+                .is_ok_and(|o| o.status.success());
+        if there {
+            return Ok(());
+        }
+        self.remove();
+        let n = self.name.as_str();
+        let host = format!("{}/24", self.host_address);
+        let node = format!("{}/24", self.node_address);
+        let gateway = self.host_address.to_string();
+        let steps: [&[&str]; 10] = [
+            &["netns", "add", n],
+            &[
+                "link",
+                "add",
+                &self.host_link,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                &self.node_link,
+                "netns",
+                n,
+            ],
+            &["address", "add", &host, "dev", &self.host_link],
+            &["link", "set", &self.host_link, "up"],
+            &["-n", n, "link", "set", "lo", "up"],
+            &["-n", n, "address", "add", &node, "dev", &self.node_link],
+            &["-n", n, "link", "set", &self.node_link, "up"],
+            &["-n", n, "route", "add", "default", "via", &gateway],
+            &["route", "replace", &self.pods, "via", &self.node_address.to_string()],
+            // Forwards between the veth and the Pods' bridge (a new namespace does not).
+            &["netns", "exec", n, "sysctl", "-q", "-w", "net.ipv4.ip_forward=1"],
+        ];
+        for step in steps {
+            let output = Command::new(IP).args(step).output()?;
+            anyhow::ensure!(
+                output.status.success(),
+                "ip {}: {}",
+                step.join(" "),
+                String::from_utf8_lossy(&output.stderr).trim()
+            );
+        }
+        Ok(())
+    }
+
+    /// Removes the namespace (with its end of the pair, the rules its kube-proxy made and the
+    /// Pods' bridge) and the host's end, with its route.
+    fn remove(&self) {
+        let _ = Command::new(IP).args(["netns", "delete", &self.name]).output();
+        let _ = Command::new(IP).args(["link", "delete", &self.host_link]).output();
+    }
+
+    /// `binary args…` run in the namespace: through `nsenter`, which enters it and executes
+    /// `binary` in its place (same PID).
+    fn command(&self, binary: &Path, args: &[String]) -> (PathBuf, Vec<String>) {
+        let mut all = vec![format!("--net={}", self.path()), binary.display().to_string()];
+        all.extend_from_slice(args);
+        (PathBuf::from(NSENTER), all)
+    }
+}
+
+/// The Pod subnet of the real node with `index`.
+fn pod_subnet(index: u8) -> String {
+    format!("10.89.{index}.0/24")
 }
 
 /// What the host lacks to run a real node, if anything.
@@ -75,6 +198,7 @@ pub fn missing_tools() -> Option<String> {
         IPTABLES,
         "/usr/sbin/iptables-restore",
         IP,
+        NSENTER,
     ];
     let missing: Vec<&str> = needed.into_iter().filter(|p| !Path::new(p).exists()).collect();
     (!missing.is_empty()).then(|| {
@@ -85,7 +209,7 @@ pub fn missing_tools() -> Option<String> {
     })
 }
 
-/// A real node's files, under `.stack/nodes/<wec>`.
+/// A real node's files, under `.stack/nodes/<space>`.
 struct NodeFiles {
     dir: PathBuf,
 }
@@ -112,19 +236,38 @@ impl NodeFiles {
 }
 
 impl Stack {
-    fn node_files(&self, wec: &str) -> NodeFiles {
+    fn node_files(&self, space: &str) -> NodeFiles {
         NodeFiles {
-            dir: self.state.join("nodes").join(wec),
+            dir: self.state.join("nodes").join(space),
         }
     }
 
-    /// Process names of a WEC's real node.
-    fn node_processes(wec: &str) -> [String; 3] {
+    /// Process names of a space's real node.
+    fn node_processes(space: &str) -> [String; 3] {
         [
-            format!("node-{wec}-containerd"),
-            format!("node-{wec}-kubelet"),
-            format!("node-{wec}-kube-proxy"),
+            format!("node-{space}-containerd"),
+            format!("node-{space}-kubelet"),
+            format!("node-{space}-kube-proxy"),
         ]
+    }
+
+    /// Starts `binary` as process `name`, in the node's network namespace if it has its own.
+    fn start_node_process(
+        &self,
+        name: &str,
+        network: Option<&OwnNetwork>,
+        binary: &Path,
+        args: &[String],
+    ) -> anyhow::Result<()> {
+        let env = [("PATH", TOOLS_PATH)];
+        match network {
+            None => self.procs.ensure(name, binary, args, &env)?,
+            Some(network) => {
+                let (nsenter, args) = network.command(binary, args);
+                self.procs.ensure(name, &nsenter, &args, &env)?
+            }
+        };
+        Ok(())
     }
 
     /// Makes [`STACK_ADDRESS`] an address of the host (on the loopback link, which every host
@@ -148,21 +291,25 @@ impl Stack {
         Ok(())
     }
 
-    /// Starts the real node of `wec` (containerd, then the kubelet), unless it runs; waits until
-    /// its Node is Ready.
-    pub(super) async fn start_real_node(&self, wec: &str, index: u8) -> anyhow::Result<()> {
+    /// Starts the real node of `space` (containerd, the kubelet, then kube-proxy), unless it runs;
+    /// waits until its Node is Ready and kube-proxy has made its rules.
+    pub(super) async fn start_real_node(&self, space: &str, index: u8) -> anyhow::Result<()> {
         let started = std::time::Instant::now();
-        let files = self.node_files(wec);
-        let [containerd, kubelet, proxy] = Self::node_processes(wec);
+        let files = self.node_files(space);
+        let network = OwnNetwork::of(index);
+        if let Some(network) = &network {
+            network.ensure()?;
+        }
+        let [containerd, kubelet, proxy] = Self::node_processes(space);
         std::fs::create_dir_all(files.cni())?;
         // Pulled from the stack's registry, as every image the node runs.
         let pause = self.push_image(POD_IMAGE)?;
-        self.write_containerd_config(wec, index, &files, &pause)?;
-        self.procs.ensure(
+        self.write_containerd_config(space, index, &files, &pause)?;
+        self.start_node_process(
             &containerd,
+            network.as_ref(),
             Path::new(CONTAINERD),
             &["--config".into(), files.containerd_config().display().to_string()],
-            &[("PATH", TOOLS_PATH)],
         )?;
         wait_for("containerd's socket", Duration::from_secs(30), || async {
             self.procs.check_alive(&containerd)?;
@@ -170,19 +317,21 @@ impl Stack {
         })
         .await
         .with_context(|| self.procs.tail(&containerd, 20))?;
-        self.write_kubelet_files(wec, &files).await?;
-        let args = [
+        self.write_kubelet_files(space, network.is_some(), &files).await?;
+        let mut args = vec![
             format!("--config={}", files.kubelet_config().display()),
             format!("--kubeconfig={}", files.kubeconfig().display()),
-            format!("--hostname-override={}", node_name(wec)),
+            format!("--hostname-override={}", node_name(space)),
             format!("--root-dir={}", files.dir.join("kubelet").display()),
             format!("--cert-dir={}", files.dir.join("kubelet-pki").display()),
             format!("--node-labels={REAL_NODE_LABEL}=true"),
         ];
-        self.procs
-            .ensure(&kubelet, &self.bin("kubelet"), &args, &[("PATH", TOOLS_PATH)])?;
-        let nodes: Api<Node> = Api::all(self.client(wec).await?);
-        let name = node_name(wec);
+        if let Some(network) = &network {
+            args.push(format!("--node-ip={}", network.node_address));
+        }
+        self.start_node_process(&kubelet, network.as_ref(), &self.bin("kubelet"), &args)?;
+        let nodes: Api<Node> = Api::all(self.client(space).await?);
+        let name = node_name(space);
         wait_for(&format!("Node {name} Ready"), Duration::from_secs(60), || async {
             self.procs.check_alive(&kubelet)?;
             let node = nodes.get_opt(&name).await.unwrap_or(None);
@@ -190,19 +339,23 @@ impl Stack {
         })
         .await
         .with_context(|| self.procs.tail(&kubelet, 30))?;
-        self.write_kube_proxy_files(wec, index, &files)?;
+        self.write_kube_proxy_files(space, index, network.is_some(), &files)?;
         let args = [format!("--config={}", files.kube_proxy_config().display())];
-        self.procs
-            .ensure(&proxy, &self.bin("kube-proxy"), &args, &[("PATH", TOOLS_PATH)])?;
-        // Synced once the host's rules lead `kubernetes.default` to the WEC's apiserver.
+        self.start_node_process(&proxy, network.as_ref(), &self.bin("kube-proxy"), &args)?;
+        // Synced once the node's rules lead `kubernetes.default` to its space's apiserver.
+        let list_rules = ["-t", "nat", "-S", "KUBE-SERVICES"];
         wait_for(
             "kube-proxy's rules for kubernetes.default",
             Duration::from_secs(60),
             || async {
                 self.procs.check_alive(&proxy)?;
-                let rules = Command::new(IPTABLES)
-                    .args(["-t", "nat", "-S", "KUBE-SERVICES"])
-                    .output()?;
+                let rules = match &network {
+                    None => Command::new(IPTABLES).args(list_rules).output()?,
+                    Some(network) => {
+                        let (nsenter, args) = network.command(Path::new(IPTABLES), &list_rules.map(String::from));
+                        Command::new(nsenter).args(args).output()?
+                    }
+                };
                 Ok(String::from_utf8_lossy(&rules.stdout).contains("default/kubernetes:https"))
             },
         )
@@ -214,7 +367,13 @@ impl Stack {
 
     /// kube-proxy's configuration and credential (`system:kube-proxy`, which Kubernetes binds
     /// to `system:node-proxier`). It leaves the host's conntrack settings as they are.
-    fn write_kube_proxy_files(&self, wec: &str, index: u8, files: &NodeFiles) -> anyhow::Result<()> {
+    fn write_kube_proxy_files(
+        &self,
+        space: &str,
+        index: u8,
+        own_network: bool,
+        files: &NodeFiles,
+    ) -> anyhow::Result<()> {
         let pki = self.pki();
         let who = ClientIdentity {
             file: "kube-proxy",
@@ -223,19 +382,16 @@ impl Stack {
         };
         pki.ensure_client(&who)?;
         let kubeconfig = files.dir.join("kube-proxy.kubeconfig");
-        write_if_changed(
-            &kubeconfig,
-            &super::kubeconfig::render(&pki, &who, &[(wec.to_string(), self.space(wec)?.port)])?,
-        )?;
+        write_if_changed(&kubeconfig, &self.node_kubeconfig(space, own_network, &who)?)?;
         let config = json!({
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1",
             "kind": "KubeProxyConfiguration",
             "clientConnection": {"kubeconfig": kubeconfig.display().to_string()},
-            "hostnameOverride": node_name(wec),
+            "hostnameOverride": node_name(space),
             "mode": "iptables",
-            "clusterCIDR": format!("10.89.{index}.0/24"),
-            "healthzBindAddress": format!("127.0.0.1:{}", self.side_port("kube-proxy", wec)),
-            "metricsBindAddress": format!("127.0.0.1:{}", self.side_port("kube-proxy-metrics", wec)),
+            "clusterCIDR": pod_subnet(index),
+            "healthzBindAddress": format!("127.0.0.1:{}", self.side_port("kube-proxy", space)),
+            "metricsBindAddress": format!("127.0.0.1:{}", self.side_port("kube-proxy-metrics", space)),
             "nodePortAddresses": ["127.0.0.1/32"],
             "conntrack": {"maxPerCore": 0, "min": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         });
@@ -243,26 +399,38 @@ impl Stack {
         Ok(())
     }
 
-    /// Removes the firewall rules the real nodes' kube-proxies made, once they are stopped.
-    pub(super) fn remove_real_node_rules(&self) {
-        if REAL_NODE_WECS
-            .iter()
-            .any(|wec| self.node_files(wec).kube_proxy_config().exists())
-        {
+    /// Removes what the real nodes' kube-proxies made once they are stopped: the host's firewall
+    /// rules (the first node's), and the other nodes' network namespaces with theirs.
+    pub(super) fn remove_real_node_networks(&self) {
+        if self.node_files(REAL_NODE_SPACES[0]).kube_proxy_config().exists() {
             let _ = Command::new(self.bin("kube-proxy"))
                 .args(["--cleanup"])
                 .env("PATH", TOOLS_PATH)
                 .output();
         }
+        for network in (1..REAL_NODE_SPACES.len() as u8).filter_map(OwnNetwork::of) {
+            network.remove();
+        }
+    }
+
+    /// A kubeconfig as `who` for `space`'s apiserver, at the address the node reaches it by.
+    fn node_kubeconfig(&self, space: &str, own_network: bool, who: &ClientIdentity) -> anyhow::Result<String> {
+        // In a namespace of its own the host's loopback is out of reach.
+        let host = if own_network {
+            self.api_host()
+        } else {
+            std::net::Ipv4Addr::LOCALHOST
+        };
+        super::kubeconfig::render_at(&self.pki(), who, &[(space.to_string(), self.space(space)?.port)], host)
     }
 
     /// The host PID of the container `id` (a Pod status's `containerID` without its
-    /// `containerd://`) on `wec`'s real node.
-    pub fn container_pid(&self, wec: &str, id: &str) -> anyhow::Result<u32> {
+    /// `containerd://`) on `space`'s real node.
+    pub fn container_pid(&self, space: &str, id: &str) -> anyhow::Result<u32> {
         let id = id.strip_prefix("containerd://").unwrap_or(id);
         let listed = Command::new(CTR)
             .arg("--address")
-            .arg(self.node_files(wec).socket())
+            .arg(self.node_files(space).socket())
             .args(["--namespace", "k8s.io", "tasks", "list"])
             .output()?;
         anyhow::ensure!(
@@ -277,18 +445,18 @@ impl Stack {
                 let mut fields = line.split_whitespace();
                 (fields.next() == Some(id)).then(|| fields.next()?.parse().ok())?
             })
-            .with_context(|| format!("no running task {id} on {wec}'s real node"))
+            .with_context(|| format!("no running task {id} on {space}'s real node"))
     }
 
     /// Stops every Pod container of the real nodes (containerd's shims outlive containerd), so
     /// that stopping the processes leaves nothing running.
     pub(super) fn stop_real_node_pods(&self) {
-        for wec in REAL_NODE_WECS {
-            let [containerd, ..] = Self::node_processes(wec);
+        for space in REAL_NODE_SPACES {
+            let [containerd, ..] = Self::node_processes(space);
             if self.procs.running(&containerd).is_none() {
                 continue;
             }
-            let socket = self.node_files(wec).socket();
+            let socket = self.node_files(space).socket();
             let ctr = |args: &[&str]| {
                 Command::new(CTR)
                     .arg("--address")
@@ -327,7 +495,7 @@ impl Stack {
         }
     }
 
-    fn write_containerd_config(&self, wec: &str, index: u8, files: &NodeFiles, pause: &str) -> anyhow::Result<()> {
+    fn write_containerd_config(&self, space: &str, index: u8, files: &NodeFiles, pause: &str) -> anyhow::Result<()> {
         let p = |path: PathBuf| path.display().to_string();
         let config = format!(
             r#"version = 2
@@ -345,7 +513,7 @@ state = "{state}"
   restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".registry.mirrors."{REGISTRY}"]
     endpoint = ["http://{REGISTRY}"]
-  [plugins."io.containerd.grpc.v1.cri".containerd]
+{ghcr}  [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{CNI_PLUGINS}"
@@ -356,16 +524,23 @@ state = "{state}"
             socket = p(files.socket()),
             image = pause,
             cni = p(files.cni()),
+            ghcr = if index > 0 {
+                format!(
+                    "  [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.\"ghcr.io\"]\n    endpoint = [\"http://{REGISTRY}\"]\n"
+                )
+            } else {
+                String::new()
+            },
         );
         std::fs::write(files.containerd_config(), config)?;
         // One bridge and subnet per node; the bridge's address is the Pods' gateway (their
         // default route), and is how the kubelet's probes reach them.
         let network = json!({
             "cniVersion": "1.0.0",
-            "name": format!("ks-{wec}"),
+            "name": format!("ks-{space}"),
             "plugins": [
-                {"type": "bridge", "bridge": bridge_name(wec), "isGateway": true, "ipMasq": false,
-                 "ipam": {"type": "host-local", "ranges": [[{"subnet": format!("10.89.{index}.0/24")}]],
+                {"type": "bridge", "bridge": bridge_name(space), "isGateway": true, "ipMasq": false,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": pod_subnet(index)}]],
                           // Through the bridge to the host: Services, and the stack's apiservers.
                           "routes": [{"dst": "0.0.0.0/0"}],
                           "dataDir": p(files.dir.join("ipam"))}},
@@ -382,10 +557,10 @@ state = "{state}"
     /// The kubelet's configuration, and its credential: a client certificate as
     /// `system:node:<name>` (group `system:nodes`), bound to the `system:node` ClusterRole (the
     /// stack's apiservers authorise by RBAC alone, without the Node authorizer).
-    async fn write_kubelet_files(&self, wec: &str, files: &NodeFiles) -> anyhow::Result<()> {
-        let name = node_name(wec);
+    async fn write_kubelet_files(&self, space: &str, own_network: bool, files: &NodeFiles) -> anyhow::Result<()> {
+        let name = node_name(space);
         let user = format!("system:node:{name}");
-        let file = format!("node-{wec}");
+        let file = format!("node-{space}");
         let who = ClientIdentity {
             file: &file,
             user: &user,
@@ -393,17 +568,14 @@ state = "{state}"
         };
         let pki = self.pki();
         pki.ensure_client(&who)?;
-        std::fs::write(
-            files.kubeconfig(),
-            super::kubeconfig::render(&pki, &who, &[(wec.to_string(), self.space(wec)?.port)])?,
-        )?;
+        std::fs::write(files.kubeconfig(), self.node_kubeconfig(space, own_network, &who)?)?;
         let binding: ClusterRoleBinding = serde_json::from_value(json!({
             "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
             "metadata": {"name": format!("ks-stack:{name}")},
             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:node"},
             "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
         }))?;
-        Api::<ClusterRoleBinding>::all(self.client(wec).await?)
+        Api::<ClusterRoleBinding>::all(self.client(space).await?)
             .patch(
                 &binding.metadata.name.clone().unwrap_or_default(),
                 &PatchParams::apply(FIELD_MANAGER).force(),
@@ -422,13 +594,16 @@ state = "{state}"
             "failSwapOn": false,
             "failCgroupV1": false,
             "address": "127.0.0.1",
-            "port": self.side_port("kubelet", wec),
+            "port": self.side_port("kubelet", space),
             "readOnlyPort": 0,
             "healthzPort": 0,
             "authentication": {"anonymous": {"enabled": false}, "webhook": {"enabled": false},
                                "x509": {"clientCAFile": pki.ca_cert().display().to_string()}},
             "authorization": {"mode": "AlwaysAllow"},
-            "registerWithTaints": [{"key": REAL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}],
+            // Beside the WEC's kwok node, only Pods that ask; the others are their space's only node.
+            "registerWithTaints": if own_network { json!([]) } else {
+                json!([{"key": REAL_NODE_TAINT, "value": "true", "effect": "NoSchedule"}])
+            },
             // Nothing can be pulled again: never collect images. The host's disk is shared with
             // everything else, so pressure is only what would stop the node working.
             "imageGCHighThresholdPercent": 100,
@@ -453,8 +628,8 @@ fn write_if_changed(path: &Path, content: &str) -> anyhow::Result<()> {
 }
 
 /// The node's bridge: at most 15 characters, as Linux allows.
-fn bridge_name(wec: &str) -> String {
-    let mut name = format!("ks-{wec}");
+fn bridge_name(space: &str) -> String {
+    let mut name = format!("ks-{space}");
     name.truncate(15);
     name
 }

@@ -107,14 +107,19 @@ impl Stack {
             "serviceaccount",
             "serviceaccount-token",
         ];
-        match space.role {
+        if space.role == Role::Its {
             // resourcequota: counts the WorkStatuses under the add-on's quota in each mailbox.
-            Role::Its => controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation", "resourcequota"]),
-            // root-ca-cert-publisher: the `kube-root-ca.crt` ConfigMap every Pod on a real node
-            // mounts with its ServiceAccount token. endpoint, endpointslice: a Service's
-            // Endpoints (the apiserver's service proxy reads them) and EndpointSlices (kube-proxy
-            // routes by them), for the Pods of a real node.
-            Role::Wec => controllers.extend([
+            controllers.extend(["csrsigning", "csrcleaner", "clusterrole-aggregation", "resourcequota"]);
+        }
+        // What Pods need, where they run: every WEC (a kwok node, and maybe a real one) and the
+        // hosting cluster with a real node (the hub chart's hooks and ks-hub).
+        // root-ca-cert-publisher: the `kube-root-ca.crt` ConfigMap every Pod on a real node
+        // mounts with its ServiceAccount token. endpoint, endpointslice: a Service's Endpoints
+        // (the apiserver's service proxy reads them) and EndpointSlices (kube-proxy routes by
+        // them), for the Pods of a real node.
+        let runs_pods = space.role == Role::Wec || self.has_real_node(&space.name);
+        if runs_pods {
+            controllers.extend([
                 "deployment",
                 "replicaset",
                 "daemonset",
@@ -123,8 +128,7 @@ impl Stack {
                 "root-ca-cert-publisher",
                 "endpoint",
                 "endpointslice",
-            ]),
-            Role::Hosting | Role::Wds => {}
+            ]);
         }
         let args = [
             format!("--kubeconfig={kubeconfig}"),
@@ -145,7 +149,7 @@ impl Stack {
             &args,
             &[],
         )?;
-        if space.role == Role::Wec {
+        if runs_pods {
             let args = [
                 format!("--kubeconfig={kubeconfig}"),
                 "--leader-elect=false".into(),
@@ -157,6 +161,8 @@ impl Stack {
                 &args,
                 &[],
             )?;
+        }
+        if space.role == Role::Wec {
             let stages = self.crds("kwok-stages");
             let mut args = vec![
                 format!("--kubeconfig={kubeconfig}"),
@@ -177,22 +183,47 @@ impl Stack {
     }
 
     pub(super) async fn install_crds(&self) -> anyhow::Result<()> {
-        let sets: Vec<(String, PathBuf)> = std::iter::once(("kubeflex".to_string(), self.crds("kubeflex")))
-            .chain(std::iter::once(("its1".to_string(), self.crds("ocm-hub"))))
-            .chain(self.wec_names().into_iter().map(|w| (w, self.crds("ocm-spoke"))))
+        let sets: Vec<(String, &str)> = std::iter::once(("kubeflex".to_string(), "kubeflex"))
+            .chain(std::iter::once(("its1".to_string(), "ocm-hub")))
+            .chain(self.wec_names().into_iter().map(|w| (w, "ocm-spoke")))
             .collect();
-        for (space, dir) in sets {
-            let client = self.client(&space).await?;
-            let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-                .with_context(|| format!("{} is missing: run `make deps`", dir.display()))?
-                .map(|e| e.map(|e| e.path()))
-                .collect::<Result<_, _>>()?;
-            files.sort();
-            for file in files {
-                apply_crd(&client, &file)
-                    .await
-                    .with_context(|| format!("applying {} to {space}", file.display()))?;
-            }
+        for (space, set) in sets {
+            self.install_crd_set(&space, set).await?;
+        }
+        Ok(())
+    }
+
+    /// Applies the CRDs of `set` (`kubeflex`, `ocm-hub`, `ocm-spoke`: what `make deps` put in
+    /// the cache) to `space`, each waited on until Established.
+    pub async fn install_crd_set(&self, space: &str, set: &str) -> anyhow::Result<()> {
+        let dir = self.crds(set);
+        let client = self.client(space).await?;
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .with_context(|| format!("{} is missing: run `make deps`", dir.display()))?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        files.sort();
+        for file in files {
+            apply_crd(&client, &file)
+                .await
+                .with_context(|| format!("applying {} to {space}", file.display()))?;
+        }
+        Ok(())
+    }
+}
+
+impl Stack {
+    /// Deletes the CRDs of `set` from `space` (and with them their objects); waits until gone.
+    pub async fn remove_crd_set(&self, space: &str, set: &str) -> anyhow::Result<()> {
+        let api: Api<CustomResourceDefinition> = Api::all(self.client(space).await?);
+        for file in std::fs::read_dir(self.crds(set))? {
+            let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(file?.path())?)?;
+            let name = crd.metadata.name.context("CRD without a name")?;
+            let _ = api.delete(&name, &Default::default()).await;
+            wait_for(&format!("CRD {name} to go"), Duration::from_secs(60), || async {
+                Ok(api.get_opt(&name).await?.is_none())
+            })
+            .await?;
         }
         Ok(())
     }
