@@ -17,7 +17,7 @@ use ks_shared::api::{BindingPolicy, CombinedStatus, StatusCollector};
 use ks_shared::names::EXPAND_TEMPLATES_ANNOTATION;
 use ks_tests::harness::{apply, repo_root, wait_until};
 use ks_tests::stack::kubeflex::{control_planes, system_namespace};
-use ks_tests::stack::{JAEGER_OTLP_GRPC, JAEGER_QUERY, SPARE_WDS, Stack};
+use ks_tests::stack::{JAEGER_OTLP_GRPC, JAEGER_QUERY, SPARE_WDS, Stack, node, registry};
 use kube::ResourceExt;
 use kube::api::Api;
 use serde_json::{Value, json};
@@ -59,7 +59,14 @@ async fn main() -> anyhow::Result<()> {
     println!("     --from-file=kubeconfig-incluster=.stack/kubeconfigs/{SPARE_WDS}.kubeconfig  # KubeFlex adopts it");
     println!("   helm upgrade --install {RELEASE} charts/kubestellar-rs -n {RELEASE} \\");
     println!("     --set-json='WDSes=[{{\"name\":\"{SPARE_WDS}\",\"type\":\"external\",\"ITSName\":\"its1\"}}]' \\");
-    println!("     --set hub.otlpEndpoint=http://127.0.0.1:{JAEGER_OTLP_GRPC}");
+    println!(
+        "     --set hub.otlpEndpoint=http://{}:{JAEGER_OTLP_GRPC}",
+        stack.api_host()
+    );
+    if stack.has_real_node("kubeflex") {
+        println!("   (the hosting cluster's real node pulls ks-hub from the stack's registry, its ghcr.io mirror)");
+        stack.push_image("ks-hub")?;
+    }
     let installing = std::time::Instant::now();
     install_hub(&stack).await?;
     let hub_namespace = system_namespace(SPARE_WDS);
@@ -82,7 +89,14 @@ async fn main() -> anyhow::Result<()> {
 
     println!("\n2. In the WDS (context {SPARE_WDS}): Namespace {NAMESPACE}, Deployment {APP} with a per-WEC template,");
     println!("   BindingPolicy {POLICY} (location-group=edge, multi-WEC status) and StatusCollector {COLLECTOR}.");
-    apply_workload(&wds).await?;
+    let container = workload_container(&stack);
+    if stack.has_real_node(WECS[0]) {
+        println!(
+            "   Its container, {} ({}), runs for real on {}'s real node, which it prefers and tolerates.",
+            container["image"], container["args"][0], WECS[0]
+        );
+    }
+    apply_workload(&wds, container).await?;
 
     println!("\n3. What arrived on each WEC (the template expanded with that WEC's properties):");
     for wec in WECS {
@@ -98,6 +112,20 @@ async fn main() -> anyhow::Result<()> {
         .context("arrived")?;
         let env = serde_json::to_value(&arrived.spec)?["template"]["spec"]["containers"][0]["env"][0]["value"].clone();
         println!("   {wec}: GREETING = {env}");
+        let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(stack.client(wec).await?, NAMESPACE);
+        let app_pods = kube::api::ListParams::default().labels(&format!("app={APP}"));
+        ks_tests::stack::wait_for(&format!("{APP}'s Pod on {wec} to be placed"), DEADLINE, || async {
+            let listed = pods.list(&app_pods).await?;
+            Ok(listed
+                .items
+                .iter()
+                .any(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())))
+        })
+        .await?;
+        for pod in pods.list(&app_pods).await?.items {
+            let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+            println!("   {wec}: Pod {} on node {node}", pod.metadata.name.unwrap_or_default());
+        }
     }
 
     println!("\n4. Status returned to the WDS (the sum over both WECs):");
@@ -155,7 +183,23 @@ async fn main() -> anyhow::Result<()> {
         }
         Ok(())
     };
-    plugin(&["why", &format!("deployment/{APP}"), "-n", NAMESPACE])?;
+    // Real readiness comes a moment after the WDS's sum (and on a second run, the policy's last
+    // verdict is the previous rollout's until the new one's): `why` says when every link holds.
+    let why = ["why", &format!("deployment/{APP}"), "-n", NAMESPACE];
+    let settled = ks_tests::stack::wait_for("every link to hold", DEADLINE, || {
+        std::future::ready(Ok(run_plugin(&why).is_ok()))
+    });
+    settled.await?;
+    let healthy = |p: Option<&BindingPolicy>| {
+        p.and_then(|p| serde_json::to_value(p).ok()).is_some_and(|p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Healthy" && c["status"] == "True"))
+        })
+    };
+    let policies = Api::<BindingPolicy>::all(wds.clone());
+    wait_until(policies, POLICY, "healthy on every WEC", DEADLINE, healthy).await?;
+    plugin(&why)?;
     plugin(&["status", POLICY])?;
 
     println!("\n7. The rollout's trace (packaging on the hub, delivery and status reports per WEC):");
@@ -210,7 +254,7 @@ async fn install_hub(stack: &Stack) -> anyhow::Result<()> {
         .await?;
     }
     let wdses = json!([{"name": SPARE_WDS, "type": "external", "ITSName": "its1"}]).to_string();
-    let otlp = format!("hub.otlpEndpoint=http://127.0.0.1:{JAEGER_OTLP_GRPC}");
+    let otlp = format!("hub.otlpEndpoint=http://{}:{JAEGER_OTLP_GRPC}", stack.api_host());
     let chart = repo_root().join("charts/kubestellar-rs");
     let chart = chart.display().to_string();
     stack.helm(&[
@@ -230,7 +274,20 @@ async fn install_hub(stack: &Stack) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn apply_workload(wds: &kube::Client) -> anyhow::Result<()> {
+/// The workload's container: where the stack has a real node on a WEC, the stack's test workload
+/// image serving HTTP behind a readiness probe (the real node runs it, and only ready replicas
+/// count); else nginx, which kwok's Pods pretend to run.
+fn workload_container(stack: &Stack) -> Value {
+    let greeting = json!([{"name": "GREETING", "value": "hello from {{.clusterName}} in region {{.region}}"}]);
+    if stack.has_real_node(WECS[0]) {
+        json!({"name": APP, "image": registry::image_ref(node::POD_IMAGE), "args": ["serve"], "env": greeting,
+               "readinessProbe": {"httpGet": {"path": "/", "port": 8080}, "periodSeconds": 1}})
+    } else {
+        json!({"name": APP, "image": "nginx:1.27", "env": greeting})
+    }
+}
+
+async fn apply_workload(wds: &kube::Client, container: Value) -> anyhow::Result<()> {
     let labels = json!({"app.kubernetes.io/part-of": NAMESPACE});
     // Each run is a new rollout with a trace of its own: on a stack kept up, the previous run's
     // trace may have left Jaeger's memory.
@@ -249,9 +306,12 @@ async fn apply_workload(wds: &kube::Client) -> anyhow::Result<()> {
                "metadata": {"name": APP, "labels": labels, "annotations": {EXPAND_TEMPLATES_ANNOTATION: "true"}},
                "spec": {"replicas": 1, "selector": {"matchLabels": {"app": APP}},
                         "template": {"metadata": {"labels": {"app": APP}, "annotations": {"demo.kubestellar.io/run": run}},
-                                     "spec": {"containers": [{"name": APP, "image": "nginx:1.27",
-                                        "env": [{"name": "GREETING",
-                                                 "value": "hello from {{.clusterName}} in region {{.region}}"}]}]}}}}),
+                                     "spec": {"containers": [container],
+                                              // A real node where the WEC has one; kwok's elsewhere.
+                                              "tolerations": [{"key": node::REAL_NODE_TAINT, "operator": "Exists", "effect": "NoSchedule"}],
+                                              "affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                                                  {"weight": 100, "preference": {"matchExpressions": [
+                                                      {"key": node::REAL_NODE_LABEL, "operator": "Exists"}]}}]}}}}}}),
     )
     .await?;
     apply(

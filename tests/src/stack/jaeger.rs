@@ -1,5 +1,7 @@
 //! Jaeger in the stack: in-memory, on its standard ports on loopback, so that our processes
-//! export traces to it and tests and the demo query it.
+//! export traces to it and tests and the demo query it. With real nodes its OTLP receivers listen
+//! on every address (as the apiservers do), so that our containers export to it at the stack
+//! address.
 
 use std::time::Duration;
 
@@ -15,7 +17,8 @@ pub const JAEGER_QUERY: u16 = 16686;
 impl Stack {
     pub(super) fn start_jaeger(&self) -> anyhow::Result<()> {
         let config = self.state.join("jaeger.yaml");
-        std::fs::write(&config, JAEGER_CONFIG)?;
+        let otlp_host = if self.has_real_nodes() { "0.0.0.0" } else { "127.0.0.1" };
+        std::fs::write(&config, JAEGER_CONFIG.replace("OTLP_HOST", otlp_host))?;
         self.procs.ensure(
             "jaeger",
             &self.bin("jaeger"),
@@ -30,7 +33,8 @@ impl Stack {
     }
 }
 
-/// Jaeger v2 with in-memory storage: OTLP in, query API and UI on 16686, on loopback only.
+/// Jaeger v2 with in-memory storage: OTLP in (on `OTLP_HOST`), query API and UI on 16686 on
+/// loopback.
 const JAEGER_CONFIG: &str = r#"service:
   extensions: [jaeger_storage, jaeger_query, healthcheckv2]
   pipelines:
@@ -62,9 +66,9 @@ receivers:
   otlp:
     protocols:
       grpc:
-        endpoint: 127.0.0.1:4317
+        endpoint: OTLP_HOST:4317
       http:
-        endpoint: 127.0.0.1:4318
+        endpoint: OTLP_HOST:4318
 processors:
   batch: {}
 exporters:
