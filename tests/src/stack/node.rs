@@ -511,6 +511,9 @@ state = "{state}"
   # only be lowered with CAP_SYS_RESOURCE, which the stack's sandbox lacks): no score below
   # containerd's own.
   restrict_oom_score_adj = true
+  # Pods' network namespaces are mounted under the state directory (in `.stack`), not in the
+  # host's /run/netns, so that those of Pods not torn down before `make down` go with the rest.
+  netns_mounts_under_state_dir = true
   [plugins."io.containerd.grpc.v1.cri".registry.mirrors."{REGISTRY}"]
     endpoint = ["http://{REGISTRY}"]
 {ghcr}  [plugins."io.containerd.grpc.v1.cri".containerd]
