@@ -136,7 +136,8 @@ build_image() {
   layer_tar="$work/layer.tar"
   reproducible_tar "$root" "$layer_tar"
   diff_id="$(sha "$layer_tar")"
-  gzip -n -9 "$layer_tar"
+  # gzip's default level: a third of -9's time on a debug build of ks-hub (4 s against 13), for 1 % more bytes.
+  gzip -n -6 "$layer_tar"
   layer_size="$(size "$layer_tar.gz")"
   layer="$(add_blob "$layer_tar.gz" "$layout")"
 

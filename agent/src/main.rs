@@ -86,7 +86,7 @@ struct Args {
     /// Seconds between looks at the hub kubeconfig and the certificate files it names. When they
     /// change (OCM rotates the add-on's client certificate) the agent stops, to be restarted with
     /// them.
-    #[arg(long, env = "KS_HUB_CREDENTIALS_CHECK", default_value_t = 30, value_name = "SECONDS",
+    #[arg(long, env = "KS_HUB_CREDENTIALS_CHECK", default_value_t = 5, value_name = "SECONDS",
           value_parser = clap::value_parser!(u64).range(1..))]
     hub_credentials_check: u64,
 
