@@ -86,7 +86,7 @@ async fn real_node(ctx: &Ctx, space: &str) -> anyhow::Result<()> {
     anyhow::ensure!(
         nodes.get_opt(&node::node_name(space)).await?.is_some(),
         "the stack has no real node on {space}: {}",
-        node::missing_tools().unwrap_or_else(|| "see `make up`'s output".into())
+        node::cannot_run().unwrap_or_else(|| "see `make up`'s output".into())
     );
     Ok(())
 }
@@ -365,10 +365,11 @@ async fn hub_in_a_container(
 /// given the stack's its1. The hosting cluster's real node runs, from the stack's registry: the
 /// ITS's hook Jobs (`kubectl wait` for OCM's CRDs, then `helm upgrade --install` of the status
 /// add-on chart, pulled as OCI), ks-addon from that chart, and ks-hub from the WDS's hook, as
-/// 65532 on read-only roots; KubeFlex says both ControlPlanes' hooks completed (a Job complete,
-/// ks-hub Ready); a workload applied to the WDS reaches cluster1 through that ks-hub, its status
-/// back. Uninstalling leaves no Pod of the release; the add-on release the hook installed stays with
-/// the ITS, as upstream's does, and is uninstalled here after.
+/// 65532 on read-only roots, Ready by their probes; KubeFlex says both ControlPlanes' hooks
+/// completed (a Job complete, ks-hub Ready); a workload applied to the WDS reaches cluster1
+/// through that ks-hub, its status back. Uninstalling leaves no Pod of the release; the add-on
+/// release the hook installed stays with the ITS, as upstream's does, and is uninstalled here
+/// after.
 ///
 /// The ITS's `clusteradm init` hook is left out (`install_clusteradm: false`): the Go module
 /// proxy serves no version of clusteradm, so no image of it can be built here; OCM's hub CRDs,
@@ -495,6 +496,10 @@ async fn kubeflex_path(
         let pod = ready_pod(&pods, HOSTING, selector, 0).await?;
         let container = &pod.spec.as_ref().context("pod spec")?.containers[0];
         anyhow::ensure!(container.image.as_deref() == Some(image), "image {:?}", container.image);
+        anyhow::ensure!(
+            container.readiness_probe.is_some() && container.liveness_probe.is_some(),
+            "{selector}: its container has no probes"
+        );
         confined(container_pid(ctx, HOSTING, &pod)?)?;
     }
     // A workload reaches cluster1 through that ks-hub, and its status comes back.

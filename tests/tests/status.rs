@@ -1310,7 +1310,7 @@ async fn a_real_node_shows_real_readiness_and_crash_loops(ctx: Ctx) -> anyhow::R
     if nodes.get_opt(&real).await?.is_none() {
         anyhow::bail!(
             "the stack has no real node {real}: {}",
-            node::missing_tools().unwrap_or_else(|| "see `make up`'s output".into())
+            node::cannot_run().unwrap_or_else(|| "see `make up`'s output".into())
         );
     }
     let wds = ctx.client("wds1").await?;

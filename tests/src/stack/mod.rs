@@ -125,7 +125,7 @@ impl Stack {
 
     /// Whether the stack runs real nodes: the host has what they need.
     pub fn has_real_nodes(&self) -> bool {
-        node::missing_tools().is_none()
+        node::cannot_run().is_none()
     }
 
     /// Whether `space` has a real node.
@@ -238,7 +238,7 @@ impl Stack {
             self.start_kubelet(&space)?;
         }
         // A real node where containers run, on the spaces that get one, if the host can.
-        match node::missing_tools() {
+        match node::cannot_run() {
             None => {
                 self.start_registry()?;
                 let spaces = self.spaces();

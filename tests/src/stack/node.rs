@@ -27,8 +27,9 @@
 //!
 //! It runs only where containerd, runc, the CNI plugins, iptables and iproute2 are installed
 //! (`apt-get install containerd runc containernetworking-plugins iptables iproute2`, which CI
-//! does) and the stack may add a link and firewall rules (root); elsewhere the stack says so and
-//! goes on without it, and the tests that need it fail saying why.
+//! does) and the stack runs as root (it adds an address, links and firewall rules); elsewhere the
+//! stack says so and goes on without it ([`cannot_run`]), and the tests that need it fail saying
+//! why.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -185,8 +186,9 @@ fn pod_subnet(index: u8) -> String {
     format!("10.89.{index}.0/24")
 }
 
-/// What the host lacks to run a real node, if anything.
-pub fn missing_tools() -> Option<String> {
+/// Why this host cannot run real nodes, if it cannot: a tool missing, or not root (a real node
+/// adds an address, links and firewall rules).
+pub fn cannot_run() -> Option<String> {
     let needed = [
         CONTAINERD,
         CTR,
@@ -201,12 +203,21 @@ pub fn missing_tools() -> Option<String> {
         NSENTER,
     ];
     let missing: Vec<&str> = needed.into_iter().filter(|p| !Path::new(p).exists()).collect();
-    (!missing.is_empty()).then(|| {
-        format!(
+    if !missing.is_empty() {
+        return Some(format!(
             "missing {}: install Debian's containerd, runc, containernetworking-plugins, iptables and iproute2",
             missing.join(", ")
-        )
-    })
+        ));
+    }
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    (effective_uid(&status) != Some(0))
+        .then(|| "not root: a real node adds an address, links and firewall rules".into())
+}
+
+/// The effective user ID in a `/proc/<pid>/status` text (`Uid: real effective saved fs`).
+fn effective_uid(status: &str) -> Option<u32> {
+    let uids = status.lines().find_map(|l| l.strip_prefix("Uid:"))?;
+    uids.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A real node's files, under `.stack/nodes/<space>`.
@@ -642,4 +653,24 @@ fn is_ready(node: &Node) -> bool {
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_effective_uid_is_the_second_of_the_status_line() {
+        let status = "Name:\tks-stack\nUid:\t1000\t0\t0\t0\nGid:\t1000\t1000\t1000\t1000\n";
+        assert_eq!(super::effective_uid(status), Some(0));
+        assert_eq!(super::effective_uid("Uid:\t1000\t1000\t1000\t1000\n"), Some(1000));
+        assert_eq!(super::effective_uid("Name:\tx\n"), None);
+    }
+
+    #[test]
+    fn only_the_first_real_node_shares_the_hosts_network() {
+        assert!(!super::is_only_node(super::REAL_NODE_SPACES[0]));
+        assert!(super::is_only_node("kubeflex"));
+        assert!(super::OwnNetwork::of(0).is_none());
+        let own = super::OwnNetwork::of(1).expect("a namespace of its own");
+        assert_eq!((own.name.as_str(), own.pods.as_str()), ("ks-node-1", "10.89.1.0/24"));
+    }
 }
