@@ -1,14 +1,16 @@
-//! The stack plays kubelet for our own images. There is no container runtime here, so when a
-//! Deployment whose container runs one of our images (`ks-agent`, `ks-addon`, `ks-hub`) appears
-//! in a space (a WEC, or the KubeFlex hosting cluster) and the Secrets it mounts exist, the stack
-//! runs that binary as a local process with the Deployment's arguments, the Secrets' files and
-//! the space as its in-cluster API, acting as the Pod's ServiceAccount; it stops the process when
-//! the Deployment goes away or is scaled to zero, and restarts it when its arguments change or
-//! when it exits. Like a kubelet, it updates a changed Secret's files in place without restarting
-//! anything (a process that must see new credentials watches its files, as the agent does), and
-//! keeps a running process's files when its Secret goes away. A Deployment that places its Pods
-//! on a real node ([`super::node`]) is left to that node's kubelet, and its process stopped. One
-//! such kubelet runs per WEC and one on the hosting cluster.
+//! The stack plays kubelet for our own images, for speed, where no real node ([`super::node`])
+//! runs them (or where the host cannot run real nodes): when a Deployment whose container runs
+//! one of our images (`ks-agent`, `ks-addon`, `ks-hub`) appears in a space (a WEC, the ITS, or
+//! the KubeFlex hosting cluster) and the Secrets it mounts exist, the stack runs that binary as a
+//! local process with the Deployment's arguments, the Secrets' files and the space as its
+//! in-cluster API, acting as the Pod's ServiceAccount; it stops the process when the Deployment
+//! goes away or is scaled to zero, and restarts it when its arguments change or when it exits.
+//! Like a kubelet, it updates a changed Secret's files in place without restarting anything (a
+//! process that must see new credentials watches its files, as the agent does), and keeps a
+//! running process's files when its Secret goes away. A Deployment that places its Pods on a real
+//! node is left to that node's kubelet, and its process stopped. One such kubelet runs per WEC,
+//! one on the ITS, and one on the hosting cluster where it has no real node (whose kubelet then
+//! runs everything there).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
