@@ -27,7 +27,7 @@ use ks_shared::names::{AGENT_INSTALL_NAMESPACE, STATUS_ADDON_NAME};
 use ks_shared::ocm::{AddOnDeploymentConfig, ManagedClusterAddOn};
 use ks_tests::harness::{Ctx, apply, repo_root, run, wait_until};
 use ks_tests::stack::kubeflex::{OPERATOR_PROCESS, control_planes, system_namespace};
-use ks_tests::stack::{HubOptions, SPARE_WDS, Stack, node, registry, wait_for};
+use ks_tests::stack::{CreatedCrd, HubOptions, SPARE_WDS, Stack, node, registry, wait_for};
 use ks_tests::stack_test;
 use ks_tests::tools::{Release, Tools, chart_path};
 use kube::ResourceExt;
@@ -43,29 +43,19 @@ const CONFIG: &str = "ks-real-node";
 const DEADLINE: Duration = Duration::from_secs(120);
 const MANAGER: &str = "ks-tests";
 
+/// What the tests on cluster1's real node need running.
+const ON_CLUSTER1_NODE: &[&str] = &[
+    "hub-wds1",
+    "apiserver-cluster1",
+    "node-cluster1-kubelet",
+    "node-cluster1-kube-proxy",
+];
+
 ks_tests::stack_main!(
     run,
     vec![
-        stack_test!(
-            the_agent_runs_as_a_container_on_a_real_node,
-            &[
-                "hub-wds1",
-                "apiserver-cluster1",
-                "node-cluster1-kubelet",
-                "node-cluster1-kube-proxy"
-            ],
-            alone
-        ),
-        stack_test!(
-            the_hub_runs_as_a_container_through_helm,
-            &[
-                "hub-wds1",
-                "apiserver-cluster1",
-                "node-cluster1-kubelet",
-                "node-cluster1-kube-proxy"
-            ],
-            alone
-        ),
+        stack_test!(the_agent_runs_as_a_container_on_a_real_node, ON_CLUSTER1_NODE, alone),
+        stack_test!(the_hub_runs_as_a_container_through_helm, ON_CLUSTER1_NODE, alone),
         stack_test!(
             the_kubeflex_path_runs_as_containers,
             &[
@@ -386,8 +376,9 @@ async fn the_kubeflex_path_runs_as_containers(ctx: Ctx) -> anyhow::Result<()> {
         "images and the add-on chart pushed in {:.1} s",
         started.elapsed().as_secs_f64()
     );
-    ctx.stack.install_crd_set(HOSTING, "ocm-hub").await?;
     ctx.stack.free_spare_wds().await?;
+    // Only those it creates are removed after: OCM's CRDs there before are someone else's.
+    let ocm_crds = ctx.stack.install_crd_set(HOSTING, "ocm-hub").await?;
     let tools = Tools::new(&ctx, "kubeflex-containers")?;
     let hosting = ctx.client(HOSTING).await?;
     let release = Release {
@@ -433,7 +424,7 @@ async fn the_kubeflex_path_runs_as_containers(ctx: Ctx) -> anyhow::Result<()> {
     let installed = Instant::now();
     tools.deploy("install", &release, &values)?;
     let outcome = kubeflex_path(&ctx, &its, [&hub_image, &addon_image], installed).await;
-    let uninstalled = kubeflex_path_uninstalled(&ctx, &tools, &release, &its).await;
+    let uninstalled = kubeflex_path_uninstalled(&ctx, &tools, &release, &its, &ocm_crds).await;
     outcome?;
     uninstalled?;
     ctx.delete_namespace(HOSTING, &release.namespace).await
@@ -524,8 +515,15 @@ async fn kubeflex_path(
 }
 
 /// `helm uninstall` of the hub chart: KubeFlex removes what it made for both ControlPlanes, and no
-/// Pod of theirs is left. Then the add-on release the ITS's hook installed, and OCM's CRDs.
-async fn kubeflex_path_uninstalled(ctx: &Ctx, tools: &Tools, release: &Release, its: &str) -> anyhow::Result<()> {
+/// Pod of theirs is left. Then the add-on release the ITS's hook installed, and the OCM CRDs the
+/// test created.
+async fn kubeflex_path_uninstalled(
+    ctx: &Ctx,
+    tools: &Tools,
+    release: &Release,
+    its: &str,
+    ocm_crds: &[CreatedCrd],
+) -> anyhow::Result<()> {
     tools.uninstall(release)?;
     let hosting = ctx.client(HOSTING).await?;
     ctx.stack.spare_wds_objects_gone().await?;
@@ -553,7 +551,7 @@ async fn kubeflex_path_uninstalled(ctx: &Ctx, tools: &Tools, release: &Release, 
             .any(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(real.as_str())))
     })
     .await?;
-    ctx.stack.remove_crd_set(HOSTING, "ocm-hub").await
+    ctx.stack.remove_crds(HOSTING, ocm_crds).await
 }
 
 /// `helm uninstall` of the release leaves none of its objects and, once they are gone, no Pod.

@@ -13,7 +13,10 @@ use ks_shared::fence::Fence;
 use ks_shared::leader::{LeaseConfig, run_as_leader};
 use ks_shared::ocm::{AppliedManifestWork, ManifestWork};
 use ks_tests::harness::{Ctx, StackTest, apply, run, wait_until};
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use ks_tests::stack::kubeflex::{OPERATOR_PROCESS, control_planes};
+use ks_tests::stack::{CreatedCrd, SPARE_WDS};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams, Preconditions};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::wait::conditions;
 use serde_json::json;
@@ -52,6 +55,12 @@ ks_tests::stack_main!(
             name: "leader_lease_hands_over",
             components: &["apiserver-wds1"],
             body: |ctx| Box::pin(leader_lease_hands_over(ctx)),
+            alone: false,
+        },
+        StackTest {
+            name: "the_stacks_helpers_take_nothing_they_did_not_make",
+            components: &["apiserver-kubeflex", OPERATOR_PROCESS],
+            body: |ctx| Box::pin(the_stacks_helpers_take_nothing_they_did_not_make(ctx)),
             alone: false,
         },
         StackTest {
@@ -440,4 +449,81 @@ async fn our_image_runs_as_a_local_process(ctx: Ctx) -> anyhow::Result<()> {
     })
     .await?;
     ctx.delete_namespace("cluster1", &namespace).await
+}
+
+/// What tests use to clear the way take only what they made. The spare WDS's ControlPlane held by
+/// a release that is no test's (as `make demo`'s is) is refused, named, and left as it was; CRDs
+/// that were there before `install_crd_set` are not among those it says it created, and one
+/// replaced since it was created is not removed in its place.
+async fn the_stacks_helpers_take_nothing_they_did_not_make(ctx: Ctx) -> anyhow::Result<()> {
+    let planes = Api::<DynamicObject>::all_with(ctx.client("kubeflex").await?, &control_planes());
+    let held = match planes.get_opt(SPARE_WDS).await? {
+        // `make demo`'s, on a stack it ran on.
+        Some(theirs)
+            if theirs
+                .annotations()
+                .get("meta.helm.sh/release-namespace")
+                .map(String::as_str)
+                == Some("kubestellar") =>
+        {
+            None
+        }
+        left => {
+            if left.is_some() {
+                ctx.stack.free_spare_wds().await?;
+            }
+            let foreign: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "tenancy.kflex.kubestellar.org/v1alpha1", "kind": "ControlPlane",
+                "metadata": {"name": SPARE_WDS, "annotations": {
+                    "meta.helm.sh/release-name": "someone", "meta.helm.sh/release-namespace": "team-a"}},
+                "spec": {"type": "external", "backend": "shared",
+                         "bootstrapSecretRef": {"name": "absent", "namespace": "team-a", "inClusterKey": "k"}}}))?;
+            Some(planes.create(&PostParams::default(), &foreign).await?)
+        }
+    };
+    let before = planes.get(SPARE_WDS).await?;
+    let refused = ctx.stack.free_spare_wds().await;
+    let after = planes.get_opt(SPARE_WDS).await?;
+    if let Some(made) = held {
+        let params = DeleteParams {
+            preconditions: Some(Preconditions {
+                uid: made.uid(),
+                resource_version: None,
+            }),
+            ..Default::default()
+        };
+        planes.delete(SPARE_WDS, &params).await?;
+        ks_tests::stack::wait_for("the test's ControlPlane to go", DEADLINE, || async {
+            Ok(planes.get_opt(SPARE_WDS).await?.is_none())
+        })
+        .await?;
+        ctx.stack.spare_wds_objects_gone().await?;
+    }
+    let error = refused
+        .err()
+        .context("free_spare_wds took a ControlPlane a release holds")?;
+    anyhow::ensure!(format!("{error}").contains("is held by Helm release"), "{error}");
+    anyhow::ensure!(
+        after.and_then(|a| a.uid()) == before.uid(),
+        "the held ControlPlane changed"
+    );
+
+    // Every kubeflex CRD is there since the stack came up: none is the helper's to remove.
+    let created = ctx.stack.install_crd_set("kubeflex", "kubeflex").await?;
+    anyhow::ensure!(created.is_empty(), "claimed as created: {created:?}");
+    // A CRD it did not create (here: by another UID) is left where it is.
+    let crds: Api<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition> =
+        Api::all(ctx.client("kubeflex").await?);
+    let name = "controlplanes.tenancy.kflex.kubestellar.org";
+    let uid = crds.get(name).await?.uid().context("a UID")?;
+    let replaced = CreatedCrd {
+        name: name.to_string(),
+        uid: "00000000-0000-0000-0000-000000000000".into(),
+    };
+    ctx.stack.remove_crds("kubeflex", &[replaced]).await?;
+    anyhow::ensure!(
+        crds.get(name).await?.uid() == Some(uid),
+        "{name} was removed in another's place"
+    );
+    Ok(())
 }

@@ -3,12 +3,14 @@
 //! (what `kflex adopt` does), so a hub installed by the hub chart finds it through KubeFlex; a WDS
 //! comes the same way, from the chart's values (the spare `wds2` apiserver is there for that).
 
+use std::path::Path;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Namespace, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use ks_shared::names::KUBEFLEX_CP_TYPE_LABEL;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::core::{ApiResource, GroupVersionKind};
 use serde_json::json;
 
@@ -27,6 +29,24 @@ pub fn control_planes() -> ApiResource {
         &GroupVersionKind::gvk("tenancy.kflex.kubestellar.org", "v1alpha1", "ControlPlane"),
         "controlplanes",
     )
+}
+
+/// Helm's annotations of what a release installed.
+const HELM_RELEASE_NAME: &str = "meta.helm.sh/release-name";
+const HELM_RELEASE_NAMESPACE: &str = "meta.helm.sh/release-namespace";
+
+/// Whether a release in `namespace` was a test run's that has ended, or is this process's
+/// (`me`): tests install into namespaces `<test>-<pid>-<n>` (`Ctx::namespace`); `alive` says
+/// whether a process runs.
+fn left_by_an_ended_test(namespace: &str, me: u32, alive: impl Fn(u32) -> bool) -> bool {
+    let mut parts = namespace.rsplitn(3, '-');
+    let (Some(n), Some(pid), Some(test)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    let Ok(pid) = pid.parse::<u32>() else {
+        return false;
+    };
+    !test.is_empty() && n.parse::<u32>().is_ok() && (pid == me || !alive(pid))
 }
 
 /// How long KubeFlex and the garbage collector may take to remove a ControlPlane's objects.
@@ -105,14 +125,40 @@ impl Stack {
 }
 
 impl Stack {
-    /// Makes the spare WDS free to be adopted again: deletes its ControlPlane if one is left (a
-    /// run interrupted before its uninstall), then waits until what KubeFlex made for it is gone
-    /// ([`Stack::spare_wds_objects_gone`]).
+    /// Makes the spare WDS free to be adopted again: deletes its ControlPlane if a test run that
+    /// has ended (or this one) left it, then waits until what KubeFlex made for it is gone
+    /// ([`Stack::spare_wds_objects_gone`]). A ControlPlane anyone else holds (`make demo`'s
+    /// release, a user's, a test running beside this one) is refused, saying whose it is: only
+    /// the object looked at is deleted (its UID a precondition).
     pub async fn free_spare_wds(&self) -> anyhow::Result<()> {
         let hosting = self.client("kubeflex").await?;
         let control_planes = Api::<DynamicObject>::all_with(hosting, &control_planes());
-        if control_planes.get_opt(SPARE_WDS).await?.is_some() {
-            control_planes.delete(SPARE_WDS, &DeleteParams::default()).await?;
+        if let Some(left) = control_planes.get_opt(SPARE_WDS).await? {
+            let release = (
+                left.annotations().get(HELM_RELEASE_NAME).cloned().unwrap_or_default(),
+                left.annotations()
+                    .get(HELM_RELEASE_NAMESPACE)
+                    .cloned()
+                    .unwrap_or_default(),
+            );
+            anyhow::ensure!(
+                left_by_an_ended_test(&release.1, std::process::id(), |pid| {
+                    Path::new(&format!("/proc/{pid}")).exists()
+                }),
+                "the spare WDS {SPARE_WDS} is held by Helm release {:?} in namespace {:?} of the kubeflex \
+                 context, not a test's leftover: uninstall it first (e.g. `helm --kube-context kubeflex \
+                 -n kubestellar uninstall kubestellar` for make demo's)",
+                release.0,
+                release.1
+            );
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: left.uid(),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            control_planes.delete(SPARE_WDS, &params).await?;
             wait_for("the spare WDS's ControlPlane to go", GONE, || async {
                 Ok(control_planes.get_opt(SPARE_WDS).await?.is_none())
             })
@@ -136,5 +182,24 @@ impl Stack {
                 && bindings.get_opt(&rbac).await?.is_none())
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::left_by_an_ended_test;
+
+    #[test]
+    fn only_an_ended_test_runs_release_is_a_leftover() {
+        let gone = |_| false;
+        let running = |_| true;
+        let namespace = "the-kubeflex-path-runs-as-containers-4242-3";
+        assert!(left_by_an_ended_test(namespace, 1, gone));
+        assert!(!left_by_an_ended_test(namespace, 1, running), "a test running beside");
+        assert!(left_by_an_ended_test(namespace, 4242, running), "this run's own");
+        // make demo's release, a user's, or none at all.
+        for held in ["kubestellar", "", "team-a", "prod-7", "x-y-z"] {
+            assert!(!left_by_an_ended_test(held, 1, gone), "{held}");
+        }
     }
 }

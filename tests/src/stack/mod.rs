@@ -37,6 +37,7 @@ pub use hub::{HUB_MAX_NUM_WRAPPED, HubOptions};
 pub use jaeger::{JAEGER_OTLP_GRPC, JAEGER_OTLP_HTTP, JAEGER_QUERY};
 pub use pki::{ADMIN, BOOTSTRAP, Pki};
 pub use procs::Procs;
+pub use spaces::CreatedCrd;
 pub use status_addon::ADDON_PROCESS;
 
 /// The field manager of everything the stack writes.

@@ -166,7 +166,9 @@ impl OwnNetwork {
     }
 
     /// Removes the namespace (with its end of the pair, the rules its kube-proxy made and the
-    /// Pods' bridge) and the host's end, with its route.
+    /// Pods' bridge) and the host's end, with its route. Both names are the stack's own
+    /// (`ks-node-<index>`); either may be absent (never made, or removed already), which is why
+    /// a failure is not an error.
     fn remove(&self) {
         let _ = Command::new(IP).args(["netns", "delete", &self.name]).output();
         let _ = Command::new(IP).args(["link", "delete", &self.host_link]).output();
@@ -209,6 +211,7 @@ pub fn cannot_run() -> Option<String> {
             missing.join(", ")
         ));
     }
+    // Unreadable counts as not root: the stack then goes on without real nodes, saying why.
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     (effective_uid(&status) != Some(0))
         .then(|| "not root: a real node adds an address, links and firewall rules".into())

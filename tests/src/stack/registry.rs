@@ -54,7 +54,6 @@ impl Stack {
             .context("the binaries' directory has a parent")?;
         let archive = target.join("images").join(format!("{name}.oci.tar"));
         let pushed = self.state.join("registry").join(format!("{name}.pushed"));
-        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
         let binary = modified(&self.our_binaries.join(name)).with_context(|| format!("{name} is not built"))?;
         if modified(&pushed).is_some_and(|at| at >= binary) {
             return Ok(image_ref(name));
@@ -104,7 +103,6 @@ impl Stack {
         let registry = self.state.join("registry");
         // Not `<tool>.pushed`: that marked the kubectl image before it had /tmp.
         let pushed = registry.join(format!("{tool}.tool.pushed"));
-        let modified = |path: &Path| std::fs::metadata(path).and_then(|m| m.modified()).ok();
         let built = modified(&binary).with_context(|| format!("the stack's {tool} is not built"))?;
         if modified(&pushed).is_some_and(|at| at >= built) {
             return Ok(reference);
@@ -180,6 +178,12 @@ impl Stack {
         .with_context(|| format!("pushing {}", package.display()))?;
         Ok((format!("{repository}/{}", meta.name), meta.version))
     }
+}
+
+/// When `path` was last written, if it exists: what the stack's "pushed" and archive files are
+/// judged fresh by.
+fn modified(path: &Path) -> Option<std::time::SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
 }
 
 /// Runs `command`; its standard error in the failure.

@@ -2,13 +2,12 @@
 //! kube-controller-manager (with the controllers the space's role needs), kube-scheduler and kwok
 //! on each WEC, and the CRDs every space starts with.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::Client;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
 use super::{ADMIN, ETCD_PEER_PORT, ETCD_PORT, FIELD_MANAGER, Pki, Role, Space, Stack, ocm, wait_for};
 
@@ -194,34 +193,56 @@ impl Stack {
     }
 
     /// Applies the CRDs of `set` (`kubeflex`, `ocm-hub`, `ocm-spoke`: what `make deps` put in
-    /// the cache) to `space`, each waited on until Established.
-    pub async fn install_crd_set(&self, space: &str, set: &str) -> anyhow::Result<()> {
+    /// the cache) to `space`, each waited on until Established. The ones it created, for
+    /// [`Stack::remove_crds`]: the others were there before, someone else's.
+    pub async fn install_crd_set(&self, space: &str, set: &str) -> anyhow::Result<Vec<CreatedCrd>> {
         let dir = self.crds(set);
         let client = self.client(space).await?;
+        let api: Api<CustomResourceDefinition> = Api::all(client.clone());
         let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
             .with_context(|| format!("{} is missing: run `make deps`", dir.display()))?
             .map(|e| e.map(|e| e.path()))
             .collect::<Result<_, _>>()?;
         files.sort();
+        let mut created = Vec::new();
         for file in files {
-            apply_crd(&client, &file)
+            let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(&file)?)?;
+            let name = crd.metadata.name.clone().context("CRD without a name")?;
+            let there = api.get_opt(&name).await?.is_some();
+            let uid = apply_crd(&api, &crd)
                 .await
                 .with_context(|| format!("applying {} to {space}", file.display()))?;
+            if !there {
+                created.push(CreatedCrd { name, uid });
+            }
         }
-        Ok(())
+        Ok(created)
     }
-}
 
-impl Stack {
-    /// Deletes the CRDs of `set` from `space` (and with them their objects); waits until gone.
-    pub async fn remove_crd_set(&self, space: &str, set: &str) -> anyhow::Result<()> {
+    /// Deletes the CRDs `created` by [`Stack::install_crd_set`] from `space` (and with them their
+    /// objects), each only if it is still the one created (its UID a precondition: one deleted
+    /// and made again by someone else meanwhile stays, said); waits until they are gone.
+    pub async fn remove_crds(&self, space: &str, created: &[CreatedCrd]) -> anyhow::Result<()> {
         let api: Api<CustomResourceDefinition> = Api::all(self.client(space).await?);
-        for file in std::fs::read_dir(self.crds(set))? {
-            let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(file?.path())?)?;
-            let name = crd.metadata.name.context("CRD without a name")?;
-            let _ = api.delete(&name, &Default::default()).await;
-            wait_for(&format!("CRD {name} to go"), Duration::from_secs(60), || async {
-                Ok(api.get_opt(&name).await?.is_none())
+        for crd in created {
+            let params = DeleteParams {
+                preconditions: Some(Preconditions {
+                    uid: Some(crd.uid.clone()),
+                    resource_version: None,
+                }),
+                ..Default::default()
+            };
+            match api.delete(&crd.name, &params).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(status)) if status.code == 404 => continue,
+                Err(kube::Error::Api(status)) if status.code == 409 => {
+                    println!("CRD {} on {space} is another one now: left as it is", crd.name);
+                    continue;
+                }
+                Err(err) => return Err(err.into()),
+            }
+            wait_for(&format!("CRD {} to go", crd.name), Duration::from_secs(60), || async {
+                Ok(api.get_opt(&crd.name).await?.is_none())
             })
             .await?;
         }
@@ -229,13 +250,20 @@ impl Stack {
     }
 }
 
-/// Server-side applies one CRD file and waits until the CRD is Established.
-async fn apply_crd(client: &Client, file: &Path) -> anyhow::Result<()> {
-    let crd: CustomResourceDefinition = serde_saphyr::from_str(&std::fs::read_to_string(file)?)?;
+/// A CRD that [`Stack::install_crd_set`] created: its name and UID.
+#[derive(Debug, Clone)]
+pub struct CreatedCrd {
+    pub name: String,
+    pub uid: String,
+}
+
+/// Server-side applies one CRD and waits until it is Established; its UID.
+async fn apply_crd(api: &Api<CustomResourceDefinition>, crd: &CustomResourceDefinition) -> anyhow::Result<String> {
     let name = crd.metadata.name.clone().context("CRD without a name")?;
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd))
+    let applied = api
+        .patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(crd))
         .await?;
+    let uid = applied.metadata.uid.context("a CRD without a UID")?;
     wait_for(
         &format!("CRD {name} to be established"),
         Duration::from_secs(30),
@@ -250,5 +278,6 @@ async fn apply_crd(client: &Client, file: &Path) -> anyhow::Result<()> {
                 .any(|c| c.type_ == "Established" && c.status == "True"))
         },
     )
-    .await
+    .await?;
+    Ok(uid)
 }
